@@ -1,0 +1,36 @@
+# daskangel: two commands on a fresh machine.
+#   make demo   builds .venv, installs daskangel, trains/demos on a LocalCluster
+#   make test   builds .venv, installs with test extras, runs ruff, mypy and pytest
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m daskangel.demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check daskangel tests benchmarks
+	$(VENV)/bin/ruff format --check daskangel tests benchmarks
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(PY) -m pytest -q
+
+test: lint typecheck pytest
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_ps.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache

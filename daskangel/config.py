@@ -1,0 +1,48 @@
+"""daskangel's configuration, as ``dask.config`` keys under ``daskangel.``.
+
+The defaults live in ``daskangel/daskangel.yaml`` and are merged into dask's
+configuration when daskangel is imported (on the client and on every worker that
+unpickles a daskangel object), so tests and users shrink any interval with
+``dask.config.set({"daskangel.client.call-timeout": "5s"})``.
+
+Example
+-------
+>>> import daskangel.config as cfg
+>>> cfg.get_bytes("daskangel.server.inline-bytes") > 0
+True
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dask.config
+import yaml
+from dask.utils import parse_bytes, parse_timedelta
+
+__all__ = ["get", "get_bytes", "get_seconds"]
+
+_fn = os.path.join(os.path.dirname(__file__), "daskangel.yaml")
+with open(_fn) as _f:
+    _defaults = yaml.safe_load(_f)
+
+dask.config.update_defaults(_defaults)
+
+
+def get(key: str) -> Any:
+    """Return the value of a ``daskangel.*`` key."""
+    return dask.config.get(key)
+
+
+def get_bytes(key: str) -> int:
+    """Return a byte-size key (``"16MiB"`` or an int) as an int."""
+    value = dask.config.get(key)
+    return int(parse_bytes(value)) if isinstance(value, str) else int(value)
+
+
+def get_seconds(key: str) -> float:
+    """Return a duration key (``"30s"`` or a number of seconds) as a float."""
+    value = dask.config.get(key)
+    out = parse_timedelta(value, default="seconds")
+    return float(out) if out is not None else float("inf")

@@ -1,0 +1,371 @@
+"""PSContext: where the user meets the parameter server.
+
+A context attaches to any ``distributed.Client``, installs the daskangel scheduler
+plugin (the registry, later the clocks) and the PS worker plugin, chooses the PS
+servers, and creates arrays on them.  Leaving the ``with`` block frees every array
+it created.
+
+Example
+-------
+>>> from distributed import Client, LocalCluster
+>>> import daskangel as angel
+>>> with LocalCluster(n_workers=2, processes=False) as cl, Client(cl) as client:
+...     with angel.PSContext(client) as ps:
+...         w = ps.zeros("w", shape=(8,), dtype="float64")
+...         w.increment([1.0, 2.0], cols=[0, 7])
+...         w.get().tolist()
+[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from typing import Any, cast
+
+import numpy as np
+from distributed import Client, default_client
+
+from . import config
+from ._wire import TRANSPORTS, actor_key
+from .errors import ContextClosedError, ShapeMismatchError
+from .psarray import PSArray
+from .psarray._binding import Binding, get_binding
+from .psarray._blocks import InitSpec
+from .psarray._layout import AutoPartitioner, BlockPartitioner, Partitioner
+from .psarray._meta import DTYPES, ArrayMeta, ServerId
+from .psarray._server import PLUGIN_NAME as WORKER_PLUGIN
+from .psarray._server import PSServerActor, PSWorkerPlugin
+from .scheduler import PLUGIN_NAME as SCHEDULER_PLUGIN
+from .scheduler import DaskAngelSchedulerPlugin
+
+__all__ = ["PSContext"]
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        out = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise ShapeMismatchError(
+            f"shape: expected an int or a tuple of 1-2 ints, got {shape!r}"
+        ) from None
+    if len(out) not in (1, 2) or any(s < 1 for s in out):
+        raise ShapeMismatchError(f"shape: expected 1 or 2 positive extents, got {shape!r}")
+    return out
+
+
+def _dtype(dtype: Any) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt.name not in DTYPES:
+        raise TypeError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
+    return dt
+
+
+class PSContext:
+    """Parameter-server context on an existing Dask cluster.
+
+    Parameters
+    ----------
+    client
+        Any ``distributed.Client``; default: the current client.  A context never
+        starts a cluster.
+    servers_per_worker
+        PS servers on each chosen worker (each with its own lock and thread).
+    workers
+        Explicit worker addresses to run servers on (default: every worker, or the
+        workers carrying ``resource``).
+    resource
+        Run servers only on workers with this resource (e.g. ``"daskangel-ps"``).
+    transport
+        ``"handlers"`` (default, faster: see benchmarks/RESULTS.md) or ``"actors"``.
+    """
+
+    def __init__(
+        self,
+        client: Client | None = None,
+        *,
+        servers_per_worker: int = 1,
+        workers: list[str] | None = None,
+        resource: str | None = None,
+        transport: str | None = None,
+    ) -> None:
+        self.client = client if client is not None else default_client()
+        self.transport = transport or config.get("daskangel.transport")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport: expected one of {TRANSPORTS}, got {self.transport!r}")
+        self.id = f"ctx-{uuid.uuid4().hex[:12]}"
+        self.closed = False
+        self._actors: list[Any] = []
+        if getattr(self.client, "direct_to_workers", None) is False:
+            warnings.warn(
+                "client was created with direct_to_workers=False, but PS traffic goes "
+                "directly from callers to the workers holding blocks",
+                UserWarning,
+                stacklevel=2,
+            )
+        self.binding: Binding = get_binding(self.client)
+        self._scheduler: Any = cast(Any, self.client.scheduler)
+        timeout = config.get_seconds("daskangel.context.start-timeout")
+        self.client.register_plugin(DaskAngelSchedulerPlugin(), name=SCHEDULER_PLUGIN)
+        self.client.register_plugin(PSWorkerPlugin(), name=WORKER_PLUGIN)
+        servers = self.client.sync(
+            self._scheduler.daskangel_open,
+            ctx=self.id,
+            workers=workers,
+            servers_per_worker=servers_per_worker,
+            resource=resource,
+            transport=self.transport,
+            callback_timeout=timeout,
+        )
+        self.servers = [ServerId(str(a), int(i)) for a, i in servers]
+        if self.transport == "actors":
+            self._actors = [
+                self.client.submit(
+                    PSServerActor,
+                    s.index,
+                    actor=True,
+                    workers=[s.address],
+                    key=actor_key(s.address, s.index),
+                    pure=False,
+                )
+                for s in self.servers
+            ]
+            self.client.gather(self._actors)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def __enter__(self) -> PSContext:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Free every array of this context.  Handles to them then raise."""
+        if self.closed:
+            return
+        try:
+            names = self.client.sync(self._scheduler.daskangel_close, ctx=self.id)
+            for n in names:
+                self.binding.forget(n)
+        finally:
+            self.closed = True
+            for f in self._actors:
+                f.release()
+            self._actors = []
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ContextClosedError("PSContext is closed")
+
+    # -- creating arrays ---------------------------------------------------------------
+
+    def _create(
+        self,
+        name: str,
+        shape: Any,
+        dtype: Any,
+        init: InitSpec,
+        sparse: bool,
+        block_shape: Any = None,
+        partitioner: Partitioner | None = None,
+    ) -> PSArray:
+        self._check_open()
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name: expected a non-empty string, got {name!r}")
+        shp = _shape(shape)
+        dt = _dtype(dtype)
+        two_d = (1, shp[0]) if len(shp) == 1 else (shp[0], shp[1])
+        if block_shape is not None and partitioner is not None:
+            raise ValueError("block_shape, partitioner: pass one or the other")
+        if block_shape is not None:
+            bs = _shape(block_shape)
+            partitioner = BlockPartitioner((1, bs[0]) if len(bs) == 1 else (bs[0], bs[1]))
+        part = partitioner or AutoPartitioner()
+        layout = part.layout(two_d, dt.itemsize, len(self.servers), sparse)
+        meta = ArrayMeta.new(name, shp, dt, sparse, layout, init, self.transport)
+        full = self.client.sync(
+            self._scheduler.daskangel_create,
+            ctx=self.id,
+            meta=meta.to_dict(),
+            blocks=meta.block_specs(),
+        )
+        self.binding.metas[name] = ArrayMeta.from_dict(full)
+        return PSArray(name, context=self, binding=self.binding)
+
+    def zeros(
+        self,
+        name: str,
+        shape: Any,
+        dtype: Any = "float32",
+        *,
+        block_shape: Any = None,
+        partitioner: Partitioner | None = None,
+        sparse: bool = False,
+    ) -> PSArray:
+        """A new array of zeros.  ``sparse=True`` stores only touched keys."""
+        return self._create(
+            name, shape, dtype, InitSpec("const", 0.0), sparse, block_shape, partitioner
+        )
+
+    def full(
+        self,
+        name: str,
+        shape: Any,
+        fill_value: float,
+        dtype: Any = "float32",
+        *,
+        block_shape: Any = None,
+        partitioner: Partitioner | None = None,
+        sparse: bool = False,
+    ) -> PSArray:
+        """A new array with every entry ``fill_value`` (missing sparse keys read it too)."""
+        dt = _dtype(dtype)
+        if dt.kind in "iu" and float(fill_value) != int(fill_value):
+            raise TypeError(f"fill_value: {fill_value!r} is not an integer, the array is {dt}")
+        return self._create(
+            name, shape, dt, InitSpec("const", float(fill_value)), sparse, block_shape, partitioner
+        )
+
+    def random(
+        self,
+        name: str,
+        shape: Any,
+        *,
+        seed: int = 0,
+        dist: str = "uniform",
+        low: float = 0.0,
+        high: float = 1.0,
+        loc: float = 0.0,
+        scale: float = 1.0,
+        dtype: Any = "float32",
+        block_shape: Any = None,
+        partitioner: Partitioner | None = None,
+        sparse: bool = False,
+    ) -> PSArray:
+        """A new array of counter-based random numbers.
+
+        Entry ``(r, c)`` depends only on ``seed`` and ``r * n_cols + c``, so the
+        values do not depend on the partitioning.  For ``sparse=True`` a key is
+        drawn when first read or written (Angel's initAndGet).
+        """
+        if dist == "uniform":
+            init = InitSpec("uniform", float(low), float(high), int(seed), lazy=sparse)
+        elif dist == "normal":
+            init = InitSpec("normal", float(loc), float(scale), int(seed), lazy=sparse)
+        else:
+            raise ValueError(f"dist: expected 'uniform' or 'normal', got {dist!r}")
+        return self._create(name, shape, dtype, init, sparse, block_shape, partitioner)
+
+    def zeros_like(self, arr: PSArray, name: str, dtype: Any = None) -> PSArray:
+        """A zero array with the same shape and the same blocks as ``arr``.
+
+        Co-partitioned arrays put matching blocks on the same servers, which binary
+        psfs require.
+        """
+        m = arr.meta
+        shape = (m.shape[1],) if m.ndim == 1 else m.shape
+        part = _SameLayout(m)
+        return self._create(
+            name, shape, dtype or m.dtype, InitSpec("const", 0.0), m.sparse, None, part
+        )
+
+    def from_array(
+        self,
+        name: str,
+        array: Any,
+        *,
+        block_shape: Any = None,
+        partitioner: Partitioner | None = None,
+        dtype: Any = None,
+    ) -> PSArray:
+        """A new array holding a numpy or dask array's values."""
+        is_dask = hasattr(array, "dask") and hasattr(array, "chunks")
+        src = array if is_dask else np.asarray(array)
+        if src.ndim not in (1, 2):
+            raise ShapeMismatchError(f"array: expected 1-D or 2-D, got {src.ndim}-D")
+        dt = _dtype(dtype or src.dtype)
+        arr = self.zeros(name, src.shape, dt, block_shape=block_shape, partitioner=partitioner)
+        try:
+            if is_dask:
+                _set_from_dask(arr, src)
+            else:
+                _set_in_slabs(arr, src)
+        except BaseException:
+            self.drop(name)
+            raise
+        return arr
+
+    # -- registry ----------------------------------------------------------------------------
+
+    def get_array(self, name: str) -> PSArray:
+        """Re-attach to an existing array by name."""
+        self._check_open()
+        arr = PSArray(name, context=None, binding=self.binding)
+        self.binding.forget(name)
+        arr.meta  # noqa: B018 - raises ArrayNotFoundError if unknown
+        return arr
+
+    def arrays(self) -> list[str]:
+        """Names of this context's arrays."""
+        return list(self.client.sync(self._scheduler.daskangel_list, ctx=self.id))
+
+    def drop(self, name: str) -> None:
+        """Free one array now."""
+        self.client.sync(self._scheduler.daskangel_drop, name=name)
+        self.binding.forget(name)
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self.servers)} servers"
+        return f"PSContext<{self.id}, {state}, transport={self.transport}>"
+
+
+class _SameLayout:
+    """A partitioner that repeats an existing array's layout (co-partitioning)."""
+
+    def __init__(self, meta: ArrayMeta) -> None:
+        self.meta = meta
+
+    def layout(self, shape: tuple[int, int], itemsize: int, n_servers: int, sparse: bool) -> Any:
+        return self.meta.layout
+
+
+def _set_in_slabs(arr: PSArray, src: np.ndarray) -> None:
+    limit = max(1, config.get_bytes("daskangel.client.max-request-bytes") // 2)
+    if src.ndim == 1:
+        arr.set(src, casting="same_kind")
+        return
+    rows = max(1, limit // max(1, src.shape[1] * src.itemsize))
+    for r in range(0, src.shape[0], rows):
+        arr.set(src[r : r + rows], rows=slice(r, r + rows), casting="same_kind")
+
+
+def _set_chunk(chunk: np.ndarray, name: str, r0: int, c0: int, ndim: int) -> int:
+    a = PSArray(name)
+    if ndim == 1:
+        a.set(chunk, cols=slice(c0, c0 + chunk.shape[0]), casting="same_kind")
+    else:
+        a.set(
+            chunk,
+            rows=slice(r0, r0 + chunk.shape[0]),
+            cols=slice(c0, c0 + chunk.shape[1]),
+            casting="same_kind",
+        )
+    return int(chunk.size)
+
+
+def _set_from_dask(arr: PSArray, src: Any) -> None:
+    import dask
+
+    offsets = [np.concatenate([[0], np.cumsum(c)[:-1]]).astype(int) for c in src.chunks]
+    tasks = []
+    for idx, block in np.ndenumerate(np.asarray(src.to_delayed(), dtype=object)):
+        r0 = int(offsets[0][idx[0]]) if src.ndim == 2 else 0
+        c0 = int(offsets[-1][idx[-1]])
+        tasks.append(dask.delayed(_set_chunk)(block, arr.name, r0, c0, src.ndim))
+    dask.compute(*tasks)

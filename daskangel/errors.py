@@ -1,0 +1,112 @@
+"""Every error daskangel raises.
+
+Each class derives from :class:`DaskAngelError` *and* from the builtin exception a
+Python user would expect (``IndexError`` for a bad index, ``ValueError`` for a bad
+value, ...), so both ``except daskangel.errors.PSIndexError`` and ``except
+IndexError`` work.
+
+Errors raised on a PS server travel back to the caller through Dask's comms, which
+pickle them; every class therefore keeps its message as its only ``args`` entry.
+
+Example
+-------
+>>> from daskangel.errors import PSIndexError
+>>> try:
+...     raise PSIndexError("rows: index 7 is out of range [0, 4)")
+... except IndexError as e:
+...     print(e)
+rows: index 7 is out of range [0, 4)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArrayExistsError",
+    "ArrayNotFoundError",
+    "CastingError",
+    "ContextClosedError",
+    "DaskAngelError",
+    "MalformedInputError",
+    "NonFiniteError",
+    "NotCoPartitionedError",
+    "PSFError",
+    "PSIndexError",
+    "RequestTooLargeError",
+    "ServerLostError",
+    "ShapeMismatchError",
+    "SnapshotError",
+    "StaleLayoutError",
+    "SyncError",
+    "TaskFailedError",
+]
+
+
+class DaskAngelError(Exception):
+    """Base class of every daskangel error."""
+
+    def __str__(self) -> str:  # KeyError would otherwise print the repr
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class PSIndexError(DaskAngelError, IndexError):
+    """An index is out of range, negative or not an integer."""
+
+
+class ShapeMismatchError(DaskAngelError, ValueError):
+    """Values do not have the shape the request implies."""
+
+
+class CastingError(DaskAngelError, TypeError):
+    """Values would have to be cast to the array's dtype against the casting rule."""
+
+
+class NonFiniteError(DaskAngelError, ValueError):
+    """Values contain NaN or infinity and ``on_nonfinite='raise'``."""
+
+
+class ArrayNotFoundError(DaskAngelError, KeyError):
+    """No array of that name is registered."""
+
+
+class ArrayExistsError(DaskAngelError, ValueError):
+    """An array of that name already exists."""
+
+
+class RequestTooLargeError(DaskAngelError, ValueError):
+    """A request is larger than ``daskangel.client.max-request-bytes``."""
+
+
+class ContextClosedError(DaskAngelError, RuntimeError):
+    """The PSContext that owned the array has been closed."""
+
+
+class ServerLostError(DaskAngelError, ConnectionError):
+    """A PS server holding blocks is gone and cannot be rebuilt."""
+
+
+class StaleLayoutError(DaskAngelError, LookupError):
+    """A server does not hold the block the caller asked for (layout moved)."""
+
+
+class NotCoPartitionedError(DaskAngelError, ValueError):
+    """A binary psf was given arrays whose block layouts differ."""
+
+
+class PSFError(DaskAngelError, RuntimeError):
+    """A PS function failed on a server; the message carries the remote traceback."""
+
+
+class SyncError(DaskAngelError, RuntimeError):
+    """A clock or synchronisation request was invalid (unknown job, task, ...)."""
+
+
+class TaskFailedError(DaskAngelError, RuntimeError):
+    """A training task raised; the message names the task and has its traceback."""
+
+
+class SnapshotError(DaskAngelError, OSError):
+    """A snapshot is missing, incomplete or does not match what is loaded into."""
+
+
+class MalformedInputError(DaskAngelError, ValueError):
+    """An input line could not be parsed (file, line number and reason given)."""

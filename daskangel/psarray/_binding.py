@@ -1,0 +1,164 @@
+"""Late binding of array handles to the Dask process they run in.
+
+A :class:`Binding` knows the event loop, the comm pool and the scheduler of the
+current process: the user's ``Client`` on the driver, or the ``Worker`` inside a
+task.  Handles unpickled anywhere in Dask find their binding with
+:func:`get_binding`; nothing about the cluster is pickled with them.
+
+A worker's binding calls the servers of its own worker directly (no comm, no
+serialisation); every other call is one comm round trip per server.
+
+Example
+-------
+>>> from distributed import Client, LocalCluster
+>>> with LocalCluster(n_workers=1, processes=False) as cl, Client(cl) as c:
+...     get_binding(c).local_worker is None
+True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from distributed import Client, Worker, default_client, get_worker
+from distributed.utils import sync
+
+from .. import config
+from .._wire import call_server
+from ..errors import StaleLayoutError
+from ._meta import ArrayMeta, ServerId
+from ._server import PLUGIN_NAME
+
+__all__ = ["Binding", "get_binding"]
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+
+
+class Binding:
+    """Loop, comm pool, scheduler connection and metadata cache of one process."""
+
+    def __init__(self, loop: Any, rpc: Any, scheduler: Any, local_worker: Worker | None) -> None:
+        self.loop = loop
+        self.rpc = rpc
+        self.scheduler = scheduler
+        self.local_worker = local_worker
+        # {array_name: ArrayMeta}
+        self.metas: dict[str, ArrayMeta] = {}
+
+    # -- running coroutines from any thread ----------------------------------
+
+    def run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args)`` on this binding's loop and wait for it."""
+        timeout = config.get_seconds("daskangel.client.call-timeout")
+        return sync(self.loop, fn, *args, callback_timeout=timeout, **kwargs)  # type: ignore[no-any-return]
+
+    def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
+        """Start ``fn(*args)`` on the loop; return a ``concurrent.futures.Future``."""
+        return asyncio.run_coroutine_threadsafe(fn(*args), self.loop.asyncio_loop)  # type: ignore[arg-type]
+
+    # -- metadata -------------------------------------------------------------
+
+    async def meta(self, name: str, refresh: bool = False) -> ArrayMeta:
+        m = None if refresh else self.metas.get(name)
+        if m is None:
+            m = ArrayMeta.from_dict(await self.scheduler.daskangel_meta(name=name))
+            self.metas[name] = m
+        return m
+
+    def forget(self, name: str) -> None:
+        self.metas.pop(name, None)
+
+    # -- server calls -----------------------------------------------------------
+
+    async def call(
+        self, server: ServerId, op: str, cost: int, transport: str, **kwargs: Any
+    ) -> Any:
+        """Run ``op`` on ``server``: directly when it lives in this process."""
+        w = self.local_worker
+        if w is not None and transport == "handlers" and server.address == w.address:
+            plugin = w.plugins.get(PLUGIN_NAME)
+            if plugin is not None:
+                return await plugin.call_local(op, server.index, cost, **kwargs)  # type: ignore[attr-defined]
+        return await call_server(
+            self.rpc, server.address, server.index, op, transport, cost, kwargs
+        )
+
+    async def call_blocks(
+        self,
+        name: str,
+        op: str,
+        by_block: dict[int, dict[str, Any]],
+        cost: dict[int, int],
+        extra: dict[str, Any],
+    ) -> dict[int, Any]:
+        """Send each block's part to its server, one message per server, concurrently.
+
+        ``by_block`` is ``{block_id: part}``; parts of blocks on the same server go in
+        one message as ``parts=[...]``.  Returns ``{block_id: result}`` when the op
+        returns one result per part.  If a server no longer holds a block (it
+        moved), the metadata is refreshed and the parts of that server resent once;
+        a server that rejects a stale block applied none of the parts.
+        """
+        meta = await self.meta(name)
+        done: dict[int, Any] = {}
+        pending = by_block
+        for attempt in range(2):
+            groups: dict[ServerId, list[int]] = {}
+            for b in pending:
+                groups.setdefault(meta.servers[b], []).append(b)
+            calls = [
+                self.call(
+                    s,
+                    op,
+                    sum(cost.get(b, 0) for b in blocks),
+                    meta.transport,
+                    array=name,
+                    parts=[pending[b] for b in blocks],
+                    **extra,
+                )
+                for s, blocks in groups.items()
+            ]
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            stale: list[int] = []
+            for blocks, r in zip(groups.values(), results, strict=True):
+                if isinstance(r, StaleLayoutError):
+                    stale.extend(blocks)
+                elif isinstance(r, BaseException):
+                    raise r
+                elif r is not None:
+                    done.update(zip(blocks, r, strict=True))
+            if not stale:
+                return done
+            if attempt == 0:
+                meta = await self.meta(name, refresh=True)
+                pending = {b: by_block[b] for b in stale}
+        raise StaleLayoutError(f"array {name!r}: blocks {stale[:10]} not found on their servers")
+
+
+def get_binding(client: Client | None = None) -> Binding:
+    """The binding of ``client``, of the worker running this task, or of the default client."""
+    if client is None:
+        try:
+            worker = get_worker()
+        except ValueError:
+            worker = None
+        if worker is not None:
+            with _lock:
+                b = getattr(worker, "_daskangel_binding", None)
+                if b is None:
+                    b = Binding(worker.loop, worker.rpc, worker.scheduler, worker)
+                    setattr(worker, "_daskangel_binding", b)  # noqa: B010
+            return b  # type: ignore[no-any-return]
+        client = default_client()
+    with _lock:
+        b = getattr(client, "_daskangel_binding", None)
+        if b is None:
+            b = Binding(client.loop, client.rpc, client.scheduler, None)
+            setattr(client, "_daskangel_binding", b)  # noqa: B010
+    return b  # type: ignore[no-any-return]

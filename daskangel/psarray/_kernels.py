@@ -1,0 +1,267 @@
+"""Compiled kernels of the data plane (numba, ``nogil=True``, ``cache=True``).
+
+Sparse blocks keep their entries as two parallel arrays, ``keys`` (sorted, unique,
+int64) and ``vals``, with some spare capacity at the end.  That costs 12 bytes per
+float32 entry (key included) plus the spare capacity, and every lookup or update of
+a sorted batch of keys is a galloping merge: sequential memory access, no hashing.
+
+Nothing here knows about blocks or servers; the kernels take and return arrays.
+
+Example
+-------
+>>> import numpy as np
+>>> k, v = sort_pairs(np.array([5, 1, 5]), np.array([1.0, 2.0, 3.0]))
+>>> reduce_sorted(k, v, True)
+(array([1, 5]), array([2., 4.]))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "counting_group",
+    "gallop_find",
+    "hash_random",
+    "is_sorted",
+    "merge_update",
+    "reduce_sorted",
+    "scatter_coo",
+    "scatter_grid",
+    "sort_pairs",
+    "sparse_lookup",
+]
+
+
+@njit(nogil=True, cache=True)
+def is_sorted(a):  # type: ignore[no-untyped-def]
+    """True when ``a`` is non-decreasing."""
+    for i in range(1, a.shape[0]):
+        if a[i] < a[i - 1]:
+            return False
+    return True
+
+
+def sort_pairs(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort non-negative int64 ``keys`` (stable) and carry ``vals`` along.
+
+    When ``max(keys) * len(keys)`` fits in int64 the key and its position are packed
+    into one int64 and sorted with numpy's SIMD sort, which measured 2-3x faster than
+    an argsort or a numba radix sort on the development machine.
+    """
+    n = keys.shape[0]
+    if n < 2 or is_sorted(keys):
+        return keys, vals
+    kmax = int(keys.max())
+    if int(keys.min()) >= 0 and kmax < (2**62) // n:
+        packed = keys * n + np.arange(n, dtype=np.int64)
+        packed.sort()
+        order = packed % n
+        return packed // n, vals[order]
+    perm = np.argsort(keys, kind="stable")
+    return keys[perm], vals[perm]
+
+
+@njit(nogil=True, cache=True)
+def reduce_sorted(keys, vals, add):  # type: ignore[no-untyped-def]
+    """Collapse equal neighbours of sorted ``keys``: sum (``add``) or keep the last."""
+    n = keys.shape[0]
+    if n == 0:
+        return keys, vals
+    ok = np.empty(n, keys.dtype)
+    ov = np.empty(n, vals.dtype)
+    j = 0
+    ok[0] = keys[0]
+    ov[0] = vals[0]
+    for i in range(1, n):
+        if keys[i] == ok[j]:
+            if add:
+                ov[j] += vals[i]
+            else:
+                ov[j] = vals[i]
+        else:
+            j += 1
+            ok[j] = keys[i]
+            ov[j] = vals[i]
+    return ok[: j + 1], ov[: j + 1]
+
+
+@njit(nogil=True, cache=True)
+def gallop_find(store, n, q, lo):  # type: ignore[no-untyped-def]
+    """First position ``p >= lo`` in ``store[:n]`` with ``store[p] >= q``."""
+    step = 1
+    hi = lo
+    while hi < n and store[hi] < q:
+        lo = hi + 1
+        hi = lo + step
+        step <<= 1
+    if hi > n:
+        hi = n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if store[mid] < q:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(nogil=True, cache=True)
+def sparse_lookup(store_keys, store_vals, n, q, out, found):  # type: ignore[no-untyped-def]
+    """Fill ``out[i]`` with the value stored under ``q[i]``; ``found[i]`` says if any.
+
+    Sorted queries are answered by one galloping merge; unsorted ones by a binary
+    search each.
+    """
+    m = q.shape[0]
+    if is_sorted(q):
+        pos = 0
+        for i in range(m):
+            pos = gallop_find(store_keys, n, q[i], pos)
+            if pos < n and store_keys[pos] == q[i]:
+                out[i] = store_vals[pos]
+                found[i] = True
+            else:
+                found[i] = False
+    else:
+        for i in range(m):
+            pos = gallop_find(store_keys, n, q[i], 0)
+            if pos < n and store_keys[pos] == q[i]:
+                out[i] = store_vals[pos]
+                found[i] = True
+            else:
+                found[i] = False
+
+
+@njit(nogil=True, cache=True)
+def merge_update(store_keys, store_vals, n, new_keys, new_vals, add, init, growth):  # type: ignore[no-untyped-def]
+    """Apply sorted unique ``new_keys``/``new_vals`` to a sorted store.
+
+    Existing keys are added to (``add``) or overwritten; missing keys are inserted
+    with value ``init + v`` (add) or ``v`` (set).  Returns ``(keys, vals, n)``; the
+    arrays are the same objects unless the store had to grow.
+    """
+    m = new_keys.shape[0]
+    missing = np.empty(m, np.int64)
+    n_missing = 0
+    pos = 0
+    for i in range(m):
+        pos = gallop_find(store_keys, n, new_keys[i], pos)
+        if pos < n and store_keys[pos] == new_keys[i]:
+            if add:
+                store_vals[pos] += new_vals[i]
+            else:
+                store_vals[pos] = new_vals[i]
+        else:
+            missing[n_missing] = i
+            n_missing += 1
+    if n_missing == 0:
+        return store_keys, store_vals, n
+    total = n + n_missing
+    if total > store_keys.shape[0]:
+        cap = max(int(total * growth), total + 16)
+        k2 = np.empty(cap, store_keys.dtype)
+        v2 = np.empty(cap, store_vals.dtype)
+        k2[:n] = store_keys[:n]
+        v2[:n] = store_vals[:n]
+        store_keys, store_vals = k2, v2
+    # merge backwards, in place
+    i = n - 1
+    j = n_missing - 1
+    w = total - 1
+    while j >= 0:
+        idx = missing[j]
+        if i >= 0 and store_keys[i] > new_keys[idx]:
+            store_keys[w] = store_keys[i]
+            store_vals[w] = store_vals[i]
+            i -= 1
+        else:
+            store_keys[w] = new_keys[idx]
+            if add:
+                store_vals[w] = init + new_vals[idx]
+            else:
+                store_vals[w] = new_vals[idx]
+            j -= 1
+        w -= 1
+    return store_keys, store_vals, total
+
+
+@njit(nogil=True, cache=True)
+def scatter_grid(block, rows, cols, values, add):  # type: ignore[no-untyped-def]
+    """``block[rows[i], cols[j]] (+)= values[i, j]``; duplicates accumulate when adding."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for j in range(cols.shape[0]):
+            if add:
+                block[r, cols[j]] += values[i, j]
+            else:
+                block[r, cols[j]] = values[i, j]
+
+
+@njit(nogil=True, cache=True)
+def scatter_coo(block, rows, cols, values, add):  # type: ignore[no-untyped-def]
+    """``block[rows[k], cols[k]] (+)= values[k]``; duplicates accumulate when adding."""
+    for k in range(rows.shape[0]):
+        if add:
+            block[rows[k], cols[k]] += values[k]
+        else:
+            block[rows[k], cols[k]] = values[k]
+
+
+@njit(nogil=True, cache=True)
+def counting_group(ids, n_groups):  # type: ignore[no-untyped-def]
+    """Stable grouping of ``ids`` in ``[0, n_groups)``: ``(order, starts)``.
+
+    ``order[starts[g]:starts[g + 1]]`` are the positions holding group ``g``, in
+    their original order (a counting sort: linear time).
+    """
+    n = ids.shape[0]
+    starts = np.zeros(n_groups + 1, np.int64)
+    for i in range(n):
+        starts[ids[i] + 1] += 1
+    for g in range(n_groups):
+        starts[g + 1] += starts[g]
+    fill = starts[:-1].copy()
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        g = ids[i]
+        order[fill[g]] = i
+        fill[g] += 1
+    return order, starts
+
+
+@njit(nogil=True, cache=True)
+def _splitmix64(x):  # type: ignore[no-untyped-def]
+    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(0xFFFFFFFFFFFFFFFF)
+    z = x
+    z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(0xFFFFFFFFFFFFFFFF)
+    z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(0xFFFFFFFFFFFFFFFF)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(nogil=True, cache=True)
+def _uniform01(seed, index):  # type: ignore[no-untyped-def]
+    h = _splitmix64(np.uint64(seed) ^ _splitmix64(np.uint64(index)))
+    return (h >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(nogil=True, cache=True)
+def hash_random(seed, index, normal, a, b):  # type: ignore[no-untyped-def]
+    """Counter-based random numbers: element ``k`` depends only on ``(seed, index[k])``.
+
+    Uniform on ``[a, b)``, or normal with mean ``a`` and standard deviation ``b``
+    (Box-Muller).  Because nothing depends on order or partitioning, an array filled
+    block by block equals the same array filled in one piece.
+    """
+    out = np.empty(index.shape[0], np.float64)
+    for k in range(index.shape[0]):
+        i = np.uint64(index[k])
+        if normal:
+            u1 = _uniform01(seed, i * np.uint64(2))
+            u2 = _uniform01(seed, i * np.uint64(2) + np.uint64(1))
+            u1 = 1.0 - u1  # (0, 1]
+            out[k] = a + b * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+        else:
+            out[k] = a + (b - a) * _uniform01(seed, i)
+    return out

@@ -1,0 +1,64 @@
+"""The daskangel scheduler plugin: the master of Angel, living in Dask's scheduler.
+
+The plugin is a thin shell that owns the services of the control plane and
+forwards scheduler events to them.  Each service registers its own comm handlers
+(plain values in, plain values out), as ``distributed.semaphore`` does:
+
+* :class:`~daskangel.scheduler._registry.ArrayRegistry`: arrays, layouts, placement.
+
+Services added by later parts (clocks, liveness, recovery, status) attach in
+:meth:`DaskAngelSchedulerPlugin.start` the same way.
+
+Example
+-------
+>>> from distributed import Client, LocalCluster
+>>> with LocalCluster(n_workers=1, processes=False) as cluster, Client(cluster) as c:
+...     c.register_plugin(DaskAngelSchedulerPlugin())
+...     "daskangel_meta" in c.cluster.scheduler.handlers
+True
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+from ._registry import ArrayRegistry
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+__all__ = ["PLUGIN_NAME", "DaskAngelSchedulerPlugin"]
+
+PLUGIN_NAME = "daskangel"
+
+
+class DaskAngelSchedulerPlugin(SchedulerPlugin):
+    """Registry (and, as they land, clocks and recovery) on the scheduler."""
+
+    name = PLUGIN_NAME
+    idempotent = True  # a second PSContext must not wipe the first one's state
+
+    def __init__(self) -> None:
+        self.scheduler: Scheduler | None = None
+        self.registry: ArrayRegistry | None = None
+        # {service_name: service} for every service with scheduler hooks
+        self.services: dict[str, Any] = {}
+
+    async def start(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.registry = ArrayRegistry(scheduler)
+        self.services["registry"] = self.registry
+
+    def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
+        for service in self.services.values():
+            hook = getattr(service, "remove_worker", None)
+            if hook is not None:
+                hook(worker)
+
+    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        for service in self.services.values():
+            hook = getattr(service, "add_worker", None)
+            if hook is not None:
+                hook(worker)

@@ -1,0 +1,209 @@
+"""The array registry: which arrays exist, their layout and which server holds each block.
+
+This is the master's partition metadata in Angel's terms.  It lives on the
+scheduler, inside :class:`~daskangel.scheduler.DaskAngelSchedulerPlugin`, and is
+reached through comm handlers whose payloads are plain values only.  Array
+metadata is a plain dict built by the client (see ``daskangel.psarray._meta``);
+the registry adds ``servers`` (one ``[address, index]`` pair per block),
+``generation`` (bumped whenever blocks move) and ``ctx``.
+
+Example
+-------
+A client opens a context, creates an array, and reads its metadata back::
+
+    servers = await scheduler.daskangel_open(ctx="c1", servers_per_worker=1)
+    meta = await scheduler.daskangel_create(ctx="c1", meta={...}, blocks=[...])
+    meta = await scheduler.daskangel_meta(name="w")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from .._wire import call_server
+from ..errors import ArrayExistsError, ArrayNotFoundError, ContextClosedError, DaskAngelError
+from ._placement import place_blocks
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+__all__ = ["ArrayRegistry"]
+
+logger = logging.getLogger(__name__)
+
+ServerId = tuple[str, int]
+_CLOSED_MEMORY = 10_000
+
+
+class ArrayRegistry:
+    """Array metadata and block placement, owned by the scheduler plugin."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        # {ctx_id: [(worker_address, server_index), ...]}
+        self.ctx_servers: dict[str, list[ServerId]] = {}
+        # {ctx_id: "handlers" | "actors"}
+        self.ctx_transport: dict[str, str] = {}
+        # {array_name: meta dict, with "servers", "generation", "ctx", "blocks"}
+        self.arrays: dict[str, dict[str, Any]] = {}
+        # {array_name: ctx_id} for arrays freed by a closed context (bounded memory)
+        self.closed: OrderedDict[str, str] = OrderedDict()
+        # {array_name: asyncio.Event} set when a pending create finishes
+        self._pending: dict[str, asyncio.Event] = {}
+        scheduler.handlers.update(
+            {
+                "daskangel_open": self.open,
+                "daskangel_close": self.close,
+                "daskangel_create": self.create,
+                "daskangel_drop": self.drop,
+                "daskangel_meta": self.meta,
+                "daskangel_list": self.list_arrays,
+            }
+        )
+
+    # -- contexts -----------------------------------------------------------
+
+    async def open(
+        self,
+        ctx: str,
+        workers: list[str] | None = None,
+        servers_per_worker: int = 1,
+        resource: str | None = None,
+        transport: str = "handlers",
+    ) -> list[list[Any]]:
+        """Choose the PS servers of a new context and start them (by pinging)."""
+        if servers_per_worker < 1:
+            raise ValueError(f"servers_per_worker: expected >= 1, got {servers_per_worker}")
+        known = self.scheduler.workers
+        if workers:
+            missing = [w for w in workers if w not in known]
+            if missing:
+                raise ValueError(f"workers: not workers of this cluster: {missing}")
+            chosen = list(workers)
+        elif resource:
+            chosen = [a for a, ws in known.items() if ws.resources.get(resource, 0) > 0]
+            if not chosen:
+                raise ValueError(f"resource: no worker carries the resource {resource!r}")
+        else:
+            chosen = sorted(known)
+        if not chosen:
+            raise ValueError("client: the cluster has no workers to run PS servers on")
+        servers = [(a, i) for a in chosen for i in range(servers_per_worker)]
+        if transport == "handlers":  # actors are started by the client afterwards
+            await asyncio.gather(*(self.call(s, "ping", transport) for s in servers))
+        self.ctx_servers[ctx] = servers
+        self.ctx_transport[ctx] = transport
+        return [list(s) for s in servers]
+
+    async def close(self, ctx: str) -> list[str]:
+        """Free every array of a context; later use of them says the context closed."""
+        names = [n for n, m in self.arrays.items() if m["ctx"] == ctx]
+        await asyncio.gather(*(self.drop(n) for n in names), return_exceptions=True)
+        for n in names:
+            self.closed[n] = ctx
+        while len(self.closed) > _CLOSED_MEMORY:
+            self.closed.popitem(last=False)
+        self.ctx_servers.pop(ctx, None)
+        self.ctx_transport.pop(ctx, None)
+        return names
+
+    # -- arrays -------------------------------------------------------------
+
+    def load(self) -> dict[ServerId, int]:
+        """Bytes placed on each server so far: ``{server: bytes}``."""
+        out: dict[ServerId, int] = {}
+        for m in self.arrays.values():
+            for s, b in zip(m["servers"], m["blocks"], strict=True):
+                key = (s[0], s[1])
+                out[key] = out.get(key, 0) + int(b["bytes"])
+        return out
+
+    async def create(
+        self, ctx: str, meta: dict[str, Any], blocks: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Place and create an array's blocks; return its full metadata."""
+        name = meta["name"]
+        if ctx not in self.ctx_servers:
+            raise ContextClosedError(f"ctx: PSContext {ctx!r} is not open")
+        if name in self.arrays or name in self._pending:
+            raise ArrayExistsError(
+                f"name: an array named {name!r} already exists; pick another name or drop it first"
+            )
+        event = self._pending[name] = asyncio.Event()
+        try:
+            servers = self.ctx_servers[ctx]
+            placed = place_blocks([int(b["bytes"]) for b in blocks], servers, self.load())
+            per_server: dict[ServerId, list[dict[str, Any]]] = {}
+            for b, s in zip(blocks, placed, strict=True):
+                per_server.setdefault(s, []).append(b)
+            results = await asyncio.gather(
+                *(
+                    self.call(s, "create", meta["transport"], array=name, blocks=bl)
+                    for s, bl in per_server.items()
+                ),
+                return_exceptions=True,
+            )
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                await self._drop_blocks(name, list(per_server), meta["transport"])
+                raise errors[0]
+            full = dict(meta)
+            full.update(
+                servers=[list(s) for s in placed],
+                generation=1,
+                ctx=ctx,
+                blocks=blocks,
+            )
+            self.arrays[name] = full
+            self.closed.pop(name, None)
+            return full
+        finally:
+            del self._pending[name]
+            event.set()
+
+    async def drop(self, name: str) -> bool:
+        """Free an array's blocks and forget it."""
+        meta = self.arrays.pop(name, None)
+        if meta is None:
+            return False
+        servers = {(s[0], s[1]) for s in meta["servers"]}
+        await self._drop_blocks(name, list(servers), meta["transport"])
+        return True
+
+    async def meta(self, name: str) -> dict[str, Any]:
+        """Metadata of an array; waits for a create in flight."""
+        event = self._pending.get(name)
+        if event is not None:
+            await event.wait()
+        try:
+            return self.arrays[name]
+        except KeyError:
+            if name in self.closed:
+                raise ContextClosedError(
+                    f"name: array {name!r} was freed when its PSContext closed"
+                ) from None
+            raise ArrayNotFoundError(
+                f"name: no array named {name!r}; known arrays: {sorted(self.arrays)[:20]}"
+            ) from None
+
+    def list_arrays(self, ctx: str | None = None) -> list[str]:
+        return sorted(n for n, m in self.arrays.items() if ctx is None or m["ctx"] == ctx)
+
+    # -- server calls -------------------------------------------------------
+
+    async def call(self, server: ServerId, op: str, transport: str, **kwargs: Any) -> Any:
+        """Run an operation on a PS server from the scheduler."""
+        addr, index = server
+        return await call_server(self.scheduler.rpc, addr, index, op, transport, 0, kwargs)
+
+    async def _drop_blocks(self, name: str, servers: list[ServerId], transport: str) -> None:
+        results = await asyncio.gather(
+            *(self.call(s, "drop", transport, array=name) for s in servers),
+            return_exceptions=True,
+        )
+        for s, r in zip(servers, results, strict=True):
+            if isinstance(r, BaseException) and not isinstance(r, DaskAngelError):
+                logger.info("daskangel: could not free %s on %s: %s", name, s, r)
