@@ -310,7 +310,8 @@ class PSArray:
         if not parts:
             return None
         b = self._binding
-        return b.submit(b.call_blocks, self.name, "update", parts, cost, {"add": add})
+        extra = {"add": add, "tag": b.next_tag()}
+        return b.submit(b.call_blocks, self.name, "update", parts, cost, extra)
 
     def increment_async(
         self,

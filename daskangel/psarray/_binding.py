@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import threading
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from distributed import Client, Worker, default_client, get_worker
+from distributed.comm.core import CommClosedError
 from distributed.utils import sync
 
 from .. import config
 from .._wire import call_server
-from ..errors import StaleLayoutError
+from ..errors import ServerLostError, StaleLayoutError
 from ._meta import ArrayMeta, ServerId
 from ._server import PLUGIN_NAME
 
@@ -50,6 +53,12 @@ class Binding:
         self.local_worker = local_worker
         # {array_name: ArrayMeta}
         self.metas: dict[str, ArrayMeta] = {}
+        self.writer_id = uuid.uuid4().hex
+        self._seq = itertools.count()
+
+    def next_tag(self) -> list[Any]:
+        """A fresh ``[writer_id, seq]`` write tag (thread-safe: ``count`` is atomic)."""
+        return [self.writer_id, next(self._seq)]
 
     # -- running coroutines from any thread ----------------------------------
 
@@ -101,9 +110,13 @@ class Binding:
 
         ``by_block`` is ``{block_id: part}``; parts of blocks on the same server go in
         one message as ``parts=[...]``.  Returns ``{block_id: result}`` when the op
-        returns one result per part.  If a server no longer holds a block (it
-        moved), the metadata is refreshed and the parts of that server resent once;
-        a server that rejects a stale block applied none of the parts.
+        returns a list (one result per part), else ``{}``.
+
+        If a server no longer holds a block (it moved) or cannot be reached, the
+        metadata is refreshed and that server's parts are resent once to wherever
+        the blocks live now.  A server that rejects a stale block applied none of
+        the parts, and writes carry a tag the server uses to apply them only once,
+        so resending is safe.
         """
         meta = await self.meta(name)
         done: dict[int, Any] = {}
@@ -126,17 +139,33 @@ class Binding:
             ]
             results = await asyncio.gather(*calls, return_exceptions=True)
             stale: list[int] = []
-            for blocks, r in zip(groups.values(), results, strict=True):
+            lost: dict[ServerId, BaseException] = {}
+            for (s, blocks), r in zip(groups.items(), results, strict=True):
                 if isinstance(r, StaleLayoutError):
                     stale.extend(blocks)
+                elif isinstance(r, (OSError, CommClosedError)):
+                    stale.extend(blocks)
+                    lost[s] = r
                 elif isinstance(r, BaseException):
                     raise r
-                elif r is not None:
+                elif isinstance(r, (list, tuple)):
                     done.update(zip(blocks, r, strict=True))
             if not stale:
                 return done
             if attempt == 0:
+                old = meta
                 meta = await self.meta(name, refresh=True)
+                moved = [
+                    s
+                    for s in lost
+                    if any(old.servers[b] == s and meta.servers[b] != s for b in stale)
+                ]
+                if lost and len(moved) < len(lost):
+                    s, err = next((s, e) for s, e in lost.items() if s not in moved)
+                    raise ServerLostError(
+                        f"array {name!r}: PS server {s} is unreachable ({err!r}) "
+                        "and its blocks were not moved"
+                    ) from err
                 pending = {b: by_block[b] for b in stale}
         raise StaleLayoutError(f"array {name!r}: blocks {stale[:10]} not found on their servers")
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -76,6 +76,9 @@ class PSServer:
         # {op_name: [calls, seconds, bytes_in_out]}
         self.op_stats: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0])
         self.waiting = 0
+        # {writer_id: OrderedDict(seq -> None)}: recently applied write tags, so a
+        # retried write is applied exactly once
+        self.applied: dict[str, OrderedDict[int, None]] = {}
         self._lock: asyncio.Lock | None = None
         self._executor: ThreadPoolExecutor | None = None
 
@@ -178,8 +181,39 @@ def _get(server: PSServer, array: str, parts: list[dict[str, Any]]) -> list[np.n
     return [b.get(p["rows"], p["cols"]) for b, p in zip(blocks, parts, strict=True)]
 
 
+def seen_tag(server: PSServer, tag: list[Any] | None) -> bool:
+    """True if a write with this ``[writer_id, seq]`` tag was applied already."""
+    if tag is None:
+        return False
+    return int(tag[1]) in server.applied.get(str(tag[0]), ())
+
+
+def record_tag(server: PSServer, tag: list[Any] | None) -> None:
+    """Remember an applied write tag (the most recent ``write-tag-memory`` per writer)."""
+    if tag is None:
+        return
+    seqs = server.applied.setdefault(str(tag[0]), OrderedDict())
+    seqs[int(tag[1])] = None
+    limit = int(config.get("daskangel.server.write-tag-memory"))
+    while len(seqs) > limit:
+        seqs.popitem(last=False)
+
+
 @server_op("update")
-def _update(server: PSServer, array: str, parts: list[dict[str, Any]], add: bool) -> None:
+def _update(
+    server: PSServer,
+    array: str,
+    parts: list[dict[str, Any]],
+    add: bool,
+    tag: list[Any] | None = None,
+    clock: int | None = None,
+) -> bool:
+    """Apply writes to blocks; ``False`` when ``tag`` shows it was applied before.
+
+    ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts.
+    """
+    if seen_tag(server, tag):
+        return False
     blocks = [server.block(array, int(p["block"])) for p in parts]
     for b, p in zip(blocks, parts, strict=True):
         if "coo_rows" in p:
@@ -191,6 +225,8 @@ def _update(server: PSServer, array: str, parts: list[dict[str, Any]], add: bool
             b.update_coo(p["coo_rows"], p["coo_cols"], p["values"], add)
         else:
             b.update(p["rows"], p["cols"], p["values"], add)
+    record_tag(server, tag)
+    return True
 
 
 @server_op("fill")
