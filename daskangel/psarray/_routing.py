@@ -195,7 +195,8 @@ def check_values(
                     f"{bad}); pass on_nonfinite='skip' to drop them"
                 )
             keep = finite
-    out = values.astype(dtype, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = values.astype(dtype, copy=False)
     if (
         dtype.kind == "f"
         and values.dtype.kind == "f"
