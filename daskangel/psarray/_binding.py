@@ -158,7 +158,13 @@ class Binding:
                 )
                 for s, blocks in groups.items()
             ]
-            results = await asyncio.gather(*calls, return_exceptions=True)
+            if len(calls) == 1:  # no task for the common single-server case
+                try:
+                    results = [await calls[0]]
+                except Exception as e:  # noqa: BLE001 - sorted out below, as with gather
+                    results = [e]
+            else:
+                results = await asyncio.gather(*calls, return_exceptions=True)
             stale: list[int] = []
             lost: dict[ServerId, BaseException] = {}
             for (s, blocks), r in zip(groups.items(), results, strict=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import threading
 from typing import Any
 
 import dask
@@ -184,3 +185,30 @@ def test_int_arrays_and_fill(ps: angel.PSContext) -> None:
     with dask.config.set({"daskangel.client.casting": "same_kind"}):
         a.increment(np.ones((4, 4), "int64"))
     np.testing.assert_array_equal(a.get(), np.full((4, 4), 4))
+
+
+def test_reads_are_atomic_per_block(ps: angel.PSContext, client: Client) -> None:
+    """Whole-block reads, large (server thread) and small (event loop), never see
+    half an increment: every block of every read is uniform."""
+    w = ps.zeros("w", (2 * 2**20,), dtype="float32", block_shape=(2**20,))  # 4 MiB blocks
+    small = ps.zeros("small", (2000,), dtype="float32", block_shape=(1000,))
+    stop = threading.Event()
+
+    def writer() -> None:
+        ones, ones_small = np.ones(2 * 2**20, "float32"), np.ones(2000, "float32")
+        for _ in range(30):
+            w.increment(ones)
+            small.increment(ones_small)
+        stop.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    reads = 0
+    while not stop.is_set() or reads < 3:
+        for arr, n in ((w, 2**20), (small, 1000)):
+            got = arr.get()
+            for blk in (got[:n], got[n:]):
+                assert blk.min() == blk.max(), "a read saw part of an increment"
+        reads += 1
+    t.join()
+    assert w.get()[0] == 30 and small.get()[-1] == 30
