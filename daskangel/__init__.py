@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import _compat, config, errors  # noqa: F401 - _compat registers serialisers
 from .context import PSContext
+from .persist import load_arrays
 from .psarray import (
     AutoPartitioner,
     BlockPartitioner,
@@ -32,4 +33,5 @@ __all__ = [
     "RangePartitioner",
     "config",
     "errors",
+    "load_arrays",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import _snapshot_ops  # noqa: F401 - registers the snapshot server ops
 from ._array import PSArray, PSFuture
 from ._blocks import InitSpec
 from ._layout import (
@@ -14,7 +15,7 @@ from ._layout import (
     RangePartitioner,
 )
 from ._meta import ArrayMeta, BlockInfo, ServerId
-from ._server import PSServer, PSWorkerPlugin, server_op
+from ._server import PSServer, PSWorkerPlugin, server_async_op, server_op
 
 __all__ = [
     "ArrayMeta",
@@ -32,5 +33,6 @@ __all__ = [
     "Partitioner",
     "RangePartitioner",
     "ServerId",
+    "server_async_op",
     "server_op",
 ]

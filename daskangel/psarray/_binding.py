@@ -138,11 +138,13 @@ class Binding:
         the parts, and writes carry a tag the server uses to apply them only once,
         so resending is safe.
         """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + config.get_seconds("daskangel.client.recovery-wait")
         meta = await self.meta(name)
         done: dict[int, Any] = {}
         pending = by_block
-        for attempt in range(2):
-            self._check_lost(meta, pending)
+        while True:
+            meta = await self._usable(meta, pending, deadline)
             groups: dict[ServerId, list[int]] = {}
             for b in pending:
                 groups.setdefault(meta.servers[b], []).append(b)
@@ -166,45 +168,67 @@ class Binding:
             else:
                 results = await asyncio.gather(*calls, return_exceptions=True)
             stale: list[int] = []
-            lost: dict[ServerId, BaseException] = {}
+            unreachable: dict[ServerId, BaseException] = {}
             for (s, blocks), r in zip(groups.items(), results, strict=True):
                 if isinstance(r, StaleLayoutError):
                     stale.extend(blocks)
                 elif isinstance(r, (OSError, CommClosedError)):
                     stale.extend(blocks)
-                    lost[s] = r
+                    unreachable[s] = r
                 elif isinstance(r, BaseException):
                     raise r
                 elif isinstance(r, (list, tuple)):
                     done.update(zip(blocks, r, strict=True))
             if not stale:
                 return done
-            if attempt == 0:
-                old = meta
-                meta = await self.meta(name, refresh=True)
-                self._check_lost(meta, dict.fromkeys(stale))
-                moved = [
-                    s
-                    for s in lost
-                    if any(old.servers[b] == s and meta.servers[b] != s for b in stale)
-                ]
-                if lost and len(moved) < len(lost):
-                    s, err = next((s, e) for s, e in lost.items() if s not in moved)
-                    raise ServerLostError(
-                        f"array {name!r}: PS server {s} is unreachable ({err!r}) "
-                        "and its blocks were not moved"
-                    ) from err
-                pending = {b: by_block[b] for b in stale}
-        raise StaleLayoutError(f"array {name!r}: blocks {stale[:10]} not found on their servers")
+            pending = {b: by_block[b] for b in stale}
+            remaining = deadline - loop.time()
+            fresh = await self.meta(name, refresh=True)
+            if unreachable and fresh.generation == meta.generation and remaining > 0:
+                # the scheduler has not noticed yet: wait for it to drop the server
+                fresh = await self._wait(name, meta.generation, remaining)
+            if fresh.generation == meta.generation or remaining <= 0:
+                if not unreachable:
+                    raise StaleLayoutError(
+                        f"array {name!r}: blocks {stale[:10]} not found on their servers"
+                    )
+                s, err = next(iter(unreachable.items()))
+                raise ServerLostError(
+                    f"array {name!r}: PS server {s} is unreachable ({err!r}) and its "
+                    "blocks were not moved within daskangel.client.recovery-wait"
+                ) from err
+            meta = fresh
 
-    @staticmethod
-    def _check_lost(meta: ArrayMeta, blocks: dict[int, Any]) -> None:
-        lost = sorted(b for b in blocks if b in meta.lost)
-        if lost:
+    async def _wait(self, name: str, generation: int, timeout: float) -> ArrayMeta:
+        d = await self.scheduler.daskangel_wait_meta(
+            name=name, generation=generation, timeout=timeout
+        )
+        m = self.metas[name] = ArrayMeta.from_dict(d)
+        return m
+
+    async def _usable(self, meta: ArrayMeta, blocks: dict[int, Any], deadline: float) -> ArrayMeta:
+        """``meta`` once no block of the request is lost: waits for a running
+        recovery, raises :class:`ServerLostError` when nothing can rebuild them."""
+        loop = asyncio.get_running_loop()
+        while True:
+            lost = sorted(b for b in blocks if b in meta.lost)
+            if not lost:
+                return meta
+            remaining = deadline - loop.time()
+            if meta.recovering and remaining > 0:
+                meta = await self._wait(meta.name, meta.generation, remaining)
+                continue
             servers = sorted({str(meta.servers[b]) for b in lost})
+            why = (
+                f"rebuilding them failed: {meta.recovery_error}"
+                if meta.recovery_error
+                else "recovery did not finish within daskangel.client.recovery-wait"
+                if meta.recovering
+                else "there is no snapshot to rebuild them from"
+            )
             raise ServerLostError(
                 f"array {meta.name!r}: PS server(s) {', '.join(servers)} left the cluster "
-                f"holding blocks {lost[:20]}, and there is no snapshot to rebuild them from"
+                f"holding blocks {lost[:20]}, and {why}"
             )
 
 
