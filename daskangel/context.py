@@ -400,6 +400,24 @@ class PSContext:
         self._check_open()
         return load_into(self, url, arrays)
 
+    def wait_until_recovered(self, timeout: float | None = None) -> list[str]:
+        """Block until the rebuilding of lost servers' blocks has finished.
+
+        Returns the arrays that still have lost blocks (none when a snapshot
+        covered them).  In ``recovery="rollback"`` mode, reads made before this
+        returns may still see surviving blocks as they were before the rollback.
+        """
+        wait = config.get_seconds("daskangel.client.recovery-wait") if timeout is None else timeout
+        self.refresh()
+        return list(
+            self.client.sync(self._scheduler.daskangel_wait_recovered, ctx=self.id, timeout=wait)
+        )
+
+    def refresh(self) -> None:
+        """Forget cached array metadata (it is refetched on next use)."""
+        for n in list(self.binding.metas):
+            self.binding.forget(n)
+
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self.servers)} servers"
         return f"PSContext<{self.id}, {state}, transport={self.transport}>"

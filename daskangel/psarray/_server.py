@@ -35,11 +35,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from distributed.core import error_message
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import config
-from .._wire import wrap_arrays
+from .._wire import error_reply, wrap_arrays
 from ..errors import DaskAngelError, StaleLayoutError
 from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
 
@@ -401,7 +400,7 @@ class PSWorkerPlugin(WorkerPlugin):
         try:
             return wrap_arrays(await self._run(ps_op, server, cost, kwargs))
         except DaskAngelError as e:
-            return error_message(e, status="uncaught-error")
+            return error_reply(e)
 
     async def call_local(self, op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
         """The same call from this worker's own process: nothing is serialised."""
@@ -427,6 +426,12 @@ class PSServerActor:
         self.server = PSServer(get_worker().address, index)
 
     def call(self, op: str, kwargs: dict[str, Any]) -> Any:
+        try:
+            return self._call(op, kwargs)
+        except DaskAngelError as e:
+            return error_reply(e)
+
+    def _call(self, op: str, kwargs: dict[str, Any]) -> Any:
         if op in ASYNC_OPS:
             from distributed.utils import sync
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from ._liveness import LivenessService
 from ._registry import ArrayRegistry
 from ._snapshots import SnapshotService
 
@@ -47,6 +48,7 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.scheduler: Scheduler | None = None
         self.registry: ArrayRegistry | None = None
         self.snapshots: SnapshotService | None = None
+        self.liveness: LivenessService | None = None
         # {service_name: service} for every service with scheduler hooks
         self.services: dict[str, Any] = {}
 
@@ -55,15 +57,22 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.registry = ArrayRegistry(scheduler)
         self.snapshots = SnapshotService(scheduler, self.registry)
         self.registry.on_close.append(self.snapshots.forget)
+        self.liveness = LivenessService(scheduler, self.registry)
+        self.liveness.start()
         # order matters: the registry marks blocks lost before recovery looks
         self.services["registry"] = self.registry
         self.services["snapshots"] = self.snapshots
+        self.services["liveness"] = self.liveness
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         for service in self.services.values():
             hook = getattr(service, "remove_worker", None)
             if hook is not None:
                 hook(worker)
+
+    async def close(self) -> None:
+        if self.liveness is not None:
+            self.liveness.stop()
 
     def valid_workers_downscaling(self, scheduler: Scheduler, workers: list[Any]) -> list[Any]:
         """Never scale down a worker whose PS servers hold blocks."""
