@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from . import _keylists  # noqa: F401 - registers the key-list server operations
+from ._agent import PSAgent, agent_of, get_agent
 from ._array import PSArray, PSFuture
 from ._blocks import InitSpec
+from ._keylists import KeySet
 from ._layout import (
     AutoPartitioner,
     BlockPartitioner,
@@ -24,7 +27,9 @@ __all__ = [
     "ColumnRangePartitioner",
     "HashPartitioner",
     "InitSpec",
+    "KeySet",
     "Layout",
+    "PSAgent",
     "PSArray",
     "PSFuture",
     "PSServer",
@@ -32,5 +37,7 @@ __all__ = [
     "Partitioner",
     "RangePartitioner",
     "ServerId",
+    "agent_of",
+    "get_agent",
     "server_op",
 ]

@@ -5,8 +5,14 @@ forwards scheduler events to them.  Each service registers its own comm handlers
 (plain values in, plain values out), as ``distributed.semaphore`` does:
 
 * :class:`~daskangel.scheduler._registry.ArrayRegistry`: arrays, layouts, placement.
+* :class:`~daskangel.scheduler._clocks.ClockService`: training jobs' clock tables,
+  the only owner of time (BSP / SSP / ASP).
+* :class:`~daskangel.scheduler._groups.GroupService`: group barriers and the
+  leader's command / acknowledge mailboxes.
+* :class:`~daskangel.scheduler._status.StatusService`: server and task counters,
+  shown by ``ps.status()`` and the dashboard page (``_dashboard.py``).
 
-Services added by later parts (clocks, liveness, recovery, status) attach in
+Services added by later parts (liveness, recovery) attach in
 :meth:`DaskAngelSchedulerPlugin.start` the same way.
 
 Example
@@ -24,7 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from ._clocks import ClockService
+from ._dashboard import register_dashboard
+from ._groups import GroupService
 from ._registry import ArrayRegistry
+from ._status import StatusService
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -35,7 +45,7 @@ PLUGIN_NAME = "daskangel"
 
 
 class DaskAngelSchedulerPlugin(SchedulerPlugin):
-    """Registry (and, as they land, clocks and recovery) on the scheduler."""
+    """Registry, clocks, groups and status (and, as it lands, recovery) on the scheduler."""
 
     name = PLUGIN_NAME
     idempotent = True  # a second PSContext must not wipe the first one's state
@@ -43,6 +53,9 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
     def __init__(self) -> None:
         self.scheduler: Scheduler | None = None
         self.registry: ArrayRegistry | None = None
+        self.clocks: ClockService | None = None
+        self.groups: GroupService | None = None
+        self.status: StatusService | None = None
         # {service_name: service} for every service with scheduler hooks
         self.services: dict[str, Any] = {}
 
@@ -50,6 +63,10 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.scheduler = scheduler
         self.registry = ArrayRegistry(scheduler)
         self.services["registry"] = self.registry
+        self.clocks = self.services["clocks"] = ClockService(scheduler)
+        self.groups = self.services["groups"] = GroupService(scheduler, self.clocks)
+        self.status = self.services["status"] = StatusService(scheduler, self.registry, self.clocks)
+        register_dashboard(scheduler, self.status)
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         for service in self.services.values():
