@@ -207,6 +207,16 @@ class TaskContext(GroupChannel):
         """This task's clock: the number of ``clock()`` calls completed."""
         return self._clock
 
+    @property
+    def slowest_clock(self) -> int | None:
+        """The slowest running task's clock, as last learnt from the scheduler.
+
+        It only grows; ``iteration - slowest_clock`` is how far ahead this task
+        runs (at most the staleness).  ``None`` before anything was learnt.
+        """
+        m = self._agent.known_min.get(self.job)
+        return None if m is None or m >= 2**62 else m
+
     def __repr__(self) -> str:
         s = self.spec
         return (
