@@ -9,7 +9,7 @@ Example
 
 from __future__ import annotations
 
-from . import config, errors
+from . import _compat, config, errors  # noqa: F401 - _compat registers serialisers
 from .context import PSContext
 from .psarray import (
     AutoPartitioner,

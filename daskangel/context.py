@@ -197,6 +197,7 @@ class PSContext:
         sparse: bool,
         block_shape: Any = None,
         partitioner: Partitioner | None = None,
+        like: str | None = None,
     ) -> PSArray:
         self._check_open()
         if not isinstance(name, str) or not name:
@@ -217,6 +218,7 @@ class PSContext:
             ctx=self.id,
             meta=meta.to_dict(),
             blocks=meta.block_specs(),
+            like=like,
         )
         self.binding.metas[name] = ArrayMeta.from_dict(full)
         return PSArray(name, context=self, binding=self.binding)
@@ -295,7 +297,7 @@ class PSContext:
         shape = (m.shape[1],) if m.ndim == 1 else m.shape
         part = _SameLayout(m)
         return self._create(
-            name, shape, dtype or m.dtype, InitSpec("const", 0.0), m.sparse, None, part
+            name, shape, dtype or m.dtype, InitSpec("const", 0.0), m.sparse, None, part, like=m.name
         )
 
     def from_array(

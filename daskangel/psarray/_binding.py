@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from distributed import Client, Worker, default_client, get_worker
 from distributed.comm.core import CommClosedError
+from distributed.core import ConnectionPool
 from distributed.utils import sync
 
 from .. import config
@@ -46,9 +47,16 @@ _lock = threading.Lock()
 class Binding:
     """Loop, comm pool, scheduler connection and metadata cache of one process."""
 
-    def __init__(self, loop: Any, rpc: Any, scheduler: Any, local_worker: Worker | None) -> None:
+    def __init__(
+        self,
+        loop: Any,
+        connection_args: dict[str, Any],
+        scheduler: Any,
+        local_worker: Worker | None,
+    ) -> None:
         self.loop = loop
-        self.rpc = rpc
+        self.connection_args = connection_args
+        self._pool: ConnectionPool | None = None
         self.scheduler = scheduler
         self.local_worker = local_worker
         # {array_name: ArrayMeta}
@@ -59,6 +67,19 @@ class Binding:
     def next_tag(self) -> list[Any]:
         """A fresh ``[writer_id, seq]`` write tag (thread-safe: ``count`` is atomic)."""
         return [self.writer_id, next(self._seq)]
+
+    async def pool(self) -> ConnectionPool:
+        """PS traffic's own comm pool (Dask comms, the cluster's Security settings),
+        with ``daskangel.client.connect-timeout`` so a dead server is noticed fast."""
+        if self._pool is None:
+            pool = ConnectionPool(
+                limit=int(config.get("daskangel.client.connection-limit")),
+                connection_args=self.connection_args,
+                timeout=config.get_seconds("daskangel.client.connect-timeout"),
+            )
+            await pool.start()
+            self._pool = pool
+        return self._pool
 
     # -- running coroutines from any thread ----------------------------------
 
@@ -94,9 +115,8 @@ class Binding:
             plugin = w.plugins.get(PLUGIN_NAME)
             if plugin is not None:
                 return await plugin.call_local(op, server.index, cost, **kwargs)  # type: ignore[attr-defined]
-        return await call_server(
-            self.rpc, server.address, server.index, op, transport, cost, kwargs
-        )
+        pool = self._pool or await self.pool()
+        return await call_server(pool, server.address, server.index, op, transport, cost, kwargs)
 
     async def call_blocks(
         self,
@@ -122,6 +142,7 @@ class Binding:
         done: dict[int, Any] = {}
         pending = by_block
         for attempt in range(2):
+            self._check_lost(meta, pending)
             groups: dict[ServerId, list[int]] = {}
             for b in pending:
                 groups.setdefault(meta.servers[b], []).append(b)
@@ -137,7 +158,13 @@ class Binding:
                 )
                 for s, blocks in groups.items()
             ]
-            results = await asyncio.gather(*calls, return_exceptions=True)
+            if len(calls) == 1:  # no task for the common single-server case
+                try:
+                    results = [await calls[0]]
+                except Exception as e:  # noqa: BLE001 - sorted out below, as with gather
+                    results = [e]
+            else:
+                results = await asyncio.gather(*calls, return_exceptions=True)
             stale: list[int] = []
             lost: dict[ServerId, BaseException] = {}
             for (s, blocks), r in zip(groups.items(), results, strict=True):
@@ -155,6 +182,7 @@ class Binding:
             if attempt == 0:
                 old = meta
                 meta = await self.meta(name, refresh=True)
+                self._check_lost(meta, dict.fromkeys(stale))
                 moved = [
                     s
                     for s in lost
@@ -169,6 +197,16 @@ class Binding:
                 pending = {b: by_block[b] for b in stale}
         raise StaleLayoutError(f"array {name!r}: blocks {stale[:10]} not found on their servers")
 
+    @staticmethod
+    def _check_lost(meta: ArrayMeta, blocks: dict[int, Any]) -> None:
+        lost = sorted(b for b in blocks if b in meta.lost)
+        if lost:
+            servers = sorted({str(meta.servers[b]) for b in lost})
+            raise ServerLostError(
+                f"array {meta.name!r}: PS server(s) {', '.join(servers)} left the cluster "
+                f"holding blocks {lost[:20]}, and there is no snapshot to rebuild them from"
+            )
+
 
 def get_binding(client: Client | None = None) -> Binding:
     """The binding of ``client``, of the worker running this task, or of the default client."""
@@ -181,13 +219,13 @@ def get_binding(client: Client | None = None) -> Binding:
             with _lock:
                 b = getattr(worker, "_daskangel_binding", None)
                 if b is None:
-                    b = Binding(worker.loop, worker.rpc, worker.scheduler, worker)
+                    b = Binding(worker.loop, worker.connection_args, worker.scheduler, worker)
                     setattr(worker, "_daskangel_binding", b)  # noqa: B010
             return b  # type: ignore[no-any-return]
         client = default_client()
     with _lock:
         b = getattr(client, "_daskangel_binding", None)
         if b is None:
-            b = Binding(client.loop, client.rpc, client.scheduler, None)
+            b = Binding(client.loop, client.connection_args, client.scheduler, None)
             setattr(client, "_daskangel_binding", b)  # noqa: B010
     return b  # type: ignore[no-any-return]

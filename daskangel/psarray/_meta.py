@@ -66,6 +66,7 @@ class ArrayMeta:
     generation: int = 0
     ctx: str = ""
     transport: str = "handlers"
+    lost: frozenset[int] = frozenset()
 
     @classmethod
     def new(
@@ -144,6 +145,7 @@ class ArrayMeta:
             generation=int(d.get("generation", 0)),
             ctx=str(d.get("ctx", "")),
             transport=str(d.get("transport", "handlers")),
+            lost=frozenset(int(b) for b in d.get("lost", ())),
         )
 
     def with_servers(self, servers: tuple[ServerId, ...], generation: int) -> ArrayMeta:

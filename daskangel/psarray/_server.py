@@ -27,18 +27,20 @@ array([[0., 1., 0., 0.]], dtype=float32)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from distributed.core import error_message
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import config
 from .._wire import wrap_arrays
-from ..errors import StaleLayoutError
+from ..errors import DaskAngelError, StaleLayoutError
 from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
 
 if TYPE_CHECKING:
@@ -102,32 +104,41 @@ class PSServer:
         """Run ``op`` under the server lock: inline when cheap, else in its thread."""
         if self._lock is None:
             self._lock = asyncio.Lock()
+        async with self.locked():
+            if cost < config.get_bytes("daskangel.server.inline-bytes"):
+                return self.timed(op, cost, kwargs)
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    1, thread_name_prefix=f"daskangel-ps-{self.index}"
+                )
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, lambda: self.timed(op, cost, kwargs))
+
+    @contextlib.asynccontextmanager
+    async def locked(self) -> AsyncIterator[None]:
+        """Hold the server lock, counting the callers queued for it."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
         self.waiting += 1
         acquired = False
         try:
             async with self._lock:
                 self.waiting -= 1
                 acquired = True
-                start = time.perf_counter()
-                if cost < config.get_bytes("daskangel.server.inline-bytes"):
-                    result = self.dispatch(op, **kwargs)
-                else:
-                    if self._executor is None:
-                        self._executor = ThreadPoolExecutor(
-                            1, thread_name_prefix=f"daskangel-ps-{self.index}"
-                        )
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(
-                        self._executor, lambda: self.dispatch(op, **kwargs)
-                    )
-                st = self.op_stats[op]
-                st[0] += 1
-                st[1] += time.perf_counter() - start
-                st[2] += cost
-                return result
+                yield
         finally:
             if not acquired:
                 self.waiting -= 1
+
+    def timed(self, op: str, cost: int, kwargs: dict[str, Any], **more: Any) -> Any:
+        """Dispatch ``op`` and add its call count, seconds and bytes to the stats."""
+        start = time.perf_counter()
+        result = self.dispatch(op, **kwargs, **more)
+        st = self.op_stats[op]
+        st[0] += 1
+        st[1] += time.perf_counter() - start
+        st[2] += cost
+        return result
 
     def close(self) -> None:
         self.blocks.clear()
@@ -175,6 +186,7 @@ def _drop(server: PSServer, array: str) -> int:
 
 @server_op("get")
 def _get(server: PSServer, array: str, parts: list[dict[str, Any]]) -> list[np.ndarray]:
+    """Read parts of blocks (always copies, never views of live blocks)."""
     blocks = [server.block(array, int(p["block"])) for p in parts]
     for b, p in zip(blocks, parts, strict=True):
         b.check(p["rows"], p["cols"])
@@ -313,8 +325,17 @@ class PSWorkerPlugin(WorkerPlugin):
         return s
 
     async def handle(self, ps_op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
-        """The ``daskangel_ps`` comm handler: run ``ps_op`` and frame its arrays."""
-        return wrap_arrays(await self.server(int(server)).run(ps_op, cost, **kwargs))
+        """The ``daskangel_ps`` comm handler: run ``ps_op`` and frame its arrays.
+
+        Replies always carry copies: Dask's TCP comm returns from ``write`` before
+        the bytes leave, so a view of a block could change on the wire.  Expected
+        errors (bad index, stale layout) go back to the caller without an error
+        log on the worker.
+        """
+        try:
+            return wrap_arrays(await self.server(int(server)).run(ps_op, cost, **kwargs))
+        except DaskAngelError as e:
+            return error_message(e, status="uncaught-error")
 
     async def call_local(self, op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
         """The same call from this worker's own process: nothing is serialised."""

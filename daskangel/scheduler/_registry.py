@@ -122,9 +122,13 @@ class ArrayRegistry:
         return out
 
     async def create(
-        self, ctx: str, meta: dict[str, Any], blocks: list[dict[str, Any]]
+        self, ctx: str, meta: dict[str, Any], blocks: list[dict[str, Any]], like: str | None = None
     ) -> dict[str, Any]:
-        """Place and create an array's blocks; return its full metadata."""
+        """Place and create an array's blocks; return its full metadata.
+
+        With ``like``, block ``b`` goes to the server holding block ``b`` of that
+        array (co-partitioning, which binary psfs require).
+        """
         name = meta["name"]
         if ctx not in self.ctx_servers:
             raise ContextClosedError(f"ctx: PSContext {ctx!r} is not open")
@@ -135,7 +139,13 @@ class ArrayRegistry:
         event = self._pending[name] = asyncio.Event()
         try:
             servers = self.ctx_servers[ctx]
-            placed = place_blocks([int(b["bytes"]) for b in blocks], servers, self.load())
+            if like is not None:
+                other = await self.meta(like)
+                if len(other["servers"]) != len(blocks):
+                    raise ValueError(f"like: array {like!r} has a different number of blocks")
+                placed = [(s[0], int(s[1])) for s in other["servers"]]
+            else:
+                placed = place_blocks([int(b["bytes"]) for b in blocks], servers, self.load())
             per_server: dict[ServerId, list[dict[str, Any]]] = {}
             for b, s in zip(blocks, placed, strict=True):
                 per_server.setdefault(s, []).append(b)
@@ -169,7 +179,8 @@ class ArrayRegistry:
         meta = self.arrays.pop(name, None)
         if meta is None:
             return False
-        servers = {(s[0], s[1]) for s in meta["servers"]}
+        lost = set(meta.get("lost", ()))
+        servers = {(s[0], s[1]) for b, s in enumerate(meta["servers"]) if b not in lost}
         await self._drop_blocks(name, list(servers), meta["transport"])
         return True
 
@@ -191,6 +202,24 @@ class ArrayRegistry:
 
     def list_arrays(self, ctx: str | None = None) -> list[str]:
         return sorted(n for n, m in self.arrays.items() if ctx is None or m["ctx"] == ctx)
+
+    # -- liveness -----------------------------------------------------------
+
+    def remove_worker(self, worker: str) -> None:
+        """A worker left: its servers are gone and the blocks they held are lost."""
+        for ctx, servers in self.ctx_servers.items():
+            self.ctx_servers[ctx] = [s for s in servers if s[0] != worker]
+        for meta in self.arrays.values():
+            lost = {b for b, s in enumerate(meta["servers"]) if s[0] == worker}
+            if lost:
+                meta["lost"] = sorted(set(meta.get("lost", ())) | lost)
+                meta["generation"] += 1
+                logger.warning(
+                    "daskangel: worker %s left; array %r lost blocks %s",
+                    worker,
+                    meta["name"],
+                    sorted(lost)[:20],
+                )
 
     # -- server calls -------------------------------------------------------
 
