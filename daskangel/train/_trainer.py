@@ -59,6 +59,16 @@ class TrainResult:
     waited: list[float]  # seconds each task spent waiting for slower tasks
 
 
+def _forget_job(job: str) -> None:
+    """On a worker: drop what its agent keeps for a finished job (cached rows, clocks)."""
+    from distributed import get_worker
+
+    binding = getattr(get_worker(), "_daskangel_binding", None)
+    agent = getattr(binding, "_daskangel_agent", None)
+    if agent is not None:
+        agent.forget_job(job)
+
+
 def _check_int(name: str, v: Any, lo: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
         raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
@@ -231,6 +241,8 @@ class Trainer:
                 bar.close()
         table = self.table()
         self.client.sync(self._scheduler.daskangel_job_close, job=self.job)
+        with contextlib.suppress(Exception):  # housekeeping only: caches are bounded anyway
+            self.client.run(_forget_job, self.job)
         self._raise_failure(table, outs)
         return self._result(table, outs)
 

@@ -25,18 +25,24 @@ def _hold_at(ctx, part):
     return ctx.iteration
 
 
-def _clock_rows(base: str, job: str) -> dict[str, int]:
-    """Pull the page's Bokeh document over HTTP/websocket; return {task id: clock}."""
+def _page(base: str, job: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Pull the page's Bokeh document over HTTP/websocket.
+
+    Returns ``({task id: clock}, {server id: bytes held})``.
+    """
+    clocks: dict[str, int] | None = None
+    memory: dict[str, int] | None = None
     with pull_session(url=f"{base}/individual-daskangel") as session:
         for src in session.document.select({"type": ColumnDataSource}):
             data = src.data
             if "clock" in data and "id" in data:
-                return {
-                    i: c
-                    for i, c in zip(data["id"], data["clock"], strict=True)
-                    if i.startswith(job)
-                }
-    raise AssertionError("no task clock table on the page")
+                ids = zip(data["id"], data["clock"], strict=True)
+                clocks = {i: c for i, c in ids if i.startswith(job)}
+            if "nbytes" in data and "id" in data:
+                memory = dict(zip(data["id"], data["nbytes"], strict=True))
+    assert clocks is not None, "no task clock table on the page"
+    assert memory is not None, "no PS server table on the page"
+    return clocks, memory
 
 
 def _wait_all(job: str, what: str, n: int) -> None:
@@ -59,7 +65,8 @@ def test_dashboard_page_shows_live_task_clocks(ps, cluster):
         status_page = urllib.request.urlopen(f"{base}/status").read().decode()
         assert '<a href="daskangel">' in status_page  # in the navigation bar ...
         assert '<a href="individual-daskangel">' in status_page  # ... and in "More..."
-        assert _clock_rows(base, job) == {f"{job}/{t}": 3 for t in range(3)}
+        clocks, _ = _page(base, job)
+        assert clocks == {f"{job}/{t}": 3 for t in range(3)}
         # the page refreshes itself: every open session has the periodic update
         from bokeh.server.tornado import BokehTornado
 
@@ -76,7 +83,10 @@ def test_dashboard_page_shows_live_task_clocks(ps, cluster):
         assert list(st[st["kind"] == "task"]["clock"]) == [3, 3, 3]
         Event(f"{job}-go3").set()
         _wait_all(job, "at5", 3)
-        assert _clock_rows(base, job) == {f"{job}/{t}": 5 for t in range(3)}
+        clocks, memory = _page(base, job)
+        assert clocks == {f"{job}/{t}": 5 for t in range(3)}
+        assert set(memory) >= {str(s) for s in ps.servers}  # refreshed by ps.status() above
+        assert sum(memory.values()) >= 4 * 4  # dash_w is held by the servers
     finally:
         Event(f"{job}-go3").set()
         Event(f"{job}-go5").set()
