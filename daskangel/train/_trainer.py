@@ -104,6 +104,11 @@ class Trainer:
         self.fn = fn
         self.data = data
         self.group_size = _check_int("group_size", group_size, 1)
+        if hasattr(data, "ndim") or hasattr(data, "iloc"):
+            raise TypeError(
+                f"data: expected a sequence of partitions (one per task or per group), got a "
+                f"single {type(data).__name__}; split it first, e.g. np.array_split(X, n_tasks)"
+            )
         if groups is None:
             if data is None:
                 raise ValueError("groups: give groups= when data is None")

@@ -155,6 +155,8 @@ def test_bad_arguments_are_named(ps):
         angel.Trainer(ps, "not a function", [1])
     with pytest.raises(ValueError, match="sync: expected BSP"):
         angel.Trainer(ps, _placement_step, [1], sync="eventually")
+    with pytest.raises(TypeError, match=r"data: expected a sequence of partitions .* ndarray"):
+        angel.Trainer(ps, _placement_step, np.zeros((100, 3)))
     with pytest.raises(ValueError, match="groups: give groups= when data is None"):
         angel.Trainer(ps, _placement_step, None)
     with pytest.raises(ValueError, match=r"array_sync\['w'\]: expected BSP"):
