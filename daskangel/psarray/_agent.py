@@ -361,8 +361,12 @@ class PSAgent:
 
     # -- pruned pulls with key lists ---------------------------------------------------
 
-    def key_set(self, name: str, cols: Any) -> KeySet:
-        """Register a vector's key set on its servers; pull it later by tag only."""
+    def key_set(self, name: str, cols: Any, *, tag: str | None = None) -> KeySet:
+        """Register a vector's key set on its servers; pull it later by tag only.
+
+        A :class:`KeySet` pickles with its keys, so a set registered on the driver
+        also works in a task: the task's process registers it (same tag) on first use.
+        """
         m = self._meta(name)
         if m.shape[0] != 1:
             raise ShapeMismatchError(
@@ -375,7 +379,7 @@ class PSAgent:
         plan = plan_axis(m.layout, "cols", uniq, m.shape[1])
         locals_ = [np.arange(uniq.shape[0]) if x is None else x for x in plan.local]
         kp = _KeyPlan(name, plan.blocks, locals_, plan.out, inv.ravel(), uniq.shape[0])
-        tag = uuid.uuid4().hex
+        tag = tag or uuid.uuid4().hex
         b = self.binding
         b.run(self._register, tag, kp)
         with self._lock:
@@ -405,8 +409,10 @@ class PSAgent:
         """Values of a registered key set, in its order (a pruned pull: only the tag is sent)."""
         with self._lock:
             kp = self.keysets.get(ks.tag)
-        if kp is None:
-            raise KeyError(f"key set {ks!r} was not registered by this process; call key_set()")
+        if kp is None:  # made in another process (or dropped here): register it here
+            self.key_set(ks.array, ks.cols, tag=ks.tag)
+            with self._lock:
+                kp = self.keysets[ks.tag]
         key = (job, ks.tag)
         new: Fetch | None = None
         with self._lock:

@@ -137,6 +137,10 @@ def test_get_iter_rejects_bad_input(ps):
 # -- pruned pulls with server-side key lists ---------------------------------------------------
 
 
+def _pull_key_set(name: str, ks) -> np.ndarray:
+    return PSArray(name).get(cols=ks)
+
+
 def test_key_set_pull_sends_only_a_tag(ps, client):
     v = ps.random("v_keys", shape=(100_000,), seed=9)
     full = v.get()
@@ -159,9 +163,12 @@ def test_key_set_pull_sends_only_a_tag(ps, client):
         np.testing.assert_array_equal(v.get(cols=others[0]), full[np.arange(0, 100_000, 1000)])
     finally:
         client.run(dask.config.set, {"daskangel.server.key-lists": 4096})
+    # a key set pickles with its keys: a task registers it in its own process
+    got = client.submit(_pull_key_set, v.name, ks, workers=[ps.servers[0].address]).result()
+    np.testing.assert_array_equal(got, full[keys])
     agent.drop_key_set(ks)
-    with pytest.raises(KeyError, match="was not registered by this process"):
-        v.get(cols=ks)
+    assert ks.tag not in agent.keysets
+    np.testing.assert_array_equal(v.get(cols=ks), full[keys])  # registered again on use
     W = ps.zeros("W_keys_bad", shape=(3, 3))
     with pytest.raises(ShapeMismatchError, match="key sets select columns of a vector"):
         W.key_set([0])

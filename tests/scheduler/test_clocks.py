@@ -18,8 +18,12 @@ async def _setup(c, s):
 
 
 async def _until(cond):
-    """Yield to the event loop until ``cond()`` holds (no timed sleeps)."""
-    for _ in range(10_000):
+    """Yield to the event loop until ``cond()`` holds (no timed sleeps).
+
+    Waiting calls are started on the scheduler's own handlers, in this loop, so
+    they register within a few loop iterations.
+    """
+    for _ in range(1_000):
         if cond():
             return
         await asyncio.sleep(0)
@@ -55,7 +59,7 @@ async def test_wait_releases_once_the_slowest_catches_up(c, s):
     await c.scheduler.daskangel_job_register(job="j", n_tasks=2, groups=[0, 1], staleness=1)
     for clock in (0, 1):
         await c.scheduler.daskangel_clock_tick(job="j", task=0, clock=clock)
-    waiter = asyncio.ensure_future(c.scheduler.daskangel_clock_wait(job="j", task=0))
+    waiter = asyncio.ensure_future(s.handlers["daskangel_clock_wait"](job="j", task=0))
     job = plugin.clocks.jobs["j"]
     await _until(lambda: job.floor_events)
     assert not waiter.done()
@@ -70,7 +74,7 @@ async def test_wait_releases_once_the_slowest_catches_up(c, s):
 async def test_read_floor_wait_and_task_done(c, s):
     plugin = await _setup(c, s)
     await c.scheduler.daskangel_job_register(job="j", n_tasks=2, groups=[0, 1], staleness=None)
-    waiter = asyncio.ensure_future(c.scheduler.daskangel_clock_wait(job="j", task=0, floor=3))
+    waiter = asyncio.ensure_future(s.handlers["daskangel_clock_wait"](job="j", task=0, floor=3))
     await _until(lambda: plugin.clocks.jobs["j"].floor_events)
     assert not waiter.done()
     await c.scheduler.daskangel_task_done(job="j", task=1)  # done tasks hold nobody back
@@ -85,7 +89,7 @@ async def test_group_members_move_in_lockstep_even_under_asp(c, s):
     await c.scheduler.daskangel_job_register(job="j", n_tasks=2, groups=[0, 0], staleness=None)
     r = await c.scheduler.daskangel_clock_tick(job="j", task=0, clock=0)
     assert not r["ready"]
-    waiter = asyncio.ensure_future(c.scheduler.daskangel_clock_wait(job="j", task=0))
+    waiter = asyncio.ensure_future(s.handlers["daskangel_clock_wait"](job="j", task=0))
     await _until(lambda: plugin.clocks.jobs["j"].group_events)
     r = await c.scheduler.daskangel_clock_tick(job="j", task=1, clock=0)
     assert r["ready"]
@@ -97,8 +101,10 @@ async def test_failure_wakes_every_waiter_with_abort(c, s):
     plugin = await _setup(c, s)
     await c.scheduler.daskangel_job_register(job="j", n_tasks=3, groups=[0, 0, 1], staleness=0)
     await c.scheduler.daskangel_clock_tick(job="j", task=0, clock=0)
-    clock_waiter = asyncio.ensure_future(c.scheduler.daskangel_clock_wait(job="j", task=0))
-    recv = asyncio.ensure_future(c.scheduler.daskangel_group_recv(job="j", group=0, seq=0, rank=1))
+    clock_waiter = asyncio.ensure_future(s.handlers["daskangel_clock_wait"](job="j", task=0))
+    recv = asyncio.ensure_future(
+        s.handlers["daskangel_group_recv"](job="j", group=0, seq=0, rank=1)
+    )
     await _until(lambda: plugin.clocks.jobs["j"].group_events and plugin.groups.rounds)
     first = await c.scheduler.daskangel_job_fail(
         job="j", task=2, error="ValueError: x", traceback="tb"
@@ -120,7 +126,7 @@ async def test_mailboxes_and_barrier(c, s):
     await c.scheduler.daskangel_job_register(job="j", n_tasks=3, groups=[0, 0, 0], staleness=0)
     sched = c.scheduler
     recvs = [
-        asyncio.ensure_future(sched.daskangel_group_recv(job="j", group=0, seq=0, rank=r))
+        asyncio.ensure_future(s.handlers["daskangel_group_recv"](job="j", group=0, seq=0, rank=r))
         for r in range(3)
     ]
     await _until(lambda: plugin.groups.rounds)
@@ -128,12 +134,14 @@ async def test_mailboxes_and_barrier(c, s):
     await sched.daskangel_group_send(job="j", group=0, seq=0, commands=[[0, 1], [1, 2], [2, 0]])
     got = [(await asyncio.wait_for(f, 10))["payload"] for f in recvs]
     assert [list(g) for g in got] == [[0, 1], [1, 2], [2, 0]]
-    acks = asyncio.ensure_future(sched.daskangel_group_acks(job="j", group=0, seq=0))
+    acks = asyncio.ensure_future(s.handlers["daskangel_group_acks"](job="j", group=0, seq=0))
     for r in range(3):
         await sched.daskangel_group_ack(job="j", group=0, seq=0, rank=r, payload=r * 10)
     assert list((await asyncio.wait_for(acks, 10))["acks"]) == [0, 10, 20]
     barrier = [
-        asyncio.ensure_future(sched.daskangel_group_barrier(job="j", group=0, seq=0, rank=r))
+        asyncio.ensure_future(
+            s.handlers["daskangel_group_barrier"](job="j", group=0, seq=0, rank=r)
+        )
         for r in range(2)
     ]
     await _until(lambda: plugin.groups.rounds)
