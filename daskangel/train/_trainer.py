@@ -239,17 +239,19 @@ class Trainer:
                     self._drain(pending, outs)
                     pending = set()
         except BaseException:
-            self.stop("the driver was interrupted")
+            with contextlib.suppress(Exception):
+                self.stop("the driver was interrupted")
             raise
         finally:
             if bar is not None:
                 bar.close()
+        wall = time.perf_counter() - self._t0
         table = self.table()
         self.client.sync(self._scheduler.daskangel_job_close, job=self.job)
         with contextlib.suppress(Exception):  # housekeeping only: caches are bounded anyway
             self.client.run(_forget_job, self.job)
         self._raise_failure(table, outs)
-        return self._result(table, outs)
+        return self._result(table, outs, wall)
 
     def _bar(self) -> Any:
         if not self.progress:
@@ -261,22 +263,22 @@ class Trainer:
 
     def _outcome(self, f: Future) -> dict[str, Any]:
         t = int(str(f.key).rsplit("-", 1)[1])
-        if f.status == "error":
-            import traceback as tbm
-
-            exc = f.exception()
-            tb = f.traceback()
-            return {
-                "task": t,
-                "status": "error",
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": "".join(tbm.format_tb(tb)) if tb is not None else "",
-                "exception": exc,
-                "history": [],
-            }
+        if f.status == "finished":
+            return cast(dict[str, Any], f.result())
         if f.status == "cancelled":
             return {"task": t, "status": "aborted", "error": "cancelled", "history": []}
-        return cast(dict[str, Any], f.result())
+        import traceback as tbm
+
+        exc = f.exception() if f.status == "error" else None
+        tb = f.traceback() if f.status == "error" else None
+        return {
+            "task": t,
+            "status": "error",
+            "error": f"{type(exc).__name__}: {exc}" if exc is not None else f"future {f.status}",
+            "traceback": "".join(tbm.format_tb(tb)) if tb is not None else "",
+            "exception": exc,
+            "history": [],
+        }
 
     def _drain(self, pending: set[Future], outs: dict[int, dict[str, Any]]) -> None:
         """After a failure, give the other tasks ``stop-timeout`` to end, then cancel them."""
@@ -320,7 +322,9 @@ class Trainer:
             err.__cause__ = exc
         return err
 
-    def _result(self, table: dict[str, Any], outs: dict[int, dict[str, Any]]) -> TrainResult:
+    def _result(
+        self, table: dict[str, Any], outs: dict[int, dict[str, Any]], wall: float
+    ) -> TrainResult:
         import pandas as pd
 
         rows = [r for t in sorted(outs) for r in outs[t]["history"]]
@@ -330,7 +334,7 @@ class Trainer:
             job=self.job,
             results=[outs[t].get("result") for t in range(self.n_tasks)],
             history=hist,
-            wall_time=time.perf_counter() - self._t0,
+            wall_time=wall,
             clocks=list(table["clocks"]),
             max_lead=int(table["max_lead"]),
             waited=[float(i["waited"]) for i in table["tasks"]],
