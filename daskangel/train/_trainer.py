@@ -59,11 +59,9 @@ class TrainResult:
     waited: list[float]  # seconds each task spent waiting for slower tasks
 
 
-def _forget_job(job: str) -> None:
-    """On a worker: drop what its agent keeps for a finished job (cached rows, clocks)."""
-    from distributed import get_worker
-
-    binding = getattr(get_worker(), "_daskangel_binding", None)
+def _forget_job(job: str, dask_worker: Any = None) -> None:
+    """On a worker (``client.run``): drop what its agent keeps for a finished job."""
+    binding = getattr(dask_worker, "_daskangel_binding", None)
     agent = getattr(binding, "_daskangel_agent", None)
     if agent is not None:
         agent.forget_job(job)
