@@ -17,21 +17,31 @@ from .psarray import (
     BlockPartitioner,
     ColumnRangePartitioner,
     HashPartitioner,
+    KeySet,
     PSArray,
     RangePartitioner,
 )
+from .train import ASP, BSP, SSP, TaskContext, Trainer, TrainResult, train
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ASP",
+    "BSP",
+    "SSP",
     "AutoPartitioner",
     "BlockPartitioner",
     "ColumnRangePartitioner",
     "HashPartitioner",
+    "KeySet",
     "PSArray",
     "PSContext",
     "RangePartitioner",
+    "TaskContext",
+    "TrainResult",
+    "Trainer",
     "config",
     "errors",
     "load_arrays",
+    "train",
 ]

@@ -41,7 +41,30 @@ from .psarray._server import PSServerActor, PSWorkerPlugin
 from .scheduler import PLUGIN_NAME as SCHEDULER_PLUGIN
 from .scheduler import DaskAngelSchedulerPlugin
 
-__all__ = ["PSContext"]
+__all__ = ["STATUS_COLUMNS", "PSContext"]
+
+# columns of PSContext.status(), servers and tasks together
+STATUS_COLUMNS = (
+    "kind",
+    "id",
+    "worker",
+    "job",
+    "task",
+    "group",
+    "status",
+    "clock",
+    "ahead",
+    "waited_s",
+    "waits",
+    "nbytes",
+    "n_blocks",
+    "bytes_in",
+    "bytes_out",
+    "calls",
+    "latency_ms",
+    "queue",
+    "cache_hits",
+)
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
@@ -417,6 +440,23 @@ class PSContext:
         """Forget cached array metadata (it is refetched on next use)."""
         for n in list(self.binding.metas):
             self.binding.forget(n)
+
+    def status(self) -> Any:
+        """Counters of this context's PS servers and of its training tasks.
+
+        A pandas DataFrame with one row per server (``kind == "server"``: memory,
+        bytes in/out, calls, mean latency, queue depth) and one per training task
+        (``kind == "task"``: clock, clocks ahead of the slowest, time spent waiting,
+        bytes pulled/pushed, calls, latency, cache hits).  Example::
+
+            ps.status().query("kind == 'task'")[["id", "clock", "waited_s"]]
+        """
+        import pandas as pd
+
+        st = self.client.sync(self._scheduler.daskangel_status, ctx=self.id)
+        cols = list(STATUS_COLUMNS)
+        rows = list(st["servers"]) + list(st["tasks"])
+        return pd.DataFrame(rows, columns=cols + sorted({k for r in rows for k in r} - set(cols)))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self.servers)} servers"

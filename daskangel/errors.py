@@ -26,6 +26,8 @@ __all__ = [
     "CastingError",
     "ContextClosedError",
     "DaskAngelError",
+    "JobAbortedError",
+    "KeyListMissingError",
     "MalformedInputError",
     "NonFiniteError",
     "NotCoPartitionedError",
@@ -98,6 +100,14 @@ class PSFError(DaskAngelError, RuntimeError):
 
 class SyncError(DaskAngelError, RuntimeError):
     """A clock or synchronisation request was invalid (unknown job, task, ...)."""
+
+
+class JobAbortedError(SyncError):
+    """The training job was stopped (another task failed, or it was cancelled)."""
+
+
+class KeyListMissingError(DaskAngelError, LookupError):
+    """A PS server no longer holds the key list a pruned pull refers to by tag."""
 
 
 class TaskFailedError(DaskAngelError, RuntimeError):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from . import _snapshot_ops  # noqa: F401 - registers the snapshot server ops
+from . import (
+    _keylists,  # noqa: F401 - registers the key-list server operations
+    _snapshot_ops,  # noqa: F401 - registers the snapshot server ops
+)
+from ._agent import PSAgent, agent_of, get_agent
 from ._array import PSArray, PSFuture
 from ._blocks import InitSpec
+from ._keylists import KeySet
 from ._layout import (
     AutoPartitioner,
     BlockPartitioner,
@@ -25,7 +30,9 @@ __all__ = [
     "ColumnRangePartitioner",
     "HashPartitioner",
     "InitSpec",
+    "KeySet",
     "Layout",
+    "PSAgent",
     "PSArray",
     "PSFuture",
     "PSServer",
@@ -34,5 +41,7 @@ __all__ = [
     "RangePartitioner",
     "ServerId",
     "server_async_op",
+    "agent_of",
+    "get_agent",
     "server_op",
 ]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from dask.utils import format_bytes
 
 from ..errors import ContextClosedError, PSIndexError, ShapeMismatchError
 from ._binding import Binding, get_binding
+from ._keylists import KeySet
 from ._meta import ArrayMeta, BlockInfo
 from ._routing import (
     AxisPlan,
@@ -221,12 +222,42 @@ class PSArray:
 
         ``rows`` / ``cols`` are ``None`` (all), an int (drops that axis), a slice,
         a boolean mask or a sequence of integer indices (duplicates allowed).  A
-        column index set is a pruned pull: each block is sent only its own keys.
+        column index set is a pruned pull: each block is sent only its own keys;
+        a :class:`KeySet` from :meth:`key_set` sends only a tag.
         """
+        if isinstance(cols, KeySet):
+            if rows is not None:
+                raise ShapeMismatchError("rows: a key-set pull selects columns of a vector only")
+            return self._agent().get_keys(cols)
         m, parts, places, cost, full, shape = self._plan_get(rows, cols)
         b = self._binding
         results = b.run(b.call_blocks, self.name, "get", parts, cost, {})
         return self._assemble(m, places, full, shape)(results)
+
+    def _agent(self) -> Any:
+        from ._agent import agent_of
+
+        return agent_of(self._binding)
+
+    def get_iter(
+        self, rows: Any = None, batch: int = 1024, *, ordered: bool = False
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Pipelined pull of rows: yield ``(row ids, values)`` batches as they arrive.
+
+        Requests for many batches go out up front, so work on one batch overlaps
+        pulling the next (Angel's pipelined pulling).  ``ordered=True`` yields the
+        batches in request order.  Pulls go through this process's agent, so
+        concurrent pulls of the same rows by several threads are sent once.
+        """
+        return self._agent().get_iter(self.name, rows, batch, ordered=ordered)  # type: ignore[no-any-return]
+
+    def key_set(self, cols: Any) -> KeySet:
+        """Register a key set of this vector on its servers for pruned pulls.
+
+        ``w.get(cols=ks)`` then sends each server only a tag and moves only the
+        values of those keys.  Example: ``ks = w.key_set(idx); v = w.get(cols=ks)``.
+        """
+        return self._agent().key_set(self.name, cols)  # type: ignore[no-any-return]
 
     def to_numpy(self) -> np.ndarray:
         """The whole array as numpy (subject to ``max-request-bytes``)."""
