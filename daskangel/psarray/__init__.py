@@ -14,6 +14,9 @@ from ._layout import (
     RangePartitioner,
 )
 from ._meta import ArrayMeta, BlockInfo, ServerId
+from ._partition import Partition
+from ._psf_client import check_copartitioned
+from ._psf_server import PSF_REGISTRY, psf_name, register_psf
 from ._server import PSServer, PSWorkerPlugin, server_op
 
 __all__ = [
@@ -27,10 +30,15 @@ __all__ = [
     "Layout",
     "PSArray",
     "PSFuture",
+    "PSF_REGISTRY",
+    "Partition",
     "PSServer",
     "PSWorkerPlugin",
     "Partitioner",
     "RangePartitioner",
     "ServerId",
+    "check_copartitioned",
+    "psf_name",
+    "register_psf",
     "server_op",
 ]

@@ -27,10 +27,12 @@ array([[0., 1., 0., 0.]], dtype=float32)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,13 +40,21 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import config
 from .._wire import wrap_arrays
-from ..errors import StaleLayoutError
+from ..errors import BlockBusyError, StaleLayoutError
 from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
 
 if TYPE_CHECKING:
     from distributed import Worker
 
-__all__ = ["PLUGIN_NAME", "PSServer", "PSServerActor", "PSWorkerPlugin", "server_op"]
+__all__ = [
+    "PLUGIN_NAME",
+    "WRITE_OPS",
+    "PSServer",
+    "PSServerActor",
+    "PSWorkerPlugin",
+    "Prepared",
+    "server_op",
+]
 
 PLUGIN_NAME = "daskangel-ps"
 
@@ -53,16 +63,45 @@ ServerOp = Callable[..., Any]
 
 # {op_name: function(server, **kwargs)}
 SERVER_OPS: dict[str, ServerOp] = {}
+# names of the ops that write blocks: they wait while a prepared two-phase write
+# holds one of their blocks
+WRITE_OPS: set[str] = set()
 
 
-def server_op(name: str) -> Callable[[ServerOp], ServerOp]:
-    """Register ``fn(server, **kwargs)`` as the server operation ``name``."""
+def server_op(name: str, writes: bool = False) -> Callable[[ServerOp], ServerOp]:
+    """Register ``fn(server, **kwargs)`` as the server operation ``name``.
+
+    ``writes=True`` marks an op that changes blocks.  Such an op waits while a
+    prepared two-phase write (see :meth:`PSServer.reserve`) holds one of the blocks
+    it writes: those are ``parts[*]["block"]`` of the arrays named by the op's
+    ``written`` argument, or of ``array`` when there is none.
+    """
 
     def deco(fn: ServerOp) -> ServerOp:
         SERVER_OPS[name] = fn
+        if writes:
+            WRITE_OPS.add(name)
         return fn
 
     return deco
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Staged changes of a prepared two-phase write, held until commit or abort."""
+
+    deadline: float
+    keys: tuple[tuple[str, int], ...]
+    staged: Any
+
+
+def written_keys(kwargs: dict[str, Any]) -> list[tuple[str, int]]:
+    """``(array, block)`` pairs a write op's arguments say it writes."""
+    names = kwargs.get("written") or [kwargs.get("array")]
+    parts = kwargs.get("parts")
+    if parts is None:
+        return [(str(n), -1) for n in names]  # the whole array (e.g. drop)
+    return [(str(n), int(p["block"])) for n in names for p in parts]
 
 
 class PSServer:
@@ -79,7 +118,12 @@ class PSServer:
         # {writer_id: OrderedDict(seq -> None)}: recently applied write tags, so a
         # retried write is applied exactly once
         self.applied: dict[str, OrderedDict[int, None]] = {}
+        # {(array_name, block_id): txn_id}: blocks held by a prepared two-phase write
+        self.reserved: dict[tuple[str, int], str] = {}
+        # {txn_id: Prepared}: staged changes waiting for their commit or abort
+        self.txns: dict[str, Prepared] = {}
         self._lock: asyncio.Lock | None = None
+        self._cond: asyncio.Condition | None = None
         self._executor: ThreadPoolExecutor | None = None
 
     def block(self, array: str, block: int) -> Block:
@@ -98,28 +142,107 @@ class PSServer:
             raise ValueError(f"op: unknown PS server operation {op!r}") from None
         return fn(self, **kwargs)
 
+    # -- two-phase writes ------------------------------------------------------
+
+    def reserve(self, txn: str, keys: list[tuple[str, int]], staged: Any, timeout: float) -> None:
+        """Hold ``keys`` for transaction ``txn`` with its staged changes.
+
+        Raises :class:`BlockBusyError` (and holds nothing) if another transaction
+        holds one of them.  Writes to held blocks wait until :meth:`release`, or
+        until ``timeout`` seconds pass, after which the transaction is dropped.
+        """
+        self.expire()
+        busy = [k for k in keys if self.reserved.get(k, txn) != txn]
+        if busy:
+            a, b = busy[0]
+            raise BlockBusyError(
+                f"block {b} of array {a!r} is held by another psf update in progress "
+                f"(txn {self.reserved[busy[0]]}) on server {self.address}#{self.index}"
+            )
+        self.txns[txn] = Prepared(time.monotonic() + timeout, tuple(keys), staged)
+        for k in keys:
+            self.reserved[k] = txn
+
+    def release(self, txn: str) -> Prepared | None:
+        """Forget transaction ``txn`` and free its blocks; its staged changes, if any."""
+        p = self.txns.pop(txn, None)
+        if p is not None:
+            for k in p.keys:
+                if self.reserved.get(k) == txn:
+                    del self.reserved[k]
+        return p
+
+    def expire(self, now: float | None = None) -> None:
+        """Drop prepared transactions whose commit did not come in time."""
+        if not self.txns:
+            return
+        now = time.monotonic() if now is None else now
+        for txn in [t for t, p in self.txns.items() if p.deadline <= now]:
+            self.release(txn)
+
+    def blocked_until(self, op: str, kwargs: dict[str, Any]) -> float | None:
+        """Deadline of the earliest transaction holding a block ``op`` writes, or ``None``."""
+        if op not in WRITE_OPS or not self.reserved or kwargs.get("txn_wait") is False:
+            return None
+        self.expire()
+        own = kwargs.get("txn")
+        deadline: float | None = None
+        for name, block in written_keys(kwargs):
+            if block < 0:
+                holders = {t for (a, _), t in self.reserved.items() if a == name}
+            else:
+                t = self.reserved.get((name, block))
+                holders = set() if t is None else {t}
+            for t in holders - {own}:
+                d = self.txns[t].deadline
+                deadline = d if deadline is None else min(deadline, d)
+        return deadline
+
+    async def _wait_unreserved(self, op: str, kwargs: dict[str, Any]) -> None:
+        assert self._cond is not None
+        while True:
+            deadline = self.blocked_until(op, kwargs)
+            if deadline is None:
+                return
+            # on timeout the holder has expired; blocked_until drops it
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._cond.wait(), max(0.0, deadline - time.monotonic()))
+
+    # -- running ops -----------------------------------------------------------
+
     async def run(self, op: str, cost: int = 0, **kwargs: Any) -> Any:
-        """Run ``op`` under the server lock: inline when cheap, else in its thread."""
+        """Run ``op`` under the server lock: inline when cheap, else in its thread.
+
+        A write op first waits (without holding the lock) while a prepared
+        two-phase write holds one of its blocks.
+        """
         if self._lock is None:
             self._lock = asyncio.Lock()
+            self._cond = asyncio.Condition(self._lock)
+        assert self._cond is not None
         self.waiting += 1
         acquired = False
         try:
-            async with self._lock:
+            async with self._cond:
+                await self._wait_unreserved(op, kwargs)
                 self.waiting -= 1
                 acquired = True
                 start = time.perf_counter()
-                if cost < config.get_bytes("daskangel.server.inline-bytes"):
-                    result = self.dispatch(op, **kwargs)
-                else:
-                    if self._executor is None:
-                        self._executor = ThreadPoolExecutor(
-                            1, thread_name_prefix=f"daskangel-ps-{self.index}"
+                try:
+                    if cost < config.get_bytes("daskangel.server.inline-bytes"):
+                        result = self.dispatch(op, **kwargs)
+                    else:
+                        if self._executor is None:
+                            self._executor = ThreadPoolExecutor(
+                                1, thread_name_prefix=f"daskangel-ps-{self.index}"
+                            )
+                        loop = asyncio.get_running_loop()
+                        result = await loop.run_in_executor(
+                            self._executor, lambda: self.dispatch(op, **kwargs)
                         )
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(
-                        self._executor, lambda: self.dispatch(op, **kwargs)
-                    )
+                finally:
+                    # a commit or abort may have freed blocks that writes wait for
+                    self._cond.notify_all()
                 st = self.op_stats[op]
                 st[0] += 1
                 st[1] += time.perf_counter() - start
@@ -131,6 +254,8 @@ class PSServer:
 
     def close(self) -> None:
         self.blocks.clear()
+        self.reserved.clear()
+        self.txns.clear()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
@@ -165,7 +290,7 @@ def _create(server: PSServer, array: str, blocks: list[dict[str, Any]]) -> None:
     server.blocks.update(made)
 
 
-@server_op("drop")
+@server_op("drop", writes=True)
 def _drop(server: PSServer, array: str) -> int:
     keys = [k for k in server.blocks if k[0] == array]
     for k in keys:
@@ -199,7 +324,7 @@ def record_tag(server: PSServer, tag: list[Any] | None) -> None:
         seqs.popitem(last=False)
 
 
-@server_op("update")
+@server_op("update", writes=True)
 def _update(
     server: PSServer,
     array: str,
@@ -229,7 +354,7 @@ def _update(
     return True
 
 
-@server_op("fill")
+@server_op("fill", writes=True)
 def _fill(server: PSServer, array: str, parts: list[dict[str, Any]], value: Any) -> None:
     found = [server.block(array, int(p["block"])) for p in parts]
     for b in found:
@@ -335,6 +460,12 @@ class PSServerActor:
 
     def call(self, op: str, kwargs: dict[str, Any]) -> Any:
         start = time.perf_counter()
+        if self.server.blocked_until(op, kwargs) is not None:
+            # the actor thread runs one op at a time and cannot wait for a commit
+            raise BlockBusyError(
+                f"op {op!r} on array {kwargs.get('array')!r}: a block is held by a psf "
+                "update in progress; with transport='actors' writes cannot wait, retry"
+            )
         result = self.server.dispatch(op, **kwargs)
         st = self.server.op_stats[op]
         st[0] += 1

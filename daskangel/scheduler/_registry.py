@@ -122,9 +122,18 @@ class ArrayRegistry:
         return out
 
     async def create(
-        self, ctx: str, meta: dict[str, Any], blocks: list[dict[str, Any]]
+        self,
+        ctx: str,
+        meta: dict[str, Any],
+        blocks: list[dict[str, Any]],
+        like: str | None = None,
     ) -> dict[str, Any]:
-        """Place and create an array's blocks; return its full metadata."""
+        """Place and create an array's blocks; return its full metadata.
+
+        With ``like`` (the name of an array with the same block grid) each block
+        goes to the server holding the same block of ``like``: the arrays are
+        co-partitioned, which binary psfs need.
+        """
         name = meta["name"]
         if ctx not in self.ctx_servers:
             raise ContextClosedError(f"ctx: PSContext {ctx!r} is not open")
@@ -135,7 +144,18 @@ class ArrayRegistry:
         event = self._pending[name] = asyncio.Event()
         try:
             servers = self.ctx_servers[ctx]
-            placed = place_blocks([int(b["bytes"]) for b in blocks], servers, self.load())
+            if like is not None:
+                src = self.arrays.get(like)
+                if src is None:
+                    raise ArrayNotFoundError(f"like: no array named {like!r} to align with")
+                if len(src["servers"]) != len(blocks):
+                    raise ValueError(
+                        f"like: array {like!r} has {len(src['servers'])} blocks, "
+                        f"array {name!r} has {len(blocks)}; they cannot be co-partitioned"
+                    )
+                placed = [(str(s[0]), int(s[1])) for s in src["servers"]]
+            else:
+                placed = place_blocks([int(b["bytes"]) for b in blocks], servers, self.load())
             per_server: dict[ServerId, list[dict[str, Any]]] = {}
             for b, s in zip(blocks, placed, strict=True):
                 per_server.setdefault(s, []).append(b)
