@@ -9,7 +9,7 @@ Example
 
 from __future__ import annotations
 
-from . import config, errors
+from . import config, errors, ops
 from .context import PSContext
 from .psarray import (
     AutoPartitioner,
@@ -32,4 +32,5 @@ __all__ = [
     "RangePartitioner",
     "config",
     "errors",
+    "ops",
 ]
