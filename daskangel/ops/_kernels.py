@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["first_free", "row_asum", "row_dot", "row_nnz", "row_sum", "row_sumsq"]
+__all__ = ["axpy", "first_free", "row_asum", "row_dot", "row_nnz", "row_sum", "row_sumsq"]
 
 _FM = {"reassoc", "nsz", "contract"}
 
@@ -69,6 +69,16 @@ def row_dot(a, b):  # type: ignore[no-untyped-def]
         for j in range(a.shape[1]):
             s += np.float64(a[i, j]) * np.float64(b[i, j])
         out[i] = s
+    return out
+
+
+@njit(nogil=True, cache=True, fastmath=_FM)
+def axpy(alpha, x, y):  # type: ignore[no-untyped-def]
+    """A new array ``alpha * x + y`` (one pass over memory)."""
+    out = np.empty_like(y)
+    for i in range(y.shape[0]):
+        for j in range(y.shape[1]):
+            out[i, j] = alpha * x[i, j] + y[i, j]
     return out
 
 

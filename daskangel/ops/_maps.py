@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..psarray import ArrayMeta, Partition
+from . import _kernels as K
 from ._base import UpdateFunc
 from ._functions import get_function
 
@@ -523,10 +524,8 @@ class Axpy(UpdateFunc):
     def partition_update(self, *parts: Partition, **params: Any) -> None:
         x, y = parts
         a = self.alpha
-        if not x.sparse and not y.sparse and y.dtype.kind == "f":
-            new = x.array * y.dtype.type(a)
-            new += y.array
-            y.assign(new)
+        if not x.sparse and not y.sparse and y.dtype.kind == "f" and x.dtype == y.dtype:
+            y.assign(K.axpy(y.dtype.type(a), x.array, y.array))
             return
         zip_apply(lambda xv, yv: a * xv + yv, [x, y], y)
 

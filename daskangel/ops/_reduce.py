@@ -141,7 +141,8 @@ class Reduce(GetFunc):
                     acc = np.sum(t, axis=axis, dtype=dtype)
                 else:
                     acc = (np.max if self.combine == "max" else np.min)(t, axis=axis)
-            return {"off": off, "acc": np.asarray(acc).astype(dtype)}
+            acc = np.asarray(acc).astype(dtype)
+            return {"off": off, "acc": acc[()] if acc.ndim == 0 else acc}
         refuse_lazy(list(parts))
         keys = union_keys(list(parts))
         rows, cols = np.divmod(keys, p0.shape[1])
