@@ -19,6 +19,36 @@ from __future__ import annotations
 
 from ..psarray import Partition, register_psf
 from ._base import GetFunc, PSFunc, UpdateFunc
+from ._dot import Dot
+from ._elementwise import (
+    Abs,
+    Add,
+    AddS,
+    Axpy,
+    Ceil,
+    Clip,
+    Copy,
+    Div,
+    DivS,
+    Exp,
+    Expm1,
+    Floor,
+    Log,
+    Log1p,
+    Log10,
+    MaxV,
+    MinV,
+    Mul,
+    MulS,
+    Pow,
+    Round,
+    Scale,
+    Signum,
+    SoftThreshold,
+    Sqrt,
+    Sub,
+    SubS,
+)
 from ._functions import FUNCTIONS, get_function, register_function
 from ._init import (
     Diag,
@@ -33,38 +63,11 @@ from ._init import (
     XavierUniform,
 )
 from ._maps import (
-    Abs,
-    Add,
-    AddS,
-    Axpy,
-    Ceil,
-    Clip,
-    Copy,
-    Div,
-    DivS,
     ElementMap,
     ElementMapWithIndex,
-    Exp,
-    Expm1,
-    Floor,
-    Log,
-    Log1p,
-    Log10,
     Map,
     MapWithIndex,
-    MaxV,
-    MinV,
-    Mul,
-    MulS,
-    Pow,
-    Round,
     RowMap,
-    Scale,
-    Signum,
-    SoftThreshold,
-    Sqrt,
-    Sub,
-    SubS,
     Zip2Map,
     Zip2MapWithIndex,
     Zip3Map,
@@ -72,7 +75,7 @@ from ._maps import (
     ZipMap,
 )
 from ._optim import BoundOptimizer, Optimizer, OptimizerStep, PullWithVersions
-from ._reduce import Amax, Amin, Asum, Dot, Max, Min, Nnz, Norm, Nrm2, Reduce, Sum
+from ._reduce import Amax, Amin, Asum, Max, Min, Nnz, Norm, Nrm2, Reduce, Sum
 from ._rules import FTRL, SGD, AdaGrad, Adam, AdaRevision, Momentum
 from ._select import Argmax, GetCols, GetRows, TopK, UpdateCols
 

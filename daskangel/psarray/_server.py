@@ -27,12 +27,10 @@ array([[0., 1., 0., 0.]], dtype=float32)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +40,7 @@ from .. import config
 from .._wire import wrap_arrays
 from ..errors import BlockBusyError, StaleLayoutError
 from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
+from ._holds import WRITE_OPS, Holds, Prepared
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -63,9 +62,6 @@ ServerOp = Callable[..., Any]
 
 # {op_name: function(server, **kwargs)}
 SERVER_OPS: dict[str, ServerOp] = {}
-# names of the ops that write blocks: they wait while a prepared two-phase write
-# holds one of their blocks
-WRITE_OPS: set[str] = set()
 
 
 def server_op(name: str, writes: bool = False) -> Callable[[ServerOp], ServerOp]:
@@ -86,25 +82,7 @@ def server_op(name: str, writes: bool = False) -> Callable[[ServerOp], ServerOp]
     return deco
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """Staged changes of a prepared two-phase write, held until commit or abort."""
-
-    deadline: float
-    keys: tuple[tuple[str, int], ...]
-    staged: Any
-
-
-def written_keys(kwargs: dict[str, Any]) -> list[tuple[str, int]]:
-    """``(array, block)`` pairs a write op's arguments say it writes."""
-    names = kwargs.get("written") or [kwargs.get("array")]
-    parts = kwargs.get("parts")
-    if parts is None:
-        return [(str(n), -1) for n in names]  # the whole array (e.g. drop)
-    return [(str(n), int(p["block"])) for n in names for p in parts]
-
-
-class PSServer:
+class PSServer(Holds):
     """One parameter server: the blocks it holds, its statistics, its lock."""
 
     def __init__(self, address: str, index: int) -> None:
@@ -118,12 +96,8 @@ class PSServer:
         # {writer_id: OrderedDict(seq -> None)}: recently applied write tags, so a
         # retried write is applied exactly once
         self.applied: dict[str, OrderedDict[int, None]] = {}
-        # {(array_name, block_id): txn_id}: blocks held by a prepared two-phase write
-        self.reserved: dict[tuple[str, int], str] = {}
-        # {txn_id: Prepared}: staged changes waiting for their commit or abort
-        self.txns: dict[str, Prepared] = {}
         self._lock: asyncio.Lock | None = None
-        self._cond: asyncio.Condition | None = None
+        self.init_holds()
         self._executor: ThreadPoolExecutor | None = None
 
     def block(self, array: str, block: int) -> Block:
@@ -142,72 +116,6 @@ class PSServer:
             raise ValueError(f"op: unknown PS server operation {op!r}") from None
         return fn(self, **kwargs)
 
-    # -- two-phase writes ------------------------------------------------------
-
-    def reserve(self, txn: str, keys: list[tuple[str, int]], staged: Any, timeout: float) -> None:
-        """Hold ``keys`` for transaction ``txn`` with its staged changes.
-
-        Raises :class:`BlockBusyError` (and holds nothing) if another transaction
-        holds one of them.  Writes to held blocks wait until :meth:`release`, or
-        until ``timeout`` seconds pass, after which the transaction is dropped.
-        """
-        self.expire()
-        busy = [k for k in keys if self.reserved.get(k, txn) != txn]
-        if busy:
-            a, b = busy[0]
-            raise BlockBusyError(
-                f"block {b} of array {a!r} is held by another psf update in progress "
-                f"(txn {self.reserved[busy[0]]}) on server {self.address}#{self.index}"
-            )
-        self.txns[txn] = Prepared(time.monotonic() + timeout, tuple(keys), staged)
-        for k in keys:
-            self.reserved[k] = txn
-
-    def release(self, txn: str) -> Prepared | None:
-        """Forget transaction ``txn`` and free its blocks; its staged changes, if any."""
-        p = self.txns.pop(txn, None)
-        if p is not None:
-            for k in p.keys:
-                if self.reserved.get(k) == txn:
-                    del self.reserved[k]
-        return p
-
-    def expire(self, now: float | None = None) -> None:
-        """Drop prepared transactions whose commit did not come in time."""
-        if not self.txns:
-            return
-        now = time.monotonic() if now is None else now
-        for txn in [t for t, p in self.txns.items() if p.deadline <= now]:
-            self.release(txn)
-
-    def blocked_until(self, op: str, kwargs: dict[str, Any]) -> float | None:
-        """Deadline of the earliest transaction holding a block ``op`` writes, or ``None``."""
-        if op not in WRITE_OPS or not self.reserved or kwargs.get("txn_wait") is False:
-            return None
-        self.expire()
-        own = kwargs.get("txn")
-        deadline: float | None = None
-        for name, block in written_keys(kwargs):
-            if block < 0:
-                holders = {t for (a, _), t in self.reserved.items() if a == name}
-            else:
-                t = self.reserved.get((name, block))
-                holders = set() if t is None else {t}
-            for t in holders - {own}:
-                d = self.txns[t].deadline
-                deadline = d if deadline is None else min(deadline, d)
-        return deadline
-
-    async def _wait_unreserved(self, op: str, kwargs: dict[str, Any]) -> None:
-        assert self._cond is not None
-        while True:
-            deadline = self.blocked_until(op, kwargs)
-            if deadline is None:
-                return
-            # on timeout the holder has expired; blocked_until drops it
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._cond.wait(), max(0.0, deadline - time.monotonic()))
-
     # -- running ops -----------------------------------------------------------
 
     async def run(self, op: str, cost: int = 0, **kwargs: Any) -> Any:
@@ -224,7 +132,7 @@ class PSServer:
         acquired = False
         try:
             async with self._cond:
-                await self._wait_unreserved(op, kwargs)
+                await self.wait_unreserved(op, kwargs)
                 self.waiting -= 1
                 acquired = True
                 start = time.perf_counter()

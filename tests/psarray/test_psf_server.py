@@ -8,11 +8,12 @@ import dask
 import numpy as np
 import pytest
 
+from daskangel import ops
 from daskangel.errors import BlockBusyError, PSFError, ShapeMismatchError
 from daskangel.psarray import InitSpec, Partition, PSServer
 from daskangel.psarray._blocks import DenseBlock, SparseBlock
 
-SCALE = {"name": "daskangel.ops._maps:Scale", "params": {"alpha": 2.0}}
+SCALE = ops.Scale(2.0).psf_spec()
 GEOM = [[1, False, 2]]
 
 
@@ -168,7 +169,7 @@ def test_prepared_transaction_expires():
 def test_failed_prepare_holds_nothing():
     s = make_server()
     bad = psf_kwargs(txn="t", txn_wait=False)
-    bad["spec"] = {"name": "daskangel.ops._maps:Map", "params": {"func": "nope", "args": []}}
+    bad["spec"] = ops.Map("nope").psf_spec()
     with pytest.raises(PSFError, match="no registered function"):
         s.dispatch("psf_prepare", **bad)
     assert s.reserved == {} and s.txns == {}
