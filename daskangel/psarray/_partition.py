@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import config
 from ..errors import PSIndexError, ShapeMismatchError
 from . import _kernels as K
 from ._blocks import DenseBlock, InitSpec, SparseBlock
@@ -158,9 +159,11 @@ class Partition:
         if not self.sparse:
             return self.array
         r, c = self.shape
-        if r * c * self.dtype.itemsize > 2**31:
+        limit = config.get_bytes("daskangel.ops.max-densify-bytes")
+        if r * c * self.dtype.itemsize > limit:
             raise MemoryError(
-                f"array {self.name!r} block {self.block}: a dense copy of {self.shape} is too large"
+                f"array {self.name!r} block {self.block}: a dense copy of {self.shape} would "
+                f"exceed daskangel.ops.max-densify-bytes = {limit:,}"
             )
         if self.lazy:
             rows = np.repeat(np.arange(r, dtype=np.int64), c)

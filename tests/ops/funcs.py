@@ -129,3 +129,13 @@ class Snapshot(ops.GetFunc):
                 blk = np.asarray(blk)
                 o[r0 : r0 + blk.shape[0], c0 : c0 + blk.shape[1]] = blk
         return out
+
+
+@ops.register_function("tests.ops.funcs:zip_plus_index")
+def zip_plus_index(a, b, rows, cols, scale=1.0):
+    return a - b + scale * (rows * 100 + cols)
+
+
+@ops.register_function("tests.ops.funcs:zip3_plus_index")
+def zip3_plus_index(a, b, c, rows, cols):
+    return a * b + c + rows - cols

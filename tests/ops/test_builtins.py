@@ -40,6 +40,10 @@ REDUCTIONS = {
         lambda ax: ops.Norm(ord=1, axis=ax),
         lambda a, ax: np.abs(a.astype(float)).sum(axis=ax),
     ),
+    "Norm2": (
+        lambda ax: ops.Norm(ord=2, axis=ax),
+        lambda a, ax: np.sqrt((a.astype(float) ** 2).sum(axis=ax)),
+    ),
 }
 
 
@@ -230,6 +234,32 @@ def test_axpy_copy_fma(mps, lay, seed, alpha):
         np.testing.assert_array_equal(y.arr.get(), z.ref)
     finally:
         drop(mps, x, y, z)
+
+
+@SETTINGS
+@given(lay=layouts(dtypes=("float64",)), seed=seeds, scale=st.floats(-2, 2))
+def test_zip_maps_with_index(mps, lay, seed, scale):
+    a = build(mps, lay, seed)
+    b = build(mps, lay, seed + 1, like=a.arr)
+    c = build(mps, lay, seed + 2, like=a.arr)
+    try:
+        rows, cols = np.indices((lay.rows, lay.cols))
+        rows, cols = rows.reshape(a.ref.shape), cols.reshape(a.ref.shape)
+        z2 = ops.Zip2MapWithIndex("tests.ops.funcs:zip_plus_index", (scale,))
+        z3 = ops.Zip3MapWithIndex("tests.ops.funcs:zip3_plus_index")
+        if lay.kind != "dense":
+            with pytest.raises(angel.errors.PSFError, match="indices is undefined"):
+                mps.psf(z2, a.arr, b.arr, c.arr)
+            return
+        mps.psf(z2, a.arr, b.arr, c.arr)  # c = a - b + scale * (100 r + c)
+        want_c = a.ref - b.ref + scale * (rows * 100 + cols)
+        np.testing.assert_allclose(c.arr.get(), want_c, **tol(lay.dtype))
+        mps.psf(z3, a.arr, b.arr, c.arr)  # a = a * b + c + r - col
+        np.testing.assert_allclose(
+            a.arr.get(), a.ref * b.ref + want_c + rows - cols, **tol(lay.dtype)
+        )
+    finally:
+        drop(mps, a, b, c)
 
 
 # -- initialisation ---------------------------------------------------------------------------

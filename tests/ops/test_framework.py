@@ -213,3 +213,18 @@ def test_psf_on_closed_context_and_bad_func(client):
             x.psf(ops.Add(), np.ones(10))
     with pytest.raises(angel.errors.ContextClosedError):
         x.psf(ops.Sum())
+
+
+def test_lazy_random_sparse_arrays(ps):
+    """Whole-array maps and reductions refuse lazily initialised sparse arrays; row and
+    column pulls see the lazily drawn values, exactly as get does."""
+    x = ps.random("x", (4, 50), seed=3, sparse=True, partitioner=angel.HashPartitioner(3))
+    with pytest.raises(PSFError, match="lazy random initialisation"):
+        x.psf(ops.Sum())
+    with pytest.raises(PSFError, match="lazy random initialisation"):
+        x.psf(ops.Scale(2.0))
+    want = ps.random("dense", (4, 50), seed=3).get()
+    np.testing.assert_array_equal(x.psf(ops.GetRows(rows=[2, 0])), want[[2, 0]])
+    np.testing.assert_array_equal(x.psf(ops.GetCols(cols=[49, 7])), want[:, [49, 7]])
+    x.psf(ops.Fill(1.0))  # no longer lazy: every entry reads 1
+    assert x.psf(ops.Sum()) == 200.0
