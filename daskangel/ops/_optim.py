@@ -79,12 +79,25 @@ class Optimizer:
     def hyper(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
+    def _base(self, weights: PSArray, name: str | None) -> str:
+        return name or f"{weights.name}-{type(self).__name__.lower()}"
+
     def attach(self, ps: PSContext, weights: PSArray, name: str | None = None) -> BoundOptimizer:
-        """Create the state arrays next to ``weights``; return the bound optimiser."""
-        base = name or f"{weights.name}-{type(self).__name__.lower()}"
+        """Create the state arrays next to ``weights``; return the bound optimiser.
+
+        State arrays are named ``{name}-{slot}``, ``name`` defaulting to
+        ``{weights.name}-{optimiser}`` (e.g. ``w-adam-m``).
+        """
+        base = self._base(weights, name)
         state = {}
         for slot, dtype, init in self.state_slots():
             state[slot] = ps.full_like(weights, init, f"{base}-{slot}", dtype=dtype)
+        return BoundOptimizer(self, weights, state)
+
+    def reattach(self, ps: PSContext, weights: PSArray, name: str | None = None) -> BoundOptimizer:
+        """Bind to state arrays an earlier :meth:`attach` created (e.g. in another process)."""
+        base = self._base(weights, name)
+        state = {slot: ps.get_array(f"{base}-{slot}") for slot, _, _ in self.state_slots()}
         return BoundOptimizer(self, weights, state)
 
 

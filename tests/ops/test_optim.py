@@ -262,5 +262,13 @@ def test_bound_optimizer_steps_from_dask_tasks(ps, client):
 
     assert sorted(client.gather(client.map(push, [opt] * 10, range(10)))) == list(range(10))
     np.testing.assert_array_equal(w.get(), -np.ones(100))
+    again = ops.SGD(lr=1.0).reattach(ps, w)
+    assert [a.name for a in again.arrays] == ["w"]  # SGD keeps no state
+    adam = ops.Adam(lr=0.1).attach(ps, w, name="wa")
+    assert sorted(adam.state) == ["m", "t", "v"] and adam.state["m"].name == "wa-m"
+    adam.step(np.ones(2), cols=[0, 1])
+    back = ops.Adam(lr=0.1).reattach(ps, w, name="wa")
+    np.testing.assert_array_equal(back.state["t"].get(cols=[0, 1, 2]), [1, 1, 0])
+    adam.drop(ps)
     opt.drop(ps)
     assert sorted(ps.arrays()) == ["w"]
