@@ -9,8 +9,9 @@ Example
 
 from __future__ import annotations
 
-from . import config, errors, ops
+from . import _compat, config, errors, ops  # noqa: F401 - _compat registers serialisers
 from .context import PSContext
+from .persist import load_arrays
 from .psarray import (
     AutoPartitioner,
     BlockPartitioner,
@@ -33,4 +34,5 @@ __all__ = [
     "config",
     "errors",
     "ops",
+    "load_arrays",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import _snapshot_ops  # noqa: F401 - registers the snapshot server ops
 from ._array import PSArray, PSFuture
 from ._blocks import InitSpec
 from ._layout import (
@@ -17,7 +18,7 @@ from ._meta import ArrayMeta, BlockInfo, ServerId
 from ._partition import Partition
 from ._psf_client import check_copartitioned
 from ._psf_server import PSF_REGISTRY, psf_name, register_psf
-from ._server import PSServer, PSWorkerPlugin, server_op
+from ._server import PSServer, PSWorkerPlugin, server_async_op, server_op
 
 __all__ = [
     "ArrayMeta",
@@ -40,5 +41,6 @@ __all__ = [
     "check_copartitioned",
     "psf_name",
     "register_psf",
+    "server_async_op",
     "server_op",
 ]

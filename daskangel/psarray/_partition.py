@@ -28,6 +28,7 @@ Example
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -326,14 +327,31 @@ class Partition:
                     f"values of block {self.block} of {self.name!r} changed length or dtype"
                 )
 
-    def commit(self) -> None:
-        """Apply the staged changes to the block (after every block validated)."""
+    def commit(self, write: Callable[[Any, Callable[[Any], None]], None] | None = None) -> None:
+        """Apply the staged changes (after every block of the request validated).
+
+        ``write(block, fn)`` applies ``fn`` to the block and, during a pending
+        snapshot cut, to the cut's copy too (``PSServer.write_block``).
+        """
         if not self.changed:
             return
-        blk = self._blk
+        if write is None:
+            self.apply_to(self._blk)
+        else:
+            write(self._blk, self.apply_to)
+
+    @property
+    def source(self) -> DenseBlock | SparseBlock:
+        """The block this view was made from."""
+        return self._blk
+
+    def apply_to(self, blk: DenseBlock | SparseBlock) -> None:
+        """Apply the staged changes to ``blk``: the source block, or a copy of it
+        (a snapshot cut's), which gets copies of any replaced arrays."""
+        own = blk is self._blk
         if isinstance(blk, DenseBlock):
             if self._data is not None:
-                blk.data = self._data
+                blk.data = self._data if own else self._data.copy()
             for r, c, v in self._writes:
                 K.scatter_coo(blk.data, r, c, v, False)
             blk.version += 1
@@ -345,9 +363,16 @@ class Partition:
                 blk.init = init
         if self._replace is not None:
             k, v = self._replace
+            if not own:
+                k, v = k.copy(), v.copy()
             blk.keys, blk.vals, blk.n = k, v, int(k.shape[0])
         elif self._values is not None:
-            blk.vals[: blk.n] = self._values
+            if own:
+                blk.vals[: blk.n] = self._values
+            else:  # the copy may hold other keys: set ours by key
+                src: SparseBlock = self._blk  # type: ignore[assignment]
+                r, c = np.divmod(src.keys[: src.n], src.shape[1])
+                blk.update_coo(r, c, self._values, add=False)
         if self._default is not _KEEP:
             blk.default = self._default
         for r, c, v in self._writes:

@@ -91,27 +91,27 @@ def _views(
     server: PSServer,
     arrays: list[str],
     geometry: list[list[Any]],
-    parts: list[dict[str, Any]],
+    part: dict[str, Any],
     writes: list[int],
-) -> list[list[Partition]]:
-    """One view per array for every part; raises StaleLayoutError before any work."""
-    blocks = [[server.block(a, int(p["block"])) for a in arrays] for p in parts]
+    cut: bool = False,
+) -> list[Partition]:
+    """One view per array of a part (over the snapshot cut's copies with ``cut``)."""
+    b = int(part["block"])
     out = []
-    for p, blks in zip(parts, blocks, strict=True):
-        b = int(p["block"])
+    for i, (a, g) in enumerate(zip(arrays, geometry, strict=True)):
+        blk = server.block(a, b)
+        if cut:
+            blk = server.shadows.get((a, b), blk)
         out.append(
-            [
-                Partition(
-                    a,
-                    b,
-                    blk,
-                    writable=i in writes,
-                    n_rows=int(g[0]),
-                    hashed=bool(g[1]),
-                    n_col_blocks=int(g[2]),
-                )
-                for i, (a, blk, g) in enumerate(zip(arrays, blks, geometry, strict=True))
-            ]
+            Partition(
+                a,
+                b,
+                blk,
+                writable=i in writes,
+                n_rows=int(g[0]),
+                hashed=bool(g[1]),
+                n_col_blocks=int(g[2]),
+            )
         )
     return out
 
@@ -124,6 +124,16 @@ def _fail(server: PSServer, spec: dict[str, Any], arrays: list[str], block: int)
     )
 
 
+# [(view of the live block, view of the pending snapshot cut's copy or None)]
+Staged = list[tuple[Partition, Partition | None]]
+
+
+def _before_cut(server: PSServer, clock: int | None) -> bool:
+    """True when a write of ``clock`` belongs in the pending snapshot cut."""
+    cut = server.cut_clock
+    return server.cut_active and cut is not None and (clock is None or clock <= cut)
+
+
 def _run(
     server: PSServer,
     kind: str,
@@ -132,25 +142,43 @@ def _run(
     geometry: list[list[Any]],
     parts: list[dict[str, Any]],
     writes: list[int],
-) -> tuple[list[Any], list[Partition]]:
-    """Run partition code on every part; return results and the views to commit."""
-    views = _views(server, arrays, geometry, parts, writes)
+    clock: int | None = None,
+) -> tuple[list[Any], Staged]:
+    """Run partition code on every part; return results and the views to commit.
+
+    An update that belongs in a pending snapshot cut while some of its blocks
+    already changed after the cut runs a second time on the cut's copies, so the
+    snapshot holds what the psf computes from the cut's state.
+    """
+    for p in parts:  # StaleLayoutError before any work
+        for a in arrays:
+            server.block(a, int(p["block"]))
     func = resolve_psf(spec)
     results: list[Any] = []
-    staged: list[Partition] = []
-    for p, vs in zip(parts, views, strict=True):
+    staged: Staged = []
+    in_cut = kind == "update" and _before_cut(server, clock)
+    for p in parts:
+        b = int(p["block"])
+        params = p.get("params") or {}
         try:
+            vs = _views(server, arrays, geometry, p, writes)
             if kind == "get":
-                results.append(func.partition_get(*vs, **(p.get("params") or {})))
-            else:
-                func.partition_update(*vs, **(p.get("params") or {}))
-                results.append(True)
-                for v in vs:
-                    if v.changed:
-                        v.validate()
-                        staged.append(v)
+                results.append(func.partition_get(*vs, **params))
+                continue
+            func.partition_update(*vs, **params)
+            results.append(True)
+            cut_vs: list[Partition | None] = [None] * len(vs)
+            if in_cut and any((a, b) in server.shadows for a in arrays):
+                cut_vs = list(_views(server, arrays, geometry, p, writes, cut=True))
+                func.partition_update(*cut_vs, **params)
+            for v, c in zip(vs, cut_vs, strict=True):
+                if v.changed or (c is not None and c.changed):
+                    v.validate()
+                    if c is not None:
+                        c.validate()
+                    staged.append((v, c))
         except Exception:  # noqa: BLE001 - every failure goes back with its traceback
-            raise _fail(server, spec, arrays, int(p["block"])) from None
+            raise _fail(server, spec, arrays, b) from None
     return results, staged
 
 
@@ -168,6 +196,26 @@ def _psf_get(
     return results
 
 
+def _commit(server: PSServer, staged: Staged, clock: int | None) -> None:
+    """Commit staged views, keeping a pending snapshot cut consistent."""
+    for v, _ in staged:
+        if server.blocks.get((v.name, v.block)) is not v.source:
+            raise PSFError(
+                f"psf commit: block {v.block} of {v.name!r} on server {server.address}#"
+                f"{server.index} was replaced (restored or dropped) since it was computed; "
+                "nothing of this commit was applied here, other servers may have committed"
+            )
+    for live, cut in staged:
+        key = (live.name, live.block)
+        if cut is not None and key not in server.shadows:
+            server.shadows[key] = live.source.copy()  # the cut gets its own version
+
+        def apply(target: Any, live: Partition = live, cut: Partition | None = cut) -> None:
+            (live if target is live.source or cut is None else cut).apply_to(target)
+
+        server.write_block(key, live.source, clock, apply)
+
+
 @server_op("psf_update", writes=True)
 def _psf_update(
     server: PSServer,
@@ -179,13 +227,16 @@ def _psf_update(
     writes: list[int],
     written: list[str],
     tag: list[Any] | None = None,
+    clock: int | None = None,
 ) -> list[bool]:
-    """Run an update psf on this server's blocks: compute all, then commit all."""
+    """Run an update psf on this server's blocks: compute all, then commit all.
+
+    ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts.
+    """
     if seen_tag(server, tag):
         return [True] * len(parts)
-    results, staged = _run(server, "update", spec, arrays, geometry, parts, writes)
-    for v in staged:
-        v.commit()
+    results, staged = _run(server, "update", spec, arrays, geometry, parts, writes, clock)
+    _commit(server, staged, clock)
     record_tag(server, tag)
     return results
 
@@ -202,6 +253,7 @@ def _psf_prepare(
     written: list[str],
     txn: str,
     txn_wait: bool = True,
+    clock: int | None = None,
 ) -> list[bool]:
     """Phase one: compute and stage every part, hold the written blocks for ``txn``."""
     if txn in server.txns:  # a resent prepare
@@ -210,11 +262,11 @@ def _psf_prepare(
     timeout = config.get_seconds("daskangel.ops.prepare-timeout")
     server.reserve(txn, keys, None, timeout)  # raises BlockBusyError before any work
     try:
-        results, staged = _run(server, "update", spec, arrays, geometry, parts, writes)
+        results, staged = _run(server, "update", spec, arrays, geometry, parts, writes, clock)
     except BaseException:
         server.release(txn)
         raise
-    server.txns[txn] = replace(server.txns[txn], staged=staged)
+    server.txns[txn] = replace(server.txns[txn], staged=(staged, clock))
     return results
 
 
@@ -230,8 +282,8 @@ def _psf_commit(server: PSServer, array: str, parts: list[dict[str, Any]], txn: 
             f"{server.index}: its prepare expired (daskangel.ops.prepare-timeout) or the "
             "server restarted; other servers may have committed"
         )
-    for v in p.staged:
-        v.commit()
+    staged, clock = p.staged
+    _commit(server, staged, clock)
     record_tag(server, [txn, 0])
     return [True] * len(parts)
 

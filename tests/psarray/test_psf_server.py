@@ -174,3 +174,66 @@ def test_failed_prepare_holds_nothing():
         s.dispatch("psf_prepare", **bad)
     assert s.reserved == {} and s.txns == {}
     np.testing.assert_array_equal(values(s), np.ones(8))
+
+
+def test_psf_updates_keep_snapshot_cuts_consistent():
+    s = make_server()
+    s.dispatch("cut_begin", clock=None)  # a cut "now": later writes stay out of it
+    s.dispatch("psf_update", **psf_kwargs())
+    cut = s.dispatch("cut_take", array="w", parts=[{"block": 0}, {"block": 1}])
+    np.testing.assert_array_equal(np.concatenate([b.data[0] for b in cut]), np.ones(8))
+    np.testing.assert_array_equal(values(s), np.full(8, 2.0))
+    s.dispatch("cut_end")
+    s.dispatch("cut_begin", clock=5)  # a cut at clock 5: a write of clock 4 is in it
+    s.dispatch("psf_update", **psf_kwargs(clock=6))
+    s.dispatch("psf_update", **psf_kwargs(clock=4))
+    cut = s.dispatch("cut_take", array="w", parts=[{"block": 0}])
+    np.testing.assert_array_equal(cut[0].data[0], np.full(4, 4.0))  # 2 -> (clock 4) 4
+    np.testing.assert_array_equal(values(s), np.full(8, 8.0))  # live: both applied
+    assert cut[0].data is not s.block("w", 0).data  # the cut never aliases the live block
+
+
+def test_commit_refuses_a_block_replaced_since_prepare():
+    s = make_server()
+    s.dispatch("psf_prepare", **psf_kwargs(txn="t", txn_wait=False))
+    s.blocks[("w", 1)] = DenseBlock(np.full((1, 4), 9.0), 0, 4, 8)  # e.g. a restore
+    with pytest.raises(PSFError, match="was replaced"):
+        s.dispatch("psf_commit", array="w", parts=[{"block": 0}], txn="t")
+    np.testing.assert_array_equal(values(s), [1, 1, 1, 1, 9, 9, 9, 9])
+
+
+def test_psf_before_a_cut_reads_the_cut_state_of_its_inputs():
+    s = PSServer("local", 0)
+    for name, v in (("x", 1.0), ("y", 10.0)):
+        spec = {
+            "block": 0,
+            "kind": "dense",
+            "shape": (1, 3),
+            "dtype": "float64",
+            "init": InitSpec("const", v).to_dict(),
+            "row0": 0,
+            "col0": 0,
+            "n_cols": 3,
+        }
+        s.dispatch("create", array=name, blocks=[spec])
+    s.dispatch("cut_begin", clock=5)
+    s.dispatch(
+        "update",
+        array="x",
+        add=True,
+        clock=6,
+        parts=[{"block": 0, "rows": None, "cols": None, "values": np.full((1, 3), 100.0)}],
+    )
+    axpy = dict(
+        array="x",
+        parts=[{"block": 0, "params": {}}],
+        spec=ops.Axpy(2.0).psf_spec(),
+        arrays=["x", "y"],
+        geometry=[[1, False, 1]] * 2,
+        writes=[1],
+        written=["y"],
+    )
+    s.dispatch("psf_update", **axpy, clock=4)  # belongs in the cut: uses the cut's x
+    cut = s.dispatch("cut_take", array="y", parts=[{"block": 0}])
+    np.testing.assert_array_equal(cut[0].data, [[12.0, 12.0, 12.0]])  # 10 + 2 * 1
+    np.testing.assert_array_equal(s.block("y", 0).data, [[212.0, 212.0, 212.0]])  # 10 + 2 * 101
