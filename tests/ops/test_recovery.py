@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dask
 import numpy as np
 import pytest
 from distributed import Client
@@ -15,6 +16,8 @@ from tests.conftest import kill_worker, make_cluster
 @pytest.mark.timeout(240)
 def test_optimizer_state_moves_with_its_weights(tmp_path):
     with (
+        # calls to the dead server give up sooner (each array's cached layout tries once)
+        dask.config.set({"daskangel.client.connect-timeout": "2s"}),
         make_cluster(n_workers=3, threads=1) as cluster,
         Client(cluster) as client,
         angel.PSContext(client, snapshot=str(tmp_path / "snap")) as ps,
