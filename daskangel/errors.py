@@ -23,6 +23,7 @@ from __future__ import annotations
 __all__ = [
     "ArrayExistsError",
     "ArrayNotFoundError",
+    "BlockBusyError",
     "CastingError",
     "ContextClosedError",
     "DaskAngelError",
@@ -32,6 +33,7 @@ __all__ = [
     "NonFiniteError",
     "NotCoPartitionedError",
     "PSFError",
+    "PSFNotAllowedError",
     "PSIndexError",
     "RequestTooLargeError",
     "ServerLostError",
@@ -96,6 +98,20 @@ class NotCoPartitionedError(DaskAngelError, ValueError):
 
 class PSFError(DaskAngelError, RuntimeError):
     """A PS function failed on a server; the message carries the remote traceback."""
+
+
+class PSFNotAllowedError(PSFError):
+    """A psf would have to travel as a pickled callable and that is not allowed.
+
+    Servers only run psfs addressed by importable name unless the config key
+    ``daskangel.ops.allow-pickled-psf`` is true (on the caller and on the workers).
+    (Not a ``PermissionError``: that is an ``OSError``, which callers read as a
+    lost server.)
+    """
+
+
+class BlockBusyError(DaskAngelError, RuntimeError):
+    """A block is held by a two-phase psf update that has prepared but not committed."""
 
 
 class SyncError(DaskAngelError, RuntimeError):

@@ -20,6 +20,9 @@ from ._layout import (
     RangePartitioner,
 )
 from ._meta import ArrayMeta, BlockInfo, ServerId
+from ._partition import Partition
+from ._psf_client import check_copartitioned
+from ._psf_server import PSF_REGISTRY, psf_name, register_psf
 from ._server import PSServer, PSWorkerPlugin, server_async_op, server_op
 
 __all__ = [
@@ -35,11 +38,16 @@ __all__ = [
     "PSAgent",
     "PSArray",
     "PSFuture",
+    "PSF_REGISTRY",
+    "Partition",
     "PSServer",
     "PSWorkerPlugin",
     "Partitioner",
     "RangePartitioner",
     "ServerId",
+    "check_copartitioned",
+    "psf_name",
+    "register_psf",
     "server_async_op",
     "agent_of",
     "get_agent",

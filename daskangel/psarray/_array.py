@@ -404,6 +404,36 @@ class PSArray:
         b = self._binding
         b.run(b.call_blocks, self.name, "fill", parts, {}, {"value": v.astype(m.dtype).item()})
 
+    # -- psf --------------------------------------------------------------------
+
+    def psf_async(self, func: Any, *others: PSArray, atomic: bool = True) -> PSFuture:
+        """Start :meth:`psf`; return a :class:`PSFuture` of its result."""
+        from ._psf_client import run_psf
+
+        names = [self.name] + [_name_of(o) for o in others]
+        b = self._binding
+        return PSFuture(b.submit(run_psf, b, func, names, atomic), lambda r: r)
+
+    def psf(self, func: Any, *others: PSArray, atomic: bool = True) -> Any:
+        """Run the PS function ``func`` on this array's servers (and ``others``').
+
+        ``func`` is a psf object, e.g. from ``daskangel.ops``: a *get* psf
+        (``ops.Sum(axis=1)``, ``ops.Dot()`` ...) runs next to each block and returns
+        the merged partial results; an *update* psf (``ops.Scale(2.0)``,
+        ``ops.Axpy(alpha=0.5)`` ...) changes the blocks in place and returns
+        ``None`` when every block is done.  ``others`` must be co-partitioned with
+        this array (``ps.zeros_like``).  An update is all-or-nothing: if partition
+        code raises on any block, no block changes and :class:`PSFError` carries
+        the remote traceback.  ``atomic=False`` lets each server commit on its own
+        (one round trip instead of two; a failure may then leave some servers
+        updated).
+        """
+        from ._psf_client import run_psf
+
+        names = [self.name] + [_name_of(o) for o in others]
+        b = self._binding
+        return b.run(run_psf, b, func, names, atomic)
+
     # -- dask -------------------------------------------------------------------
 
     def version_token(self) -> str:
@@ -461,6 +491,12 @@ class PSArray:
             f"<tr><th>logical bytes</th><td>{format_bytes(m.shape[0] * m.shape[1] * m.itemsize)}</td></tr>"
             f"</table><table><tr><th>server</th><th>blocks</th></tr>{rows}</table></div>"
         )
+
+
+def _name_of(arr: Any) -> str:
+    if not isinstance(arr, PSArray):
+        raise TypeError(f"arrays: expected PSArray operands, got {type(arr).__name__}")
+    return arr.name
 
 
 def _expand(plan: AxisPlan) -> np.ndarray:

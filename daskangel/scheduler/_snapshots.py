@@ -371,10 +371,17 @@ class SnapshotService:
             servers = self.registry.ctx_servers[ctx]
             targets: dict[str, list[list[Any]]] = {}
             blocks: dict[str, list[int]] = {}
+            # {(block servers before the loss, lost blocks): new servers}: arrays that
+            # were co-partitioned (psfs, optimiser state) move their blocks together
+            moved: dict[tuple[Any, ...], list[ServerId]] = {}
             for n in names:
                 m = self.registry.arrays[n]
                 lost = sorted(m["lost"])
-                new = place_blocks([int(m["blocks"][b]["bytes"]) for b in lost], servers, load)
+                key = (tuple(tuple(s) for s in m["servers"]), tuple(lost))
+                new = moved.get(key) or place_blocks(
+                    [int(m["blocks"][b]["bytes"]) for b in lost], servers, load
+                )
+                moved[key] = new
                 tgt = [list(s) for s in m["servers"]]
                 for b, s in zip(lost, new, strict=True):
                     tgt[b] = [s[0], s[1]]
