@@ -171,6 +171,7 @@ class PSContext:
         if snapshot is None and snapshot_every is not None:
             raise ValueError("snapshot_every: needs snapshot=<url> to write to")
         self.snapshot_url = snapshot
+        self.snapshot_every_clocks = every_clocks
         self.recovery = recovery
         self.client.sync(
             self._scheduler.daskangel_snapshot_config,

@@ -385,7 +385,9 @@ class PSAgent(KeySetPulls):
                     del self.keyset_fetches[fk]
 
     def forget_job(self, job: str) -> None:
-        """Drop everything kept for a finished job."""
+        """Drop everything kept for a finished (or rolled back) job, including its
+        buffered increments that were not pushed yet."""
+        self.pusher.drop_job(job)
         with self._lock:
             for sk in [k for k in self.stores if k[0] == job]:
                 del self.stores[sk]

@@ -39,6 +39,7 @@ from ._routing import (
     plan_axis,
     route_coo,
 )
+from ._taskclock import current_clock
 
 if TYPE_CHECKING:
     import dask.array
@@ -341,7 +342,7 @@ class PSArray:
         if not parts:
             return None
         b = self._binding
-        extra = {"add": add, "tag": b.next_tag()}
+        extra = {"add": add, "tag": b.next_tag(), "clock": current_clock()}
         return b.submit(b.call_blocks, self.name, "update", parts, cost, extra)
 
     def increment_async(
@@ -402,7 +403,8 @@ class PSArray:
         )
         parts = {blk: {"block": blk} for blk in range(m.layout.n_blocks)}
         b = self._binding
-        b.run(b.call_blocks, self.name, "fill", parts, {}, {"value": v.astype(m.dtype).item()})
+        extra = {"value": v.astype(m.dtype).item(), "clock": current_clock()}
+        b.run(b.call_blocks, self.name, "fill", parts, {}, extra)
 
     # -- psf --------------------------------------------------------------------
 
@@ -412,7 +414,7 @@ class PSArray:
 
         names = [self.name] + [_name_of(o) for o in others]
         b = self._binding
-        return PSFuture(b.submit(run_psf, b, func, names, atomic), lambda r: r)
+        return PSFuture(b.submit(run_psf, b, func, names, atomic, current_clock()), lambda r: r)
 
     def psf(self, func: Any, *others: PSArray, atomic: bool = True) -> Any:
         """Run the PS function ``func`` on this array's servers (and ``others``').
@@ -432,7 +434,7 @@ class PSArray:
 
         names = [self.name] + [_name_of(o) for o in others]
         b = self._binding
-        return b.run(run_psf, b, func, names, atomic)
+        return b.run(run_psf, b, func, names, atomic, current_clock())
 
     # -- dask -------------------------------------------------------------------
 

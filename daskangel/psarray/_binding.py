@@ -240,6 +240,7 @@ class Binding:
         """``meta`` once no block of the request is lost: waits for a running
         recovery, raises :class:`ServerLostError` when nothing can rebuild them."""
         loop = asyncio.get_running_loop()
+        refreshed = False
         while True:
             lost = sorted(b for b in blocks if b in meta.lost)
             if not lost:
@@ -247,6 +248,10 @@ class Binding:
             remaining = deadline - loop.time()
             if meta.recovering and remaining > 0:
                 meta = await self._wait(meta.name, meta.generation, remaining)
+                continue
+            if not refreshed:  # the cached metadata may predate a finished recovery
+                meta = await self.meta(meta.name, refresh=True)
+                refreshed = True
                 continue
             servers = sorted({str(meta.servers[b]) for b in lost})
             why = (

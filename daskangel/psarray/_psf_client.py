@@ -103,7 +103,9 @@ def _check_output(name: str, result: Any, want: Any) -> None:
         raise PSFError(f"psf {name}: result has dtype {got.dtype}, expected {np.dtype(dtype)}")
 
 
-async def run_psf(binding: Binding, func: Any, names: list[str], atomic: bool = True) -> Any:
+async def run_psf(
+    binding: Binding, func: Any, names: list[str], atomic: bool = True, clock: int | None = None
+) -> Any:
     """Run ``func`` over the arrays ``names`` (co-partitioned); see the module docstring."""
     kind = getattr(func, "psf_kind", None)
     if kind not in ("get", "update"):
@@ -146,6 +148,7 @@ async def run_psf(binding: Binding, func: Any, names: list[str], atomic: bool = 
     writes = sorted(func.writes_for(len(names))) if hasattr(func, "writes_for") else [0]
     extra["writes"] = writes
     extra["written"] = [names[i] for i in writes]
+    extra["clock"] = clock  # the writing task's clock, for snapshot cuts
     servers = sorted({metas[0].servers[b] for b in parts})
     if len(servers) == 1 or not atomic:
         extra["tag"] = binding.next_tag()

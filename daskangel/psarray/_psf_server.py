@@ -35,7 +35,7 @@ from typing import Any
 from .. import config
 from ..errors import PSFError, PSFNotAllowedError
 from ._partition import Partition
-from ._server import PSServer, record_tag, seen_tag, server_op
+from ._server import PSServer, record_tag, seen_tag, server_op, unapplied
 
 __all__ = ["PSF_REGISTRY", "psf_name", "register_psf", "resolve_psf"]
 
@@ -233,12 +233,16 @@ def _psf_update(
 
     ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts.
     """
-    if seen_tag(server, tag):
+    todo = unapplied(server, tag, array, parts)
+    if not todo:
         return [True] * len(parts)
-    results, staged = _run(server, "update", spec, arrays, geometry, parts, writes, clock)
+    results, staged = _run(server, "update", spec, arrays, geometry, todo, writes, clock)
     _commit(server, staged, clock)
-    record_tag(server, tag)
-    return results
+    record_tag(server, tag, array, todo)
+    if len(todo) == len(parts):
+        return results
+    done = iter(results)
+    return [next(done) if p in todo else True for p in parts]
 
 
 @server_op("psf_prepare", writes=True)

@@ -287,6 +287,18 @@ class UpdatePusher:
                     raise
                 await asyncio.sleep(min(2.0, 0.05 * 2**attempt))
 
+    def drop_job(self, job: str) -> int:
+        """Discard the buffered (unsent) increments of ``job``; return how many buffers.
+
+        Used when a job rolls back: its tasks restart from a snapshot, and what
+        they had buffered belongs to the abandoned run.
+        """
+        with self._cv:
+            keys = [k for k in self.buffers if k[0] == job]
+            for k in keys:
+                del self.buffers[k]
+        return len(keys)
+
     def buffered_bytes(self) -> int:
         with self._cv:
             return sum(b.nbytes for b in self.buffers.values())

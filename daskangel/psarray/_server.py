@@ -112,13 +112,14 @@ class PSServer(Holds):
         # {op_name: [calls, seconds, bytes_in_out]}
         self.op_stats: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0])
         self.waiting = 0
-        # {writer_id: OrderedDict(seq -> None)}: recently applied write tags, so a
-        # retried write is applied exactly once
-        self.applied: dict[str, OrderedDict[int, None]] = {}
+        # {writer_id: OrderedDict(seq -> {(array, block) applied})}: recently applied
+        # write tags, so a retried write is applied exactly once per block
+        self.applied: dict[str, OrderedDict[int, set[tuple[str, int]]]] = {}
         # pending consistent cut (snapshot): active?, its clock (None: "now"), and
         # {(array_name, block_id): copy of the block as of the cut} (copy-on-write)
         self.cut_active = False
         self.cut_clock: int | None = None
+        self.cut_id: str | None = None
         self.shadows: dict[tuple[str, int], Block] = {}
         # {restore_token: [((array_name, block_id), Block), ...]} read, not yet installed
         self.staged: dict[str, list[tuple[tuple[str, int], Block]]] = {}
@@ -282,18 +283,43 @@ def _get(server: PSServer, array: str, parts: list[dict[str, Any]]) -> list[np.n
 
 
 def seen_tag(server: PSServer, tag: list[Any] | None) -> bool:
-    """True if a write with this ``[writer_id, seq]`` tag was applied already."""
+    """True if a write with this ``[writer_id, seq]`` tag was applied here already."""
     if tag is None:
         return False
     return int(tag[1]) in server.applied.get(str(tag[0]), ())
 
 
-def record_tag(server: PSServer, tag: list[Any] | None) -> None:
-    """Remember an applied write tag (the most recent ``write-tag-memory`` per writer)."""
+def unapplied(
+    server: PSServer, tag: list[Any] | None, array: str, parts: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The parts of a tagged write this server has not applied yet.
+
+    Tags are remembered per block: a write resent after some of its blocks moved
+    here (recovery) applies those parts even though this server applied the same
+    tag to its other blocks before.
+    """
+    if tag is None:
+        return parts
+    seqs = server.applied.get(str(tag[0]))
+    done = seqs.get(int(tag[1])) if seqs is not None else None
+    if not done:
+        return parts
+    return [p for p in parts if (array, int(p["block"])) not in done]
+
+
+def record_tag(
+    server: PSServer,
+    tag: list[Any] | None,
+    array: str = "",
+    parts: list[dict[str, Any]] = (),  # type: ignore[assignment]
+) -> None:
+    """Remember that ``parts`` of a tagged write were applied (the most recent
+    ``write-tag-memory`` tags per writer are kept)."""
     if tag is None:
         return
     seqs = server.applied.setdefault(str(tag[0]), OrderedDict())
-    seqs[int(tag[1])] = None
+    done = seqs.setdefault(int(tag[1]), set())
+    done.update((array, int(p["block"])) for p in parts)
     limit = int(config.get("daskangel.server.write-tag-memory"))
     while len(seqs) > limit:
         seqs.popitem(last=False)
@@ -312,7 +338,8 @@ def _update(
 
     ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts.
     """
-    if seen_tag(server, tag):
+    parts = unapplied(server, tag, array, parts)
+    if not parts:
         return False
     blocks = [server.block(array, int(p["block"])) for p in parts]
     for b, p in zip(blocks, parts, strict=True):
@@ -326,7 +353,7 @@ def _update(
         else:
             fn = lambda blk, p=p: blk.update(p["rows"], p["cols"], p["values"], add)  # noqa: E731
         server.write_block((array, int(p["block"])), b, clock, fn)
-    record_tag(server, tag)
+    record_tag(server, tag, array, parts)
     return True
 
 

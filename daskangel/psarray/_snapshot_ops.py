@@ -42,16 +42,21 @@ __all__: list[str] = []
 
 
 @server_op("cut_begin")
-def _cut_begin(server: PSServer, clock: int | None = None) -> None:
+def _cut_begin(server: PSServer, clock: int | None = None, cut: str | None = None) -> None:
     server.cut_active = True
     server.cut_clock = None if clock is None else int(clock)
+    server.cut_id = cut
     server.shadows.clear()
 
 
 @server_op("cut_end")
-def _cut_end(server: PSServer) -> None:
+def _cut_end(server: PSServer, cut: str | None = None) -> None:
+    """End the cut ``cut`` (a late end of an older snapshot leaves a newer cut alone)."""
+    if cut is not None and cut != server.cut_id:
+        return
     server.cut_active = False
     server.cut_clock = None
+    server.cut_id = None
     server.shadows.clear()
 
 
@@ -163,6 +168,7 @@ def _restore_commit(server: PSServer, token: str) -> int:
     staged = server.staged.pop(token, [])
     for key, b in staged:
         server.blocks[key] = b
+        server.shadows.pop(key, None)  # a cut copy of the replaced block is void
     return len(staged)
 
 

@@ -111,6 +111,11 @@ class Job:
         self.on_stop: list[Callable[[str], None]] = on_stop if on_stop is not None else []
 
     def check_alive(self) -> None:
+        if self.status == "rollback":
+            raise JobAbortedError(
+                f"job {self.id!r} is rolling back to its last snapshot after a lost worker; "
+                "every task restarts from there"
+            )
         if self.status in ("failed", "aborted"):
             why = self.error or {}
             who = (
@@ -170,6 +175,8 @@ class ClockService:
         self.jobs: OrderedDict[str, Job] = OrderedDict()
         # callbacks run with a job id when that job stops (other services hook in)
         self.stop_listeners: list[Callable[[str], None]] = []
+        # the snapshot service, told of every tick (clock-driven consistent snapshots)
+        self.snapshots: Any = None
         scheduler.handlers.update(
             {
                 "daskangel_job_register": self.register,
@@ -182,6 +189,7 @@ class ClockService:
                 "daskangel_job_close": self.close,
                 "daskangel_clock_table": self.table,
                 "daskangel_jobs": self.list_jobs,
+                "daskangel_task_resubmitted": self.task_resubmitted,
             }
         )
 
@@ -254,8 +262,13 @@ class ClockService:
             s.stop("done")
 
     def fail(self, job: str, task: int | None, error: str, traceback: str = "") -> bool:
-        """A task failed: stop the job and wake every waiter.  True for the first error."""
+        """A task failed: stop the job and wake every waiter.  True for the first error.
+
+        During a rollback, failures of tasks being stopped are expected and ignored.
+        """
         s = self.job(job)
+        if s.status == "rollback":
+            return False
         if task is not None:
             s.info[task]["status"] = "failed"
         if s.status in ("failed", "aborted"):
@@ -279,10 +292,14 @@ class ClockService:
     # -- clocks ---------------------------------------------------------------------
 
     @reports_abort
-    def tick(
+    async def tick(
         self, job: str, task: int, clock: int, stats: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Task ``task`` completed ``clock``; say whether it may run at the next one."""
+        """Task ``task`` completed ``clock``; say whether it may run at the next one.
+
+        At a snapshot boundary the snapshot service starts its cut before this
+        answers, so the task's writes of the new clock are after the cut.
+        """
         s = self.job(job)
         s.check_alive()
         new = s.table.tick(task, clock)
@@ -291,6 +308,8 @@ class ClockService:
         if stats:
             info["stats"] = stats
         s.wake()
+        if self.snapshots is not None:
+            await self.snapshots.on_tick(s, new)
         ready = s.table.ready(task, s.staleness)
         if ready:
             s.table.note_release(new)
@@ -349,6 +368,47 @@ class ClockService:
         if ev is None:
             ev = events[key] = asyncio.Event()
         return ev
+
+    # -- failures -----------------------------------------------------------------------
+
+    def remove_worker(self, worker: str) -> None:
+        """Tasks that ran on a removed worker are lost: the driver resubmits them."""
+        for s in self.jobs.values():
+            if s.status not in ("running", "rollback"):
+                continue
+            for t, info in enumerate(s.info):
+                if info["worker"] == worker and t not in s.table.done:
+                    info["status"] = "lost"
+
+    def task_resubmitted(self, job: str, task: int) -> None:
+        """The driver resubmitted a lost task (it resumes from its clock here)."""
+        s = self.job(job)
+        s.table.check_task(task)
+        s.info[task].update(status="restarting", worker=None)
+
+    def running_jobs(self, ctx: str) -> list[Job]:
+        return [s for s in self.jobs.values() if s.ctx == ctx and s.status == "running"]
+
+    def request_rollback(self, job: str, reason: str) -> None:
+        """Stop every task of ``job`` at its next clock / wait; the driver restarts them."""
+        s = self.job(job)
+        if s.status != "running":
+            return
+        s.status = "rollback"
+        s.error = {"error": reason}
+        for ev in [*s.floor_events.values(), *s.group_events.values()]:
+            ev.set()
+        s.floor_events.clear()
+        s.group_events.clear()
+
+    def rewind(self, job: str, clock: int) -> None:
+        """Every task of ``job`` restarts at ``clock`` (after a rollback restore)."""
+        s = self.job(job)
+        s.table = ClockTable(s.table.n, list(s.table.group_of), [clock] * s.table.n)
+        s.status = "running"
+        s.error = None
+        for info in s.info:
+            info.update(status="restarting", worker=None)
 
     # -- inspection -------------------------------------------------------------------
 

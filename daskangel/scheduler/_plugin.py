@@ -80,6 +80,9 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.groups = self.services["groups"] = GroupService(scheduler, self.clocks)
         self.status = self.services["status"] = StatusService(scheduler, self.registry, self.clocks)
         register_dashboard(scheduler, self.status)
+        # clock-driven snapshots and rollbacks need both services
+        self.clocks.snapshots = self.snapshots
+        self.snapshots.clocks = self.clocks
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         for service in self.services.values():

@@ -77,6 +77,12 @@ class SnapshotService:
         self._locks: dict[str, asyncio.Lock] = {}
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._recovering: set[asyncio.Task[None]] = set()
+        # {ctx_id: {"pending": clock of a begun cut or None, "last": last snapshot clock,
+        #           "job": job id}} clock-driven snapshots of training jobs
+        self.cuts: dict[str, dict[str, Any]] = {}
+        self._writing: set[asyncio.Task[Any]] = set()
+        # the clock service (set by the plugin): running jobs, rollbacks
+        self.clocks: Any = None
         scheduler.handlers.update(
             {
                 "daskangel_snapshot_config": self.configure,
@@ -84,6 +90,7 @@ class SnapshotService:
                 "daskangel_restore": self.restore,
                 "daskangel_snapshot_info": self.info,
                 "daskangel_wait_recovered": self.wait_recovered,
+                "daskangel_rollback": self.rollback,
             }
         )
 
@@ -164,15 +171,71 @@ class SnapshotService:
             own = {n: own[n] for n in names}
         return own
 
+    async def on_tick(self, job: Any, new_clock: int) -> None:
+        """Called by the clock service on every tick of a job.
+
+        Every ``every_clocks`` clocks: when the first task reaches clock ``t`` the
+        servers start a cut (writes of clock ``>= t`` are after it) before that
+        task goes on; when the slowest task reaches ``t`` every write of clock
+        ``< t`` has arrived (``clock()`` flushes first), and the snapshot "at
+        clock t" is written in the background.
+        """
+        policy = self.policies.get(job.ctx)
+        if policy is None or not policy.every_clocks or policy.url is None:
+            return
+        st = self.cuts.setdefault(job.ctx, {"pending": None, "last": 0, "job": job.id})
+        boundary = new_clock % policy.every_clocks == 0 and new_clock > st["last"]
+        if boundary and st["pending"] is None and not self._lock(job.ctx).locked():
+            # a boundary reached while the previous snapshot is still being written
+            # is skipped: a server holds one cut at a time
+            cut = uuid.uuid4().hex
+            st.update(pending=new_clock, job=job.id, cut=cut)
+            servers = self._servers(job.ctx)
+            await asyncio.gather(
+                *(
+                    self._call(job.ctx, s, "cut_begin", clock=new_clock - 1, cut=cut)
+                    for s in servers
+                )
+            )
+        m = job.table.min_clock
+        t = st["pending"]
+        if t is not None and st["job"] == job.id and (m is None or m >= t):
+            st.update(pending=None, last=t)
+            task = asyncio.ensure_future(self._clock_snapshot(job.ctx, t, job.id, st["cut"]))
+            self._writing.add(task)
+            task.add_done_callback(self._writing.discard)
+
+    async def _clock_snapshot(self, ctx: str, clock: int, job: str, cut: str) -> None:
+        try:
+            await self.snapshot(ctx, clock=clock, cut_begun=True, job=job, cut=cut)
+        except Exception as e:  # noqa: BLE001 - training goes on; the next boundary retries
+            logger.warning("daskangel: snapshot of %s at clock %d failed: %s", ctx, clock, e)
+
+    def _servers(self, ctx: str) -> list[ServerId]:
+        return sorted(
+            {
+                (s[0], int(s[1]))
+                for m in self.registry.arrays.values()
+                if m["ctx"] == ctx
+                for s in m["servers"]
+            }
+        )
+
     async def snapshot(
         self,
         ctx: str,
         clock: int | None = None,
         url: str | None = None,
         arrays: list[str] | None = None,
+        cut_begun: bool = False,
+        job: str | None = None,
+        cut: str | None = None,
     ) -> dict[str, Any]:
         """Write a snapshot; with ``url`` a one-off copy there (``ps.save``), else a
-        new version in the context's snapshot directory.  Returns its summary."""
+        new version in the context's snapshot directory.  Returns its summary.
+
+        ``cut_begun``: the servers already started the cut (clock-driven snapshots).
+        """
         policy = self.policies.get(ctx)
         versioned = url is None
         root = url if url is not None else (policy.url if policy else None)
@@ -192,19 +255,30 @@ class SnapshotService:
                 target = root
             storage = await asyncio.to_thread(fmt.create_arrays, target, metas)
             servers = sorted({(s[0], int(s[1])) for m in metas.values() for s in m["servers"]})
-            await asyncio.gather(*(self._call(ctx, s, "cut_begin", clock=clock) for s in servers))
+            if not cut_begun:
+                if self.cuts.get(ctx, {}).get("pending") is not None:
+                    raise SnapshotError(
+                        f"snapshot: a snapshot of training at clock {self.cuts[ctx]['pending']} "
+                        "is under way; try again when it is written"
+                    )
+                cut = uuid.uuid4().hex
+                await asyncio.gather(
+                    *(self._call(ctx, s, "cut_begin", clock=clock, cut=cut) for s in servers)
+                )
             try:
                 checksums = {}
                 for name, m in metas.items():
                     checksums[name] = await self._write_array(ctx, target, name, m, storage[name])
             finally:
                 await asyncio.gather(
-                    *(self._call(ctx, s, "cut_end") for s in servers), return_exceptions=True
+                    *(self._call(ctx, s, "cut_end", cut=cut) for s in servers),
+                    return_exceptions=True,
                 )
             _fail_at("chunks")
             manifest = {
                 "format": fmt.FORMAT,
                 "clock": clock,
+                "job": job,
                 "created": datetime.datetime.now(datetime.UTC).isoformat(),
                 "arrays": {
                     n: {
@@ -221,7 +295,7 @@ class SnapshotService:
             if not versioned:
                 return {"url": target, "clock": clock, "arrays": sorted(metas)}
             await asyncio.to_thread(fmt.write_latest, root, version)
-            self.latest[ctx] = {"url": target, "version": version, "clock": clock}
+            self.latest[ctx] = {"url": target, "version": version, "clock": clock, "job": job}
             await asyncio.to_thread(self._prune, root, version, policy.keep if policy else 2)
             return {"url": target, "version": version, "clock": clock, "arrays": sorted(metas)}
 
@@ -345,7 +419,12 @@ class SnapshotService:
     # -- recovery -----------------------------------------------------------------------
 
     def remove_worker(self, worker: str) -> None:
-        """Called after the registry marked blocks lost: rebuild them if we can."""
+        """Called after the registry marked blocks lost: rebuild them if we can.
+
+        In ``rollback`` mode with a training job running, the job is stopped first
+        and the driver asks for the restore (:meth:`rollback`) once every task
+        has ended, so no late write lands on the restored state.
+        """
         for ctx, policy in list(self.policies.items()):
             lost = {
                 n: m["lost"]
@@ -356,6 +435,16 @@ class SnapshotService:
                 continue
             snap = self.latest.get(ctx)
             if snap is None or not self.registry.ctx_servers.get(ctx):
+                continue
+            jobs = self.clocks.running_jobs(ctx) if self.clocks is not None else []
+            if policy.recovery == "rollback" and jobs:
+                for n in lost:
+                    self.registry.arrays[n]["recovery_error"] = (
+                        "the training job is rolling back to the newest snapshot"
+                    )
+                for j in jobs:
+                    self.clocks.request_rollback(j.id, f"worker {worker} was lost")
+                self.cuts.pop(ctx, None)
                 continue
             for n in lost:
                 self.registry.arrays[n]["recovering"] = True
@@ -399,16 +488,46 @@ class SnapshotService:
                 m["lost"] = []
                 m["generation"] += 1
                 m.pop("recovering", None)
+                m.pop("recovery_error", None)
                 m["recovered_from"] = snap
             logger.warning("daskangel: rebuilt %s of %s from %s", blocks, ctx, snap["url"])
-        except Exception as e:  # noqa: BLE001 - reported to every waiting caller
-            logger.error("daskangel: recovery of %s failed: %s", names, e)
+        except Exception as e:
+            logger.error("daskangel: recovery of %s failed: %s", names, e, exc_info=True)
             for n in names:
                 if n in self.registry.arrays:
                     self.registry.arrays[n].pop("recovering", None)
                     self.registry.arrays[n]["recovery_error"] = repr(e)
         finally:
             self.registry.notify()
+
+    async def rollback(self, ctx: str, job: str) -> dict[str, Any]:
+        """Restore every array of ``ctx`` (lost blocks onto survivors) from the newest
+        snapshot and rewind ``job``'s clocks to the snapshot's clock."""
+        snap = self.latest.get(ctx)
+        policy = self.policies.get(ctx)
+        if snap is None or policy is None:
+            raise SnapshotError(f"rollback: context {ctx!r} has no snapshot to roll back to")
+        if snap.get("job") not in (job, None) or snap.get("clock") is None:
+            raise SnapshotError(
+                f"rollback: the newest snapshot ({snap['version']}) was not taken by job {job!r}"
+            )
+        forced = Policy(
+            policy.url, policy.every_clocks, policy.every_seconds, policy.keep, "rollback"
+        )
+        task = asyncio.ensure_future(self._recover(ctx, forced, snap))
+        task.set_name(ctx)
+        self._recovering.add(task)
+        task.add_done_callback(self._recovering.discard)
+        await task
+        still = sorted(
+            n for n, m in self.registry.arrays.items() if m["ctx"] == ctx and m.get("lost")
+        )
+        if still:
+            raise SnapshotError(f"rollback: arrays {still} could not be rebuilt")
+        clock = int(snap["clock"])
+        self.clocks.rewind(job, clock)
+        self.cuts[ctx] = {"pending": None, "last": clock, "job": job}
+        return {"clock": clock, "version": snap["version"]}
 
     # -- helpers ----------------------------------------------------------------------
 

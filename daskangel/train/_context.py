@@ -35,6 +35,7 @@ from .. import config
 from ..errors import JobAbortedError, SyncError
 from ..psarray import KeySet, PSAgent, PSArray
 from ..psarray._binding import Binding
+from ..psarray._taskclock import set_task_clock
 from ..scheduler._clock_rule import read_floor
 from ._group import GroupChannel
 
@@ -158,6 +159,7 @@ class TaskContext(GroupChannel):
         r = self._call("daskangel_task_start", job=spec.job, task=spec.task, worker=self.worker)
         self._clock = int(r["clock"])
         self._start_clock = self._clock
+        set_task_clock(self._clock)
         agent.observe_min(spec.job, r["min"])
         self._t0 = time.time()
         self._waited = 0.0
@@ -289,6 +291,7 @@ class TaskContext(GroupChannel):
             waited = float(w["waited"])
             self._waited += waited
         done, self._clock = self._clock, int(r["clock"])
+        set_task_clock(self._clock)
         self._record(done, waited)
         return self._clock
 

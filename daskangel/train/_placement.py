@@ -31,7 +31,7 @@ from typing import Any
 
 from distributed import Client, Future
 
-__all__ = ["PLACEMENTS", "assign", "split_piece"]
+__all__ = ["PLACEMENTS", "assign", "split_piece", "task_pieces"]
 
 PLACEMENTS = ("replicated", "horizontal", "vertical")
 
@@ -74,6 +74,21 @@ def _partitions(data: Any) -> list[Any] | None:
     return parts
 
 
+def task_pieces(
+    data: Any, n_groups: int, group_size: int, placement: str | Callable[..., Any]
+) -> list[Any]:
+    """The driver-side piece of each task for sequence data (kept by the trainer,
+    so a piece lost with its worker can be scattered again)."""
+    items = list(data)
+    n_tasks = n_groups * group_size
+    if len(items) == n_tasks:
+        return items
+    return [
+        split_piece(items[t // group_size], t % group_size, group_size, placement)
+        for t in range(n_tasks)
+    ]
+
+
 def assign(
     client: Client,
     data: Any,
@@ -101,10 +116,7 @@ def assign(
             f"got {len(items)}"
         )
     if futures is None:
-        if len(items) == n_groups and group_size > 1:
-            pieces = [split_piece(it, r, group_size, placement) for it, r in per_task]
-        else:
-            pieces = list(per_task)
+        pieces = task_pieces(data, n_groups, group_size, placement)
         scattered = client.scatter(pieces, workers=pool, hash=False)
         where = client.who_has(scattered)
         return [(f, where[f.key][0]) for f in scattered]

@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import JobAbortedError
 from ..psarray import agent_of
 from ..psarray._binding import get_binding
+from ..psarray._taskclock import set_task_clock
 from ._context import TaskContext, TaskSpec
 
 __all__ = ["run_task"]
@@ -59,6 +60,7 @@ def run_task(
         if ctx is not None:
             ctx._fail(text, tb)
         out.update(status="error", error=text, traceback=tb, exception=_picklable(e))
+    set_task_clock(None)
     if ctx is not None:
         out["history"] = ctx.history
     return out

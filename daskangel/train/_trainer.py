@@ -33,14 +33,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-import distributed
 from distributed import Future
 
 from .. import config
 from ..errors import JobAbortedError, TaskFailedError
 from ..scheduler._clock_rule import Sync, as_sync
 from ._context import TaskContext, TaskSpec
-from ._placement import PLACEMENTS, assign
+from ._placement import PLACEMENTS, assign, task_pieces
+from ._recovery import Recovery, _forget_job, wait_futures
 from ._runner import run_task
 
 __all__ = ["TrainResult", "Trainer", "train"]
@@ -57,14 +57,8 @@ class TrainResult:
     clocks: list[int]  # final clock per task
     max_lead: int  # largest (clock - slowest clock) any task was allowed to run at
     waited: list[float]  # seconds each task spent waiting for slower tasks
-
-
-def _forget_job(job: str, dask_worker: Any = None) -> None:
-    """On a worker (``client.run``): drop what its agent keeps for a finished job."""
-    binding = getattr(dask_worker, "_daskangel_binding", None)
-    agent = getattr(binding, "_daskangel_agent", None)
-    if agent is not None:
-        agent.forget_job(job)
+    restarts: int = 0  # tasks resubmitted after their worker was lost
+    rollbacks: int = 0  # times the job rolled back to a snapshot (recovery="rollback")
 
 
 def _check_int(name: str, v: Any, lo: int) -> int:
@@ -126,6 +120,7 @@ class Trainer:
         self.progress = progress
         self.job = name or f"train-{uuid.uuid4().hex[:10]}"
         self.futures: list[Future] = []
+        self.recovery = Recovery(self)
         self._t0 = 0.0
         self._scheduler: Any = cast(Any, self.client.scheduler)
 
@@ -161,6 +156,9 @@ class Trainer:
         where = assign(
             self.client, self.data, self.groups, self.group_size, self.placement, self.workers
         )
+        pieces = None
+        if self.data is not None and getattr(self.data, "partitions", None) is None:
+            pieces = task_pieces(self.data, self.groups, self.group_size, self.placement)
         self.client.sync(
             self._scheduler.daskangel_job_register,
             job=self.job,
@@ -171,21 +169,26 @@ class Trainer:
             ctx=self.ps.id,
             epochs=self.epochs,
         )
+        self.recovery.prepare(where, pieces)
         self._t0 = time.perf_counter()
-        self.futures = [
-            self.client.submit(
-                run_task,
-                self._spec(t),
-                self.fn,
-                part,
-                key=f"daskangel-train-{self.job}-{t}",
-                workers=[w],
-                allow_other_workers=False,
-                pure=False,
-            )
-            for t, (part, w) in enumerate(where)
-        ]
+        self.futures = [self.submit_task(t, part, w) for t, (part, w) in enumerate(where)]
         return self
+
+    def submit_task(self, t: int, part: Any, worker: str | None, attempt: int = 0) -> Future:
+        """One pinned future running task ``t`` (``attempt`` > 0: a resubmission)."""
+        key = f"daskangel-train-{self.job}-{t}" + (f"-r{attempt}" if attempt else "")
+        f = self.client.submit(
+            run_task,
+            self._spec(t),
+            self.fn,
+            part,
+            key=key,
+            workers=[worker] if worker else None,
+            allow_other_workers=worker is None,
+            pure=False,
+        )
+        self.recovery.task_of[f.key] = t
+        return f
 
     def table(self) -> dict[str, Any]:
         """The job's clock table as the scheduler holds it (clocks, groups, status ...)."""
@@ -211,14 +214,17 @@ class Trainer:
         interval = config.get_seconds("daskangel.train.progress-interval")
         try:
             while pending:
-                try:
-                    done, _ = distributed.wait(
-                        list(pending), timeout=interval, return_when="FIRST_COMPLETED"
-                    )
-                except distributed.TimeoutError:
-                    done = set()
+                done = wait_futures(list(pending), interval, first=True)
+                table = self.table()
+                if table["status"] == "rollback":
+                    pending = self.recovery.rollback(pending)
+                    outs.clear()
+                    continue
+                pending |= self.recovery.resubmit_lost(table, pending)
                 for f in done:
                     pending.discard(f)
+                    if not self.recovery.is_current(f):
+                        continue  # superseded by a resubmission
                     out = self._outcome(f)
                     outs[out["task"]] = out
                     if out["status"] == "error" and failure is None:
@@ -231,7 +237,7 @@ class Trainer:
                             traceback=out.get("traceback", ""),
                         )
                 if bar is not None:
-                    bar.n = sum(self.clocks())
+                    bar.n = sum(table["clocks"])
                     bar.refresh()
                 if failure is not None and pending:
                     self._drain(pending, outs)
@@ -260,7 +266,7 @@ class Trainer:
         return tqdm(total=total, desc=f"train {self.job}", unit="clock", leave=False)
 
     def _outcome(self, f: Future) -> dict[str, Any]:
-        t = int(str(f.key).rsplit("-", 1)[1])
+        t = self.recovery.task_of[f.key]
         if f.status == "finished":
             return cast(dict[str, Any], f.result())
         if f.status == "cancelled":
@@ -280,10 +286,7 @@ class Trainer:
 
     def _drain(self, pending: set[Future], outs: dict[int, dict[str, Any]]) -> None:
         """After a failure, give the other tasks ``stop-timeout`` to end, then cancel them."""
-        with contextlib.suppress(distributed.TimeoutError):
-            distributed.wait(
-                list(pending), timeout=config.get_seconds("daskangel.train.stop-timeout")
-            )
+        wait_futures(list(pending), config.get_seconds("daskangel.train.stop-timeout"))
         late = [f for f in pending if f.status not in ("finished", "error")]
         if late:
             self.client.cancel(late)
@@ -336,6 +339,8 @@ class Trainer:
             clocks=list(table["clocks"]),
             max_lead=int(table["max_lead"]),
             waited=[float(i["waited"]) for i in table["tasks"]],
+            restarts=self.recovery.restarts,
+            rollbacks=self.recovery.rollbacks,
         )
 
 

@@ -115,7 +115,7 @@ def test_crash_after_k_block_writes(cluster3: Any, tmp_path: Path) -> None:
                 np.testing.assert_array_equal(
                     got[b * 100 : (b + 1) * 100], expected[b * 100 : (b + 1) * 100]
                 )
-            c.wait_for_workers(3)
+            c.wait_for_workers(3, timeout=120)
         ps.snapshot()
         assert len(fmt.list_versions(root)) <= 2  # half-written versions cleaned up
 
@@ -184,7 +184,7 @@ def test_soak_repeated_kill_and_recover(cluster3: Any, tmp_path: Path) -> None:
             for b in lost:
                 expected[b * 100 : (b + 1) * 100] -= 1
             np.testing.assert_array_equal(w.get(), expected, err_msg=f"cycle {cycle}")
-            c.wait_for_workers(3)
+            c.wait_for_workers(3, timeout=120)
         # every block lives on exactly one live server, nothing else is held
         stats = c.run(_held_blocks)
         held = [k for blocks in stats.values() for k in blocks]

@@ -1,0 +1,169 @@
+"""The training driver's side of fault tolerance.
+
+A training task's future is pinned to one worker.  When that worker dies Dask
+would wait for it forever, so the driver takes over, following the recovery mode
+of the :class:`~daskangel.PSContext`:
+
+* ``"continue"``: the clock service marks the tasks of the dead worker *lost*;
+  :meth:`Recovery.resubmit_lost` starts each again on a live worker (its data
+  piece scattered again, or its partition re-read) and it resumes from the clock
+  the scheduler holds for it.  The lost PS blocks were rebuilt from the newest
+  snapshot meanwhile, and the other tasks kept going.
+* ``"rollback"``: the clock service stops every task; :meth:`Recovery.rollback`
+  waits for them to end, drops what their workers had buffered, has the
+  scheduler restore every array from the newest snapshot and rewind the clocks,
+  then restarts all tasks from that snapshot's clock.  A deterministic BSP job
+  ends exactly as it would have without the failure.
+
+For rollback to have a starting point, :meth:`Recovery.prepare` takes a snapshot
+at clock 0 when the context snapshots by clocks.
+
+.. warning::
+   In ``"continue"`` mode a resubmitted task redoes the clock it was in; the
+   increments of that clock it had already pushed are pushed again.  Together
+   with the lost blocks' updates since the snapshot, that bounds what
+   ``"continue"`` gets wrong to one snapshot interval of updates.
+
+Example
+-------
+Used by :class:`~daskangel.train.Trainer`; nothing to call directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import distributed
+from distributed import Future
+
+from .. import config
+
+if TYPE_CHECKING:
+    from ._trainer import Trainer
+
+__all__ = ["Recovery"]
+
+
+def _forget_job(job: str, dask_worker: Any = None) -> None:
+    """On a worker (``client.run``): drop cached copies and unsent increments of a job."""
+    binding = getattr(dask_worker, "_daskangel_binding", None)
+    agent = getattr(binding, "_daskangel_agent", None)
+    if agent is not None:
+        agent.forget_job(job)
+
+
+def wait_futures(futures: list[Future], timeout: float, first: bool = False) -> set[Future]:
+    """``distributed.wait`` that returns (never raises for) cancelled futures.
+
+    Dask cancels a task whose input was lost with a dead worker (a scattered
+    piece); to the driver that is just another task to resubmit.
+    """
+    try:
+        done, _ = distributed.wait(
+            futures, timeout=timeout, return_when="FIRST_COMPLETED" if first else "ALL_COMPLETED"
+        )
+        return set(done)
+    except distributed.TimeoutError:
+        return {f for f in futures if f.done()}
+    except distributed.client.FuturesCancelledError:
+        return {f for f in futures if f.done()}
+
+
+class Recovery:
+    """Bookkeeping of task futures, and their resubmission after failures."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        # {future key: task id}, every future ever submitted for the job
+        self.task_of: dict[Any, int] = {}
+        # [(partition future or None, worker)] current placement per task
+        self.where: list[tuple[Any, str | None]] = []
+        # driver-side piece per task (sequence data), to scatter again if lost
+        self.pieces: list[Any] | None = None
+        # [attempt] per task; [current future] per task
+        self.attempt: list[int] = []
+        self.restarts = 0
+        self.rollbacks = 0
+
+    def prepare(self, where: list[tuple[Any, str]], pieces: list[Any] | None) -> None:
+        tr = self.trainer
+        self.where = [(p, w) for p, w in where]
+        self.pieces = pieces
+        self.attempt = [0] * tr.n_tasks
+        if getattr(tr.ps, "snapshot_every_clocks", None):
+            # the base a rollback can always return to
+            tr.client.sync(tr._scheduler.daskangel_snapshot, ctx=tr.ps.id, clock=0, job=tr.job)
+
+    def is_current(self, f: Future) -> bool:
+        t = self.task_of.get(f.key)
+        return t is not None and f.key == self._key(t)
+
+    def _key(self, t: int) -> str:
+        a = self.attempt[t]
+        return f"daskangel-train-{self.trainer.job}-{t}" + (f"-r{a}" if a else "")
+
+    # -- continue ------------------------------------------------------------------------
+
+    def resubmit_lost(self, table: dict[str, Any], pending: set[Future]) -> set[Future]:
+        """Resubmit tasks the scheduler marked lost; return their new futures."""
+        tr = self.trainer
+        new: set[Future] = set()
+        for t, info in enumerate(table["tasks"]):
+            if info.get("status") != "lost":
+                continue
+            old = next((f for f in pending if self.task_of.get(f.key) == t), None)
+            if old is not None:
+                pending.discard(old)
+                old.cancel()
+            tr.client.sync(tr._scheduler.daskangel_task_resubmitted, job=tr.job, task=t)
+            new.add(self._resubmit(t))
+            self.restarts += 1
+        return new
+
+    def _resubmit(self, t: int) -> Future:
+        tr = self.trainer
+        part, _ = self.where[t]
+        part, worker = self._placed(t, part)
+        self.attempt[t] += 1
+        self.where[t] = (part, worker)
+        return tr.submit_task(t, part, worker, self.attempt[t])
+
+    def _placed(self, t: int, part: Any) -> tuple[Any, str | None]:
+        """The task's data (scattered again if its copy was lost) and a worker for it."""
+        tr = self.trainer
+        live = sorted(tr.client.scheduler_info()["workers"])
+        if not isinstance(part, Future):
+            return part, live[t % len(live)] if live else None
+        holders: list[str] = []
+        if part.status not in ("cancelled", "lost", "error"):
+            with contextlib.suppress(distributed.client.FuturesCancelledError):
+                holders = tr.client.who_has([part]).get(part.key) or []
+        holders = [h for h in holders if h in live]
+        if holders:
+            return part, holders[0]
+        if self.pieces is not None:  # a scattered piece lost with its worker: scatter it again
+            target = live[t % len(live)]
+            (f,) = tr.client.scatter([self.pieces[t]], workers=[target], hash=False)
+            return f, target
+        reload = getattr(tr.data, "reload_partition", None)
+        if reload is not None:
+            f = reload(part)
+            holders = tr.client.who_has([f]).get(f.key) or []
+            return f, holders[0] if holders else None
+        return part, None  # let Dask recompute it from its graph, wherever
+
+    # -- rollback ------------------------------------------------------------------------
+
+    def rollback(self, pending: set[Future]) -> set[Future]:
+        """Stop every task, restore the newest snapshot, restart all tasks from it."""
+        tr = self.trainer
+        wait_futures(list(pending), config.get_seconds("daskangel.train.stop-timeout"))
+        late = [f for f in pending if not f.done()]
+        if late:  # e.g. pinned to the dead worker
+            tr.client.cancel(late)
+        with contextlib.suppress(Exception):
+            tr.client.run(_forget_job, tr.job)
+        tr.client.sync(tr._scheduler.daskangel_rollback, ctx=tr.ps.id, job=tr.job)
+        self.rollbacks += 1
+        return {self._resubmit(t) for t in range(tr.n_tasks)}
