@@ -9,7 +9,7 @@ Example
 
 from __future__ import annotations
 
-from . import config, errors
+from . import config, data, errors
 from .context import PSContext
 from .psarray import (
     AutoPartitioner,
@@ -31,5 +31,6 @@ __all__ = [
     "PSContext",
     "RangePartitioner",
     "config",
+    "data",
     "errors",
 ]

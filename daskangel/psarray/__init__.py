@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import _rank  # noqa: F401 - registers the feature indexer's server ops
 from ._array import PSArray, PSFuture
 from ._blocks import InitSpec
 from ._layout import (

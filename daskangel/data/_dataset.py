@@ -1,0 +1,479 @@
+"""Dataset: a lazy description of input that ``persist()`` places on the workers.
+
+``persist`` cuts the input into pieces, assigns them to tasks with Angel's greedy
+(:mod:`._assign`), parses every piece on the worker of its task, and combines a
+task's pieces into one :class:`~._partition.Partition` there.  Each partition is
+a Dask future pinned to its worker (``allow_other_workers=False``) and stays there
+for the whole training: nothing moves rows between workers.
+
+Example
+-------
+>>> import daskangel as angel                                   # doctest: +SKIP
+>>> ds = angel.data.read_libsvm("data/a9a").persist(n_partitions=4)  # doctest: +SKIP
+>>> ds.n_rows, ds.n_features, ds.skipped  # doctest: +SKIP
+(32561, 123, {})
+"""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dask.utils import parse_bytes
+from distributed import Client, Future, default_client
+
+from .. import config
+from ..errors import MalformedInputError
+from ._assign import assign, task_workers
+from ._build import BuildSpec, build_piece, combine, describe, finalize
+from ._report import ERROR_MODES, BadLine, SplitReport, resolve_lines, total_counts
+from ._source import FileInfo, Split, make_splits
+from ._storage import LEVELS, release_dataset
+
+__all__ = ["Dataset", "FileSource", "Piece", "PartitionInfo", "Source"]
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A unit of input to parse: its cost in bytes, workers holding it, what it is."""
+
+    size: int
+    holders: frozenset[str]
+    payload: Any
+
+
+class Source(Protocol):
+    """Where a Dataset's rows come from (files, in-memory arrays, dask collections)."""
+
+    @property
+    def indexed(self) -> bool: ...  # False: indices are raw hashed keys
+
+    @property
+    def base(self) -> int: ...  # -1: detect 0/1-based from the data; 0 or 1: known
+
+    @property
+    def n_features(self) -> int: ...  # declared, or -1
+
+    def pieces(self, client: Client, n_tasks: int) -> list[Piece]: ...
+
+    def submit(
+        self, client: Client, piece: Piece, spec: BuildSpec, worker: str, key: str
+    ) -> Future: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FileSource:
+    """Text files read through fsspec with a format from :mod:`._formats`."""
+
+    files: tuple[FileInfo, ...]
+    fmt: Any
+    header_lines: int = 0
+    base: int = 0
+    n_features: int = -1
+
+    @property
+    def indexed(self) -> bool:
+        return bool(self.fmt.indexed)
+
+    def pieces(self, client: Client, n_tasks: int) -> list[Piece]:
+        return [Piece(s.size, frozenset(), s) for s in make_splits(list(self.files), n_tasks)]
+
+    def submit(
+        self, client: Client, piece: Piece, spec: BuildSpec, worker: str, key: str
+    ) -> Future:
+        split: Split = piece.payload
+        return client.submit(
+            build_piece,
+            spec,
+            split,
+            key,
+            key=key,
+            workers=[worker],
+            allow_other_workers=False,
+            pure=False,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """Facts about one persisted partition (its rows stay on ``worker``)."""
+
+    index: int
+    worker: str
+    n_rows: int
+    nnz: int
+    col_range: tuple[int, int]
+    memory_nbytes: int
+    disk_nbytes: int
+
+
+def _budget(storage: str, memory_budget: Any) -> int:
+    if storage != "memory_disk":
+        return 0
+    if memory_budget is None:
+        raise ValueError("memory_budget: storage='memory_disk' needs a budget in bytes per worker")
+    b = parse_bytes(memory_budget) if isinstance(memory_budget, str) else int(memory_budget)
+    if b < 0:
+        raise ValueError(f"memory_budget: expected a non-negative size, got {memory_budget!r}")
+    return int(b)
+
+
+class Dataset:
+    """Rows for training: lazy until :meth:`persist` places them on the workers.
+
+    Build one with a reader (``angel.data.read_libsvm`` ...) or
+    ``angel.data.from_array``.
+
+    Parameters
+    ----------
+    source
+        Where the rows come from.
+    storage
+        ``"memory"``, ``"disk"`` or ``"memory_disk"`` (see :mod:`._storage`).
+    memory_budget
+        Bytes per worker kept in memory under ``"memory_disk"`` (int or ``"1GiB"``).
+    errors
+        ``"raise"`` (default): a bad line raises :class:`MalformedInputError` naming
+        the first bad line of the input; ``"skip"``: bad lines are dropped and
+        counted per reason in :attr:`skipped`; ``"collect"``: also keep the first
+        ``max_errors`` of them in :attr:`errors`.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        storage: str = "memory",
+        memory_budget: Any = None,
+        errors: str = "raise",
+        max_errors: int | None = None,
+        label_transform: str | None = None,
+        header_lines: int = 0,
+    ) -> None:
+        if storage not in LEVELS:
+            raise ValueError(f"storage: expected one of {LEVELS}, got {storage!r}")
+        if errors not in ERROR_MODES:
+            raise ValueError(f"errors: expected one of {ERROR_MODES}, got {errors!r}")
+        self.source = source
+        self.storage = storage
+        self.memory_budget = _budget(storage, memory_budget)
+        self.errors_mode = errors
+        self.max_errors = int(
+            max_errors if max_errors is not None else config.get("daskangel.data.max-errors")
+        )
+        self.label_transform = label_transform
+        self.header_lines = header_lines
+        self.id = ""
+        self.client: Client | None = None
+        self.partitions: list[Future] = []
+        self.info: list[PartitionInfo] = []
+        self._n_features = 0
+        self._reports: list[SplitReport] = []
+        self._finalizer: Any = None
+
+    # -- persisting ---------------------------------------------------------------------
+
+    @property
+    def persisted(self) -> bool:
+        return bool(self.id)
+
+    def _spec(self, dataset_id: str, storage: str, budget: int) -> BuildSpec:
+        return BuildSpec(
+            dataset_id,
+            getattr(self.source, "fmt", None),
+            storage,
+            self.errors_mode,
+            self.max_errors,
+            self.label_transform,
+            self.header_lines,
+            budget,
+        )
+
+    def persist(
+        self,
+        client: Client | None = None,
+        *,
+        n_partitions: int | None = None,
+        workers: list[str] | None = None,
+        storage: str | None = None,
+        memory_budget: Any = None,
+    ) -> Dataset:
+        """Parse the input on the workers; return the persisted Dataset.
+
+        ``n_partitions`` (default: one per worker) partitions are spread
+        round-robin over ``workers`` (default: all), each a pinned Dask future.
+        Blocks until every partition is built, so errors surface here.
+        """
+        client = client or default_client()
+        storage = storage or self.storage
+        if storage not in LEVELS:
+            raise ValueError(f"storage: expected one of {LEVELS}, got {storage!r}")
+        if memory_budget is None and storage == "memory_disk" and self.memory_budget:
+            memory_budget = self.memory_budget
+        budget = _budget(storage, memory_budget)
+        ws = workers or list(client.scheduler_info(n_workers=-1)["workers"])
+        tasks = task_workers(ws, n_partitions or len(ws))
+        out = Dataset.__new__(Dataset)
+        out.__dict__.update(self.__dict__)
+        out.id = f"ds-{uuid.uuid4().hex[:12]}"
+        out.client = client
+        out.storage = storage
+        out.memory_budget = budget
+        out._finalizer = weakref.finalize(out, _cleanup, client, out.id, [])
+        try:
+            out._build(client, tasks, out._spec(out.id, storage, budget))
+        except BaseException:
+            out.release()
+            raise
+        return out
+
+    def _build(self, client: Client, tasks: list[str], spec: BuildSpec) -> None:
+        pieces = self.source.pieces(client, len(tasks))
+        plan = assign([p.size for p in pieces], [set(p.holders) for p in pieces], tasks)
+        parts: list[Future] = []
+        for t, (w, idx) in enumerate(zip(tasks, plan, strict=True)):
+            futs = [
+                self.source.submit(
+                    client, pieces[i], spec, w, f"daskangel-data-{self.id}-piece-{i}"
+                )
+                for i in idx
+            ]
+            parts.append(
+                client.submit(
+                    combine,
+                    spec,
+                    t,
+                    self.source.indexed,
+                    *futs,
+                    key=f"daskangel-data-{self.id}-part-{t}",
+                    workers=[w],
+                    allow_other_workers=False,
+                    pure=False,
+                )
+            )
+            del futs
+        self._set_parts(client, parts, tasks)
+        metas = self._describe(client)
+        self._reports = [r for m in metas for r in m["reports"]]
+        if self.errors_mode == "raise":
+            first = resolve_lines(self._reports, limit=1)
+            if first:
+                raise MalformedInputError(first[0].message)
+        shift, nf = self._resolve_features(metas)
+        if shift or any(m["n_features"] != nf for m in metas):
+            parts = [
+                client.submit(
+                    finalize,
+                    p,
+                    shift,
+                    nf,
+                    key=f"daskangel-data-{self.id}-part-{i}-final",
+                    workers=[w],
+                    allow_other_workers=False,
+                    pure=False,
+                )
+                for i, (p, w) in enumerate(zip(self.partitions, tasks, strict=True))
+            ]
+            self._set_parts(client, parts, tasks)
+            metas = self._describe(client)
+        self._n_features = nf
+        self.info = [
+            PartitionInfo(
+                m["index"],
+                m["worker"],
+                m["n_rows"],
+                m["nnz"],
+                tuple(m["col_range"]),
+                m["memory_nbytes"],
+                m["disk_nbytes"],
+            )
+            for m in metas
+        ]
+
+    def _set_parts(self, client: Client, parts: list[Future], tasks: list[str]) -> None:
+        self.partitions = parts
+        self._workers = list(tasks)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _cleanup, client, self.id, list(parts))
+
+    def _describe(self, client: Client) -> list[dict[str, Any]]:
+        metas = [
+            client.submit(describe, p, workers=[w], allow_other_workers=False, pure=False)
+            for p, w in zip(self.partitions, self._workers, strict=True)
+        ]
+        return list(client.gather(metas))
+
+    def _resolve_features(self, metas: list[dict[str, Any]]) -> tuple[int, int]:
+        """(index shift, n_features) once every partition is parsed."""
+        src = self.source
+        filled = [m for m in metas if m["nnz"]]
+        lo = min((m["col_range"][0] for m in filled), default=0)
+        hi = max((m["col_range"][1] for m in filled), default=0)
+        shift = 0
+        if src.base == -1 and filled and lo > 0:
+            shift = 1  # no index 0 anywhere: 1-based, as sklearn decides
+        if src.base == -1 and shift == 0 and src.n_features > 0:
+            at = [r for r in self._reports if r.at_limit[0]]
+            if at:
+                r = min(at, key=lambda r: r.key[1:])
+                raise MalformedInputError(
+                    f"{r.key[0]}: index {src.n_features} = the declared n_features appears "
+                    f"(first near line {r.at_limit[1] + 1} of the split at byte {r.key[2]}) "
+                    "although index 0 appears too, so the file is 0-based; pass "
+                    "zero_based=False/True explicitly to skip such lines instead"
+                )
+        if src.n_features > 0:
+            return shift, src.n_features
+        if not src.indexed:
+            return 0, max((m["n_features"] for m in metas), default=0)
+        return shift, max(0, hi - shift)
+
+    # -- facts ---------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if not self.persisted:
+            raise RuntimeError("Dataset is lazy: call .persist() to read it onto the workers")
+
+    @property
+    def workers(self) -> list[str]:
+        """The worker holding each partition."""
+        self._check()
+        return list(self._workers)
+
+    @property
+    def n_partitions(self) -> int:
+        self._check()
+        return len(self.partitions)
+
+    @property
+    def n_rows(self) -> int:
+        self._check()
+        return sum(i.n_rows for i in self.info)
+
+    @property
+    def nnz(self) -> int:
+        self._check()
+        return sum(i.nnz for i in self.info)
+
+    @property
+    def n_features(self) -> int:
+        self._check()
+        return self._n_features
+
+    @property
+    def indexed(self) -> bool:
+        return bool(self.source.indexed)
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        """Bad lines dropped, per reason (empty under ``errors='raise'``)."""
+        self._check()
+        return total_counts(self._reports)
+
+    @property
+    def errors(self) -> list[BadLine]:
+        """The first ``max_errors`` bad lines with file, line and reason."""
+        self._check()
+        return resolve_lines(self._reports, limit=self.max_errors)
+
+    # -- using ---------------------------------------------------------------------------
+
+    def map_partitions(self, fn: Any, *args: Any, **kwargs: Any) -> list[Future]:
+        """Run ``fn(partition, *args, **kwargs)`` on each partition's own worker."""
+        self._check()
+        assert self.client is not None
+        return [
+            self.client.submit(
+                fn, p, *args, workers=[w], allow_other_workers=False, pure=False, **kwargs
+            )
+            for p, w in zip(self.partitions, self._workers, strict=True)
+        ]
+
+    def compute(self) -> Any:
+        """All rows gathered on the driver as one :class:`CSRBatch` (small data only)."""
+        from ._batch import concat
+        from ._partition import Partition
+
+        def rows(p: Partition) -> Any:
+            return p.csr()
+
+        assert self.client is not None
+        parts = self.client.gather(self.map_partitions(rows))
+        return concat(parts, self.n_features)
+
+    def with_partitions(
+        self, dataset_id: str, parts: list[Future], n_features: int, indexed: bool
+    ) -> Dataset:
+        """A persisted Dataset (id ``dataset_id``) over new partitions on the same workers."""
+        out = Dataset.__new__(Dataset)
+        out.__dict__.update(self.__dict__)
+        out.id = dataset_id
+        out.source = _Derived(self.source, indexed, n_features)  # type: ignore[assignment]
+        out._finalizer = None
+        out._set_parts(self.client, parts, self._workers)  # type: ignore[arg-type]
+        out._n_features = n_features
+        metas = out._describe(self.client)  # type: ignore[arg-type]
+        out.info = [
+            PartitionInfo(
+                m["index"],
+                m["worker"],
+                m["n_rows"],
+                m["nnz"],
+                tuple(m["col_range"]),
+                m["memory_nbytes"],
+                m["disk_nbytes"],
+            )
+            for m in metas
+        ]
+        return out
+
+    def release(self) -> None:
+        """Free the partitions and delete spilled files now."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self.partitions = []
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        if not self.persisted:
+            return f"Dataset<lazy, {type(self.source).__name__}, storage={self.storage}>"
+        return (
+            f"Dataset<{self.id}, {self.n_rows} rows x {self.n_features} features, "
+            f"nnz={self.nnz}, {len(self.partitions)} partitions, storage={self.storage}>"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Derived:
+    """The source of a dataset rewritten from another one (e.g. indexed features)."""
+
+    parent: Any
+    indexed: bool
+    n_features: int
+    base: int = 0
+
+    @property
+    def fmt(self) -> Any:
+        return getattr(self.parent, "fmt", None)
+
+
+async def _release_async(dataset_id: str, dask_worker: Any = None) -> None:
+    release_dataset(dataset_id, dask_worker)
+
+
+def _cleanup(client: Client, dataset_id: str, parts: list[Future]) -> None:
+    for p in parts:
+        p.release()
+    try:
+        if client.status == "running":
+            client.run(_release_async, dataset_id, wait=False)
+    except Exception:  # noqa: BLE001 - best effort at garbage collection
+        pass
