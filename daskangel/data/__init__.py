@@ -15,9 +15,12 @@ Example
 from __future__ import annotations
 
 from ._batch import CSRBatch
+from ._counter import FeatureIndexer
 from ._dataset import Dataset, PartitionInfo
+from ._inmemory import from_array
 from ._partition import Partition
 from ._readers import (
+    read_csv,
     read_dense,
     read_docword,
     read_dummy,
@@ -26,13 +29,18 @@ from ._readers import (
     read_text,
 )
 from ._report import BadLine
+from ._tabular import hash_keys
 
 __all__ = [
     "BadLine",
     "CSRBatch",
     "Dataset",
+    "FeatureIndexer",
     "Partition",
     "PartitionInfo",
+    "from_array",
+    "hash_keys",
+    "read_csv",
     "read_dense",
     "read_docword",
     "read_dummy",

@@ -26,6 +26,7 @@ from ._formats import LABEL_TRANSFORMS, Dense, Docword, Libsvm, Ratings, Tokens
 from ._source import list_files, read_head
 
 __all__ = [
+    "read_csv",
     "read_dense",
     "read_docword",
     "read_dummy",
@@ -220,3 +221,55 @@ def read_ratings(
     nf = _n_features(n_items)
     src = FileSource(files, Ratings(separators=seps, n_features=nf), int(bool(header)), 0, nf)
     return Dataset(src, header_lines=int(bool(header)), **_common(kwargs))
+
+
+def read_csv(
+    paths: Any,
+    *,
+    label: Any = None,
+    numeric: Any = None,
+    categorical: Any = (),
+    cross: Any = (),
+    sep: str = ",",
+    header: bool = True,
+    names: Any = None,
+    seed: int = 0,
+    compression: str | None = "infer",
+    storage_options: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> Dataset:
+    """CSV via pandas, one record per line (quoted fields may hold ``sep``, not newlines).
+
+    ``header=True`` takes column names from each file's first line (``names=``
+    overrides them); ``label`` names the label column; ``numeric`` (default: every
+    other column that is not ``categorical``) and ``categorical`` columns and
+    ``cross`` pairs become features as in :mod:`._tabular`: with categorical
+    columns or crosses the rows hold raw keys for
+    :class:`~daskangel.data.FeatureIndexer`.  Lines with the wrong number of fields
+    are ``field_count`` errors; empty or non-numeric numeric cells ``non_numeric``.
+    """
+    from ._tabular import Csv, Table
+
+    files = tuple(list_files(paths, compression, storage_options))
+    if names is None:
+        if not header:
+            raise ValueError("names: pass the column names when header=False")
+        first = read_head(files[0], 1 << 16).split(b"\n", 1)[0].rstrip(b"\r")
+        names = [n.strip().strip('"') for n in first.decode("utf-8", "replace").split(sep)]
+    names = [str(n) for n in names]
+    cat = tuple(str(c) for c in categorical)
+    crs = tuple((str(a), str(b)) for a, b in cross)
+    lab = None if label is None else str(label)
+    num = (
+        tuple(c for c in names if c != lab and c not in cat)
+        if numeric is None
+        else tuple(str(c) for c in numeric)
+    )
+    for c in (lab, *num, *cat, *[c for p in crs for c in p]):
+        if c is not None and c not in names:
+            raise KeyError(f"column {c!r} is not among the CSV columns {names}")
+    table = Table(lab, num, cat, crs, int(seed))
+    fmt = Csv(tuple(names), table, sep)
+    h = int(bool(header))
+    src = FileSource(files, fmt, h, 0, table.n_features if table.indexed else -1)
+    return Dataset(src, header_lines=h, **_common(kwargs))
