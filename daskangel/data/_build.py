@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import config
 from ._batch import CSRBatch, concat
 from ._formats import transform_labels
 from ._numbers import LINE_TOO_LONG, REASONS
@@ -54,6 +55,19 @@ class BuildSpec:
     label_transform: str | None = None
     header_lines: int = 0
     memory_budget: int = 0
+    # daskangel.data.* sizes read on the driver (workers may have other configs)
+    block_bytes: int = 0
+    max_line: int = 0
+    chunk_bytes: int = 0
+
+    @classmethod
+    def sizes(cls) -> dict[str, int]:
+        """The driver's ``block-bytes``, ``max-line-bytes`` and ``chunk-bytes``."""
+        return {
+            "block_bytes": config.get_bytes("daskangel.data.block-bytes"),
+            "max_line": config.get_bytes("daskangel.data.max-line-bytes"),
+            "chunk_bytes": config.get_bytes("daskangel.data.chunk-bytes"),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +92,7 @@ def _worker_address() -> str:
 def new_sink(spec: BuildSpec, name: str) -> ChunkSink:
     if spec.level == "memory_disk":
         set_budget(spec.dataset_id, spec.memory_budget)
-    return ChunkSink(spec.level, spec.dataset_id, name)
+    return ChunkSink(spec.level, spec.dataset_id, name, spec.chunk_bytes or None)
 
 
 def _decode(b: bytes) -> str:
@@ -109,7 +123,8 @@ def build_piece(spec: BuildSpec, split: Split, name: str) -> PieceResult:
     detail = {"raise": 1, "skip": 0, "collect": spec.max_errors}[spec.errors]
     lo, hi = 2**62, -1
     header = spec.header_lines if split.start == 0 else 0
-    for block in iter_blocks(split):
+    max_line = spec.max_line or config.get_bytes("daskangel.data.max-line-bytes")
+    for block in iter_blocks(split, spec.block_bytes or None, max_line):
         for line, text in block.long_lines:
             report.counts["line_too_long"] = report.counts.get("line_too_long", 0) + 1
             if len(report.details) < detail and (
@@ -123,7 +138,8 @@ def build_piece(spec: BuildSpec, split: Split, name: str) -> PieceResult:
         if data.shape[0] == 0:
             report.n_lines = max(report.n_lines, line0)
             continue
-        parsed = spec.fmt.parse(data, line0, split, stop, max(0, detail - len(report.details)))
+        left = max(0, detail - len(report.details))
+        parsed = spec.fmt.parse(data, line0, split, stop, left, max_line)
         report.n_lines = line0 + parsed.n_lines
         report.add_counts(parsed.counts)
         if parsed.err.shape[0]:

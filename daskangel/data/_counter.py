@@ -76,7 +76,13 @@ def _count_task(count_name: str, *parts: Partition) -> int:
 
 
 def _index_task(
-    part: Partition, index_name: str, new_id: str, level: str, budget: int, n_indexed: int
+    part: Partition,
+    index_name: str,
+    new_id: str,
+    level: str,
+    budget: int,
+    n_indexed: int,
+    chunk_bytes: int,
 ) -> Partition:
     """READ on a worker: rewrite one partition's raw keys to dense indices, in place."""
     keys, _ = _local_counts((part,))
@@ -100,7 +106,7 @@ def _index_task(
 
     if level == "memory_disk":
         set_budget(new_id, budget)
-    sink = ChunkSink(level, new_id, f"p{part.index}")
+    sink = ChunkSink(level, new_id, f"p{part.index}", chunk_bytes)
     out = part.map_chunks(rewrite, sink, n_features=n_indexed, indexed=True)
     out.dataset_id = new_id
     if level == "memory" and len(out.chunks) > 1:

@@ -189,6 +189,7 @@ class Dataset:
             self.label_transform,
             self.header_lines,
             budget,
+            **BuildSpec.sizes(),
         )
 
     def persist(

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import config
 from ._batch import CSRBatch, index_dtype
 from ._kernels import parse_dense, parse_fields, parse_libsvm, parse_tokens
 from ._numbers import INDEX_RANGE, NEGATIVE_INDEX
@@ -79,10 +78,6 @@ class Parsed:
     stats: np.ndarray = field(default_factory=lambda: np.array([2**62, -1, 0, -1], np.int64))
 
 
-def _max_line() -> int:
-    return config.get_bytes("daskangel.data.max-line-bytes")
-
-
 def _exact(data: np.ndarray, inexact: np.ndarray, values: np.ndarray, labels: np.ndarray) -> None:
     """Re-parse the few numbers the compiled fast path could not round exactly."""
     raw = data.tobytes() if inexact.shape[0] else b""
@@ -128,14 +123,16 @@ class Libsvm:
     row_ids = False
     indexed = True
 
-    def parse(self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int) -> Parsed:
+    def parse(
+        self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int, max_line: int
+    ) -> Parsed:
         out = parse_libsvm(
             data,
             self.dummy,
             self.base,
             self.n_features,
             stop,
-            _max_line(),
+            max_line,
             line0,
             split.share,
             split.shares,
@@ -154,13 +151,15 @@ class Dense:
     row_ids = False
     indexed = True
 
-    def parse(self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int) -> Parsed:
+    def parse(
+        self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int, max_line: int
+    ) -> Parsed:
         out = parse_dense(
             data,
             self.has_label,
             self.n_values,
             stop,
-            _max_line(),
+            max_line,
             line0,
             split.share,
             split.shares,
@@ -179,13 +178,15 @@ class Tokens:
     row_ids = False
     indexed = False
 
-    def parse(self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int) -> Parsed:
+    def parse(
+        self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int, max_line: int
+    ) -> Parsed:
         out = parse_tokens(
             data,
             self.lowercase,
             self.seed,
             stop,
-            _max_line(),
+            max_line,
             line0,
             split.share,
             split.shares,
@@ -227,13 +228,15 @@ class _Fields:
     row_ids = True
     indexed = True
 
-    def parse(self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int) -> Parsed:
+    def parse(
+        self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int, max_line: int
+    ) -> Parsed:
         seps = np.zeros(256, np.bool_)
         for ch in self.separators.encode():
             seps[ch] = True
         kinds = np.array([0, 0, 1] + [1] * self.extra, np.int8)
         fields, _, rline, err, counts, n_lines, stopped = parse_fields(
-            data, kinds, 3, seps, stop, _max_line(), detail
+            data, kinds, 3, seps, stop, max_line, detail
         )
         rows = fields[:, 0].astype(np.int64)
         cols = fields[:, 1].astype(np.int64)

@@ -77,7 +77,12 @@ def build_block(
             batch.n_features,
         )
     rows = max(
-        1, int(batch.n_rows * config.get_bytes("daskangel.data.chunk-bytes") / max(1, batch.nbytes))
+        1,
+        int(
+            batch.n_rows
+            * (spec.chunk_bytes or config.get_bytes("daskangel.data.chunk-bytes"))
+            / max(1, batch.nbytes)
+        ),
     )
     for s in range(0, batch.n_rows, rows):
         sink.add(batch.slice(s, min(batch.n_rows, s + rows)))

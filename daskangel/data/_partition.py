@@ -122,7 +122,9 @@ class Partition:
             return CSRBatch.empty(self.n_features)
         return concat([self._load(c) for c in self.chunks], self.n_features)
 
-    def _pieces(self, batch_size: int, shuffle: bool, seed: int, epoch: int) -> Iterator[CSRBatch]:
+    def _pieces(
+        self, batch_size: int, shuffle: bool, seed: int, epoch: int, window: int | None
+    ) -> Iterator[CSRBatch]:
         n = len(self.chunks)
         if not shuffle:
             for c in self.chunks:
@@ -130,17 +132,23 @@ class Partition:
             return
         rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch), self.index])
         order = rng.permutation(n)
-        w = max(1, int(config.get("daskangel.data.shuffle-window")))
+        w = max(1, int(window or config.get("daskangel.data.shuffle-window")))
         for s in range(0, n, w):
-            window = [self._load(self.chunks[i]) for i in order[s : s + w]]
-            rows = window[0] if len(window) == 1 else concat(window, self.n_features)
-            window = []
+            loaded = [self._load(self.chunks[i]) for i in order[s : s + w]]
+            rows = loaded[0] if len(loaded) == 1 else concat(loaded, self.n_features)
+            del loaded
             perm = rng.permutation(rows.n_rows)
             for k in range(0, rows.n_rows, batch_size):
                 yield rows.take(perm[k : k + batch_size])
 
     def batches(
-        self, batch_size: int, *, shuffle: bool = False, seed: int = 0, epoch: int = 0
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+        window: int | None = None,
     ) -> Iterator[CSRBatch]:
         """Minibatches of ``batch_size`` rows (the last may be smaller), one pass.
 
@@ -153,11 +161,12 @@ class Partition:
            of the chunks (about ``daskangel.data.chunk-bytes`` each) and the rows
            inside windows of ``daskangel.data.shuffle-window`` chunks, so that only
            a window is in memory: rows far apart in the file never share a batch
-           unless their chunks share a window.
+           unless their chunks share a window.  ``window`` overrides that config
+           key (read on the worker).
         """
         if batch_size < 1:
             raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
-        return rebatch(self._pieces(int(batch_size), shuffle, seed, epoch), int(batch_size))
+        return rebatch(self._pieces(int(batch_size), shuffle, seed, epoch, window), int(batch_size))
 
     # -- rewriting ------------------------------------------------------------------------
 

@@ -135,12 +135,15 @@ def release_dataset(dataset_id: str, dask_worker: Any = None) -> None:
 class ChunkSink:
     """Stores parsed chunks of one piece at a storage level (see the module docstring)."""
 
-    def __init__(self, level: str, dataset_id: str, name: str) -> None:
+    def __init__(
+        self, level: str, dataset_id: str, name: str, chunk_bytes: int | None = None
+    ) -> None:
         if level not in LEVELS:
             raise ValueError(f"storage: expected one of {LEVELS}, got {level!r}")
         self.level = level
         self.dataset_id = dataset_id
         self.name = name
+        self.chunk_bytes = chunk_bytes or config.get_bytes("daskangel.data.chunk-bytes")
         self.chunks: list[Chunk] = []
         self._file: Any = None
         self._path = ""
@@ -153,7 +156,7 @@ class ChunkSink:
         if self.level == "memory":
             self.chunks.append(batch)
             return
-        limit = config.get_bytes("daskangel.data.chunk-bytes")
+        limit = self.chunk_bytes
         if batch.nbytes > limit and batch.n_rows > 1:
             per = max(1, int(batch.n_rows * limit / batch.nbytes))
             for s in range(0, batch.n_rows, per):

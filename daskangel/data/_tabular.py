@@ -203,7 +203,9 @@ class Csv:
     def indexed(self) -> bool:
         return self.table.indexed
 
-    def parse(self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int) -> Parsed:
+    def parse(
+        self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int, max_line: int
+    ) -> Parsed:
         lines = _field_counts(data, ord(self.sep), ord('"'))
         line_no = np.arange(lines.shape[0])
         if split.shares > 1:
