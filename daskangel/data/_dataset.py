@@ -350,6 +350,12 @@ class Dataset:
         return len(self.partitions)
 
     @property
+    def n_splits(self) -> int:
+        """Input pieces parsed (byte ranges, line shares, array blocks)."""
+        self._check()
+        return len(self._reports)
+
+    @property
     def n_rows(self) -> int:
         self._check()
         return sum(i.n_rows for i in self.info)

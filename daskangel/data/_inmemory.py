@@ -171,9 +171,9 @@ class ArraySource:
         order, b = piece.payload
         x, y = b.x, b.y
         if not isinstance(x, Future):
-            [x] = client.scatter([x], workers=[worker])
+            [x] = client.scatter([x], workers=[worker], hash=False)
             if y is not None:
-                [y] = client.scatter([y], workers=[worker])
+                [y] = client.scatter([y], workers=[worker], hash=False)
         return client.submit(
             build_block,
             spec,

@@ -230,14 +230,16 @@ def _blocks(f: Any, split: Split, block_bytes: int, max_line: int) -> Iterator[B
         if pos + len(buf) >= stop:
             # our last line is the one containing byte stop - 1
             k = buf.find(b"\n", max(0, int(stop - pos - 1)))
-            if k >= 0 or eof:
-                cut = len(buf) if k < 0 else k + 1
-                yield _block(buf[:cut], line, long_lines)
+            if k >= 0:
+                yield _block(buf[: k + 1], line, long_lines)
+                return
+            if eof:
+                yield _last(buf, line, long_lines, max_line)
                 return
         k = buf.rfind(b"\n")
         if k < 0:
             if eof:
-                yield _block(buf, line, long_lines)
+                yield _last(buf, line, long_lines, max_line)
                 return
             if len(buf) > max_line:
                 # a line too long to buffer: stream past it and report it
@@ -258,9 +260,16 @@ def _blocks(f: Any, split: Split, block_bytes: int, max_line: int) -> Iterator[B
         pos += k + 1
         buf = buf[k + 1 :]
     if buf and eof:
-        yield _block(buf, line, long_lines)
+        yield _last(buf, line, long_lines, max_line)
     elif long_lines:
         yield _block(b"", line, long_lines)
+
+
+def _last(buf: bytes, line: int, long_lines: list[tuple[int, bytes]], max_line: int) -> Block:
+    """The file's last line, which has no newline: reported if too long."""
+    if len(buf) > max_line and b"\n" not in buf:
+        return _block(b"", line + 1, [*long_lines, (line, buf[:200])])
+    return _block(buf, line, long_lines)
 
 
 def _block(data: bytes, line0: int, long_lines: list[tuple[int, bytes]]) -> Block:
