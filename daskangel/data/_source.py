@@ -130,7 +130,12 @@ def list_files(
             raise FileNotFoundError(f"paths: {u!r} matches no file")
         for p in paths:
             info = fs.info(p)
-            full = fs.unstrip_protocol(p)
+            # local files keep their plain path (as users name them in messages)
+            full = (
+                p
+                if getattr(fs, "protocol", None) in ("file", ("file", "local"))
+                else (fs.unstrip_protocol(p))
+            )
             out.append(FileInfo(full, int(info["size"]), _compression(full, compression), len(out)))
     return out
 

@@ -83,7 +83,7 @@ def test_real_sets_equal_sklearn(client, name, nf):
     path = _dataset_path(*name)
     if not os.path.exists(path):
         pytest.skip(f"{path} absent (see ../shared/data/README.md)")
-    X, y = load_svmlight_file(path, n_features=nf)
+    X, _y = load_svmlight_file(path, n_features=nf)
     with dask.config.set({"daskangel.data.split-bytes": "256KiB"}):
         ds = angel.data.read_libsvm(path, n_features=nf).persist(n_partitions=1)
     assert ds.n_splits >= 4
@@ -131,7 +131,8 @@ def test_dummy_and_dense(client, tmp_path):
     census = _dataset_path("angel-sample", "census", "census_148d_test.dummy")
     if os.path.exists(census):
         ds = angel.data.read_dummy(census, n_features=148).persist()
-        lines = [ln.split() for ln in open(census) if ln.strip()]
+        with open(census) as f:
+            lines = [ln.split() for ln in f if ln.strip()]
         assert ds.n_rows == len(lines) and ds.nnz == sum(len(t) - 1 for t in lines)
         assert ds.n_features == 148
     p = tmp_path / "d.txt"

@@ -54,7 +54,7 @@ def test_long_lines_are_streamed_past_and_reported():
     _write("memory://long/f.txt", data)
     files = list_files("memory://long/f.txt")
     for n in (1, 3, 7):
-        splits, got, longs = _lines_of(files, n, 10)
+        _splits, got, longs = _lines_of(files, n, 10)
         assert got.split(b"\n") == [b"a b", b"c d", b""]
         assert [t[:3] for t in longs] == [b"xxx", b"yyy"]
 
