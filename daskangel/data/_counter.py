@@ -229,6 +229,7 @@ class FeatureIndexer:
                 dataset.storage,
                 dataset.memory_budget,
                 self.n_indexed,
+                config.get_bytes("daskangel.data.chunk-bytes"),
                 workers=[w],
                 allow_other_workers=False,
                 pure=False,

@@ -223,7 +223,10 @@ class Csv:
         bad_row = np.zeros(len(df), np.bool_)
         reason = np.zeros(len(df), np.int64)
         for c in self.table.numeric_columns():
-            num = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+            col = df[c]
+            if col.dtype.kind not in "iuf":  # some cell is not a number: find which
+                col = pd.to_numeric(col, errors="coerce")
+            num = col.to_numpy(np.float64, na_value=np.nan)
             nonnum = np.isnan(num)
             inf = np.isinf(num)
             new = (nonnum | inf) & ~bad_row
@@ -268,12 +271,14 @@ class Csv:
         return self._read(io.BytesIO(body.tobytes()))
 
     def _read(self, f: Any) -> pd.DataFrame:
+        numeric = set(self.table.numeric_columns())
         return pd.read_csv(
             f,
             header=None,
             names=list(self.names),
             sep=self.sep,
-            dtype=str,
+            dtype={c: str for c in self.names if c not in numeric},
+            na_values={c: [""] for c in numeric},
             keep_default_na=False,
             skip_blank_lines=False,
             engine="c",
