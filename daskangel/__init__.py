@@ -9,8 +9,9 @@ Example
 
 from __future__ import annotations
 
-from . import config, data, errors
+from . import _compat, config, data, errors  # noqa: F401 - _compat registers serialisers
 from .context import PSContext
+from .persist import load_arrays
 from .psarray import (
     AutoPartitioner,
     BlockPartitioner,
@@ -33,4 +34,5 @@ __all__ = [
     "config",
     "data",
     "errors",
+    "load_arrays",
 ]

@@ -35,14 +35,30 @@ def get(key: str) -> Any:
     return dask.config.get(key)
 
 
+# {(key, raw_value): parsed} so hot paths do not re-parse "16MiB" on every call
+_parsed: dict[tuple[str, Any], float] = {}
+
+
 def get_bytes(key: str) -> int:
     """Return a byte-size key (``"16MiB"`` or an int) as an int."""
     value = dask.config.get(key)
-    return int(parse_bytes(value)) if isinstance(value, str) else int(value)
+    try:
+        return int(_parsed[(key, value)])
+    except (KeyError, TypeError):
+        out = int(parse_bytes(value)) if isinstance(value, str) else int(value)
+        if len(_parsed) < 4096:
+            _parsed[(key, value)] = out
+        return out
 
 
 def get_seconds(key: str) -> float:
     """Return a duration key (``"30s"`` or a number of seconds) as a float."""
     value = dask.config.get(key)
-    out = parse_timedelta(value, default="seconds")
-    return float(out) if out is not None else float("inf")
+    try:
+        return _parsed[(key, value)]
+    except (KeyError, TypeError):
+        parsed = parse_timedelta(value, default="seconds")
+        out = float(parsed) if parsed is not None else float("inf")
+        if len(_parsed) < 4096:
+            _parsed[(key, value)] = out
+        return out

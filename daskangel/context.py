@@ -19,11 +19,13 @@ Example
 
 from __future__ import annotations
 
+import re
 import uuid
 import warnings
 from typing import Any, cast
 
 import numpy as np
+from dask.utils import parse_timedelta
 from distributed import Client, default_client
 
 from . import config
@@ -83,6 +85,21 @@ class PSContext:
         Run servers only on workers with this resource (e.g. ``"daskangel-ps"``).
     transport
         ``"handlers"`` (default, faster: see benchmarks/RESULTS.md) or ``"actors"``.
+    snapshot
+        URL of a snapshot directory (any fsspec URL; a local path by default).  Lost
+        servers are rebuilt from its newest snapshot.
+    snapshot_every
+        An int: snapshot every that many clocks of training; a number of seconds
+        (float) or a duration string (``"30s"``): snapshot on a timer.
+    keep
+        Number of complete snapshots to keep.
+    recovery
+        ``"continue"`` (default, Angel's behaviour): only the lost blocks go back to
+        the newest snapshot and everything else keeps going, so at most the updates
+        those blocks received since that snapshot are lost; survivors keep their
+        progress, which suits SGD-style training.  ``"rollback"``: every array
+        (and, in training, every task) goes back to the snapshot, so a
+        deterministic run ends exactly as it would have without the failure.
     """
 
     def __init__(
@@ -93,6 +110,10 @@ class PSContext:
         workers: list[str] | None = None,
         resource: str | None = None,
         transport: str | None = None,
+        snapshot: str | None = None,
+        snapshot_every: int | float | str | None = None,
+        keep: int = 2,
+        recovery: str = "continue",
     ) -> None:
         self.client = client if client is not None else default_client()
         self.transport = transport or config.get("daskangel.transport")
@@ -123,6 +144,20 @@ class PSContext:
             callback_timeout=timeout,
         )
         self.servers = [ServerId(str(a), int(i)) for a, i in servers]
+        every_clocks, every_seconds = _every(snapshot_every)
+        if snapshot is None and snapshot_every is not None:
+            raise ValueError("snapshot_every: needs snapshot=<url> to write to")
+        self.snapshot_url = snapshot
+        self.recovery = recovery
+        self.client.sync(
+            self._scheduler.daskangel_snapshot_config,
+            ctx=self.id,
+            url=snapshot,
+            every_clocks=every_clocks,
+            every_seconds=every_seconds,
+            keep=keep,
+            recovery=recovery,
+        )
         if self.transport == "actors":
             self._actors = [
                 self.client.submit(
@@ -174,10 +209,14 @@ class PSContext:
         sparse: bool,
         block_shape: Any = None,
         partitioner: Partitioner | None = None,
+        like: str | None = None,
     ) -> PSArray:
         self._check_open()
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"name: expected a non-empty string, got {name!r}")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(
+                f"name: expected letters, digits, '_', '-' or '.' (not starting with '.'), "
+                f"got {name!r}"
+            )
         shp = _shape(shape)
         dt = _dtype(dtype)
         two_d = (1, shp[0]) if len(shp) == 1 else (shp[0], shp[1])
@@ -194,6 +233,7 @@ class PSContext:
             ctx=self.id,
             meta=meta.to_dict(),
             blocks=meta.block_specs(),
+            like=like,
         )
         self.binding.metas[name] = ArrayMeta.from_dict(full)
         return PSArray(name, context=self, binding=self.binding)
@@ -272,7 +312,7 @@ class PSContext:
         shape = (m.shape[1],) if m.ndim == 1 else m.shape
         part = _SameLayout(m)
         return self._create(
-            name, shape, dtype or m.dtype, InitSpec("const", 0.0), m.sparse, None, part
+            name, shape, dtype or m.dtype, InitSpec("const", 0.0), m.sparse, None, part, like=m.name
         )
 
     def from_array(
@@ -320,9 +360,68 @@ class PSContext:
         self.client.sync(self._scheduler.daskangel_drop, name=name)
         self.binding.forget(name)
 
+    # -- snapshots and models -----------------------------------------------------------
+
+    def snapshot(self, arrays: list[str] | None = None) -> dict[str, Any]:
+        """Take a snapshot now into the ``snapshot=`` directory; return its summary.
+
+        .. warning::
+           Outside training this cut is best effort: a write racing with it may be
+           in some blocks and not in others.  Snapshots taken by training at a
+           clock (BSP/SSP) are exact.
+        """
+        self._check_open()
+        return dict(
+            self.client.sync(self._scheduler.daskangel_snapshot, ctx=self.id, arrays=arrays)
+        )
+
+    def save(self, url: str, arrays: list[str] | None = None) -> dict[str, Any]:
+        """Save arrays (default: all of this context's) as a zarr group at ``url``.
+
+        The store is readable with plain ``zarr`` / ``dask.array.from_zarr`` (see
+        docs/snapshot-format.md) and by :meth:`load` / :func:`daskangel.load_arrays`.
+        """
+        self._check_open()
+        return dict(
+            self.client.sync(
+                self._scheduler.daskangel_snapshot, ctx=self.id, url=url, arrays=arrays
+            )
+        )
+
+    def load(self, url: str, arrays: list[str] | None = None) -> dict[str, PSArray]:
+        """Load a saved model or a snapshot directory's newest snapshot.
+
+        Missing arrays are created with their stored layout; existing ones must
+        match in shape, dtype and partitioning.  Nothing changes if anything does
+        not match or a block fails its checksum.
+        """
+        from .persist import load_into
+
+        self._check_open()
+        return load_into(self, url, arrays)
+
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self.servers)} servers"
         return f"PSContext<{self.id}, {state}, transport={self.transport}>"
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")
+
+
+def _every(value: int | float | str | None) -> tuple[int | None, float | None]:
+    """``snapshot_every`` as ``(clocks, seconds)``."""
+    if value is None:
+        return None, None
+    if isinstance(value, bool):
+        raise TypeError(f"snapshot_every: expected clocks (int) or seconds, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        if value < 1:
+            raise ValueError(f"snapshot_every: expected >= 1 clocks, got {value}")
+        return int(value), None
+    seconds = parse_timedelta(value, default="seconds")
+    if seconds is None or seconds <= 0:
+        raise ValueError(f"snapshot_every: expected a positive duration, got {value!r}")
+    return None, float(seconds)
 
 
 class _SameLayout:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 import daskangel as angel
 
@@ -40,3 +43,32 @@ def client(cluster: LocalCluster) -> Iterator[Client]:
 def ps(client: Client) -> Iterator[angel.PSContext]:
     with angel.PSContext(client) as ctx:
         yield ctx
+
+
+class _RemovalWatch(SchedulerPlugin):
+    """Sets a threading.Event when the watched worker leaves the scheduler."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.event = threading.Event()
+        self.name = f"removal-watch-{address}"
+
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        if worker == self.address:
+            self.event.set()
+
+
+async def _exit_soon() -> None:
+    os._exit(1)
+
+
+def kill_worker(client: Client, cluster: LocalCluster, address: str, timeout: float = 60) -> None:
+    """Kill a worker process the hard way (``os._exit``) and wait until the
+    scheduler has removed it (an event, not a sleep)."""
+    watch = _RemovalWatch(address)
+    cluster.scheduler.add_plugin(watch)  # type: ignore[union-attr]
+    try:
+        client.run(_exit_soon, workers=[address], wait=False)
+        assert watch.event.wait(timeout), f"worker {address} was not removed in {timeout}s"
+    finally:
+        cluster.scheduler.remove_plugin(name=watch.name)  # type: ignore[union-attr]

@@ -124,7 +124,7 @@ class FeatureIndexer:
     ps
         The :class:`~daskangel.PSContext` holding the counts.
     name
-        Prefix of the PS arrays (``<name>/count``, ``<name>/index``).
+        Prefix of the PS arrays (``<name>.count``, ``<name>.index``).
     n_blocks
         Hash blocks of the key space (default: ``blocks-per-server`` per server).
     """
@@ -136,7 +136,7 @@ class FeatureIndexer:
         per = int(config.get("daskangel.partition.blocks-per-server"))
         part = HashPartitioner(n_blocks or max(1, per * len(ps.servers)))
         self.counts = ps.zeros(
-            f"{self.name}/count", HASH_SPACE, "int64", sparse=True, partitioner=part
+            f"{self.name}.count", HASH_SPACE, "int64", sparse=True, partitioner=part
         )
         self.index: PSArray | None = None
         self.n_indexed = 0
@@ -197,7 +197,7 @@ class FeatureIndexer:
         th = {"threshold": int(min_count)}
         sel = b.run(b.call_blocks, self.counts.name, "count_selected", parts, {}, th)
         offsets = np.concatenate([[0], np.cumsum([sel[k] for k in range(n_blocks)])])
-        self.index = self.ps.zeros_like(self.counts, f"{self.name}/index")
+        self.index = self.ps.zeros_like(self.counts, f"{self.name}.index")
         parts = {blk: {"block": blk, "offset": int(offsets[blk])} for blk in range(n_blocks)}
         extra = {"dst": self.index.name, **th}
         b.run(b.call_blocks, self.counts.name, "rank_into", parts, {}, extra)

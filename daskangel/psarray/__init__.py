@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from . import _rank  # noqa: F401 - registers the feature indexer's server ops
+from . import (
+    _rank,  # noqa: F401 - registers the feature indexer's server ops
+    _snapshot_ops,  # noqa: F401 - registers the snapshot server ops
+)
 from ._array import PSArray, PSFuture
 from ._blocks import InitSpec
 from ._layout import (
@@ -15,7 +18,7 @@ from ._layout import (
     RangePartitioner,
 )
 from ._meta import ArrayMeta, BlockInfo, ServerId
-from ._server import PSServer, PSWorkerPlugin, server_op
+from ._server import PSServer, PSWorkerPlugin, server_async_op, server_op
 
 __all__ = [
     "ArrayMeta",
@@ -33,5 +36,6 @@ __all__ = [
     "Partitioner",
     "RangePartitioner",
     "ServerId",
+    "server_async_op",
     "server_op",
 ]

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from distributed import Client, Worker, default_client, get_worker
 from distributed.comm.core import CommClosedError
+from distributed.core import ConnectionPool
 from distributed.utils import sync
 
 from .. import config
@@ -46,9 +47,16 @@ _lock = threading.Lock()
 class Binding:
     """Loop, comm pool, scheduler connection and metadata cache of one process."""
 
-    def __init__(self, loop: Any, rpc: Any, scheduler: Any, local_worker: Worker | None) -> None:
+    def __init__(
+        self,
+        loop: Any,
+        connection_args: dict[str, Any],
+        scheduler: Any,
+        local_worker: Worker | None,
+    ) -> None:
         self.loop = loop
-        self.rpc = rpc
+        self.connection_args = connection_args
+        self._pool: ConnectionPool | None = None
         self.scheduler = scheduler
         self.local_worker = local_worker
         # {array_name: ArrayMeta}
@@ -59,6 +67,19 @@ class Binding:
     def next_tag(self) -> list[Any]:
         """A fresh ``[writer_id, seq]`` write tag (thread-safe: ``count`` is atomic)."""
         return [self.writer_id, next(self._seq)]
+
+    async def pool(self) -> ConnectionPool:
+        """PS traffic's own comm pool (Dask comms, the cluster's Security settings),
+        with ``daskangel.client.connect-timeout`` so a dead server is noticed fast."""
+        if self._pool is None:
+            pool = ConnectionPool(
+                limit=int(config.get("daskangel.client.connection-limit")),
+                connection_args=self.connection_args,
+                timeout=config.get_seconds("daskangel.client.connect-timeout"),
+            )
+            await pool.start()
+            self._pool = pool
+        return self._pool
 
     # -- running coroutines from any thread ----------------------------------
 
@@ -94,9 +115,8 @@ class Binding:
             plugin = w.plugins.get(PLUGIN_NAME)
             if plugin is not None:
                 return await plugin.call_local(op, server.index, cost, **kwargs)  # type: ignore[attr-defined]
-        return await call_server(
-            self.rpc, server.address, server.index, op, transport, cost, kwargs
-        )
+        pool = self._pool or await self.pool()
+        return await call_server(pool, server.address, server.index, op, transport, cost, kwargs)
 
     async def call_blocks(
         self,
@@ -118,10 +138,13 @@ class Binding:
         the parts, and writes carry a tag the server uses to apply them only once,
         so resending is safe.
         """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + config.get_seconds("daskangel.client.recovery-wait")
         meta = await self.meta(name)
         done: dict[int, Any] = {}
         pending = by_block
-        for attempt in range(2):
+        while True:
+            meta = await self._usable(meta, pending, deadline)
             groups: dict[ServerId, list[int]] = {}
             for b in pending:
                 groups.setdefault(meta.servers[b], []).append(b)
@@ -137,37 +160,76 @@ class Binding:
                 )
                 for s, blocks in groups.items()
             ]
-            results = await asyncio.gather(*calls, return_exceptions=True)
+            if len(calls) == 1:  # no task for the common single-server case
+                try:
+                    results = [await calls[0]]
+                except Exception as e:  # noqa: BLE001 - sorted out below, as with gather
+                    results = [e]
+            else:
+                results = await asyncio.gather(*calls, return_exceptions=True)
             stale: list[int] = []
-            lost: dict[ServerId, BaseException] = {}
+            unreachable: dict[ServerId, BaseException] = {}
             for (s, blocks), r in zip(groups.items(), results, strict=True):
                 if isinstance(r, StaleLayoutError):
                     stale.extend(blocks)
                 elif isinstance(r, (OSError, CommClosedError)):
                     stale.extend(blocks)
-                    lost[s] = r
+                    unreachable[s] = r
                 elif isinstance(r, BaseException):
                     raise r
                 elif isinstance(r, (list, tuple)):
                     done.update(zip(blocks, r, strict=True))
             if not stale:
                 return done
-            if attempt == 0:
-                old = meta
-                meta = await self.meta(name, refresh=True)
-                moved = [
-                    s
-                    for s in lost
-                    if any(old.servers[b] == s and meta.servers[b] != s for b in stale)
-                ]
-                if lost and len(moved) < len(lost):
-                    s, err = next((s, e) for s, e in lost.items() if s not in moved)
-                    raise ServerLostError(
-                        f"array {name!r}: PS server {s} is unreachable ({err!r}) "
-                        "and its blocks were not moved"
-                    ) from err
-                pending = {b: by_block[b] for b in stale}
-        raise StaleLayoutError(f"array {name!r}: blocks {stale[:10]} not found on their servers")
+            pending = {b: by_block[b] for b in stale}
+            remaining = deadline - loop.time()
+            fresh = await self.meta(name, refresh=True)
+            if unreachable and fresh.generation == meta.generation and remaining > 0:
+                # the scheduler has not noticed yet: wait for it to drop the server
+                fresh = await self._wait(name, meta.generation, remaining)
+            if fresh.generation == meta.generation or remaining <= 0:
+                if not unreachable:
+                    raise StaleLayoutError(
+                        f"array {name!r}: blocks {stale[:10]} not found on their servers"
+                    )
+                s, err = next(iter(unreachable.items()))
+                raise ServerLostError(
+                    f"array {name!r}: PS server {s} is unreachable ({err!r}) and its "
+                    "blocks were not moved within daskangel.client.recovery-wait"
+                ) from err
+            meta = fresh
+
+    async def _wait(self, name: str, generation: int, timeout: float) -> ArrayMeta:
+        d = await self.scheduler.daskangel_wait_meta(
+            name=name, generation=generation, timeout=timeout
+        )
+        m = self.metas[name] = ArrayMeta.from_dict(d)
+        return m
+
+    async def _usable(self, meta: ArrayMeta, blocks: dict[int, Any], deadline: float) -> ArrayMeta:
+        """``meta`` once no block of the request is lost: waits for a running
+        recovery, raises :class:`ServerLostError` when nothing can rebuild them."""
+        loop = asyncio.get_running_loop()
+        while True:
+            lost = sorted(b for b in blocks if b in meta.lost)
+            if not lost:
+                return meta
+            remaining = deadline - loop.time()
+            if meta.recovering and remaining > 0:
+                meta = await self._wait(meta.name, meta.generation, remaining)
+                continue
+            servers = sorted({str(meta.servers[b]) for b in lost})
+            why = (
+                f"rebuilding them failed: {meta.recovery_error}"
+                if meta.recovery_error
+                else "recovery did not finish within daskangel.client.recovery-wait"
+                if meta.recovering
+                else "there is no snapshot to rebuild them from"
+            )
+            raise ServerLostError(
+                f"array {meta.name!r}: PS server(s) {', '.join(servers)} left the cluster "
+                f"holding blocks {lost[:20]}, and {why}"
+            )
 
 
 def get_binding(client: Client | None = None) -> Binding:
@@ -181,13 +243,13 @@ def get_binding(client: Client | None = None) -> Binding:
             with _lock:
                 b = getattr(worker, "_daskangel_binding", None)
                 if b is None:
-                    b = Binding(worker.loop, worker.rpc, worker.scheduler, worker)
+                    b = Binding(worker.loop, worker.connection_args, worker.scheduler, worker)
                     setattr(worker, "_daskangel_binding", b)  # noqa: B010
             return b  # type: ignore[no-any-return]
         client = default_client()
     with _lock:
         b = getattr(client, "_daskangel_binding", None)
         if b is None:
-            b = Binding(client.loop, client.rpc, client.scheduler, None)
+            b = Binding(client.loop, client.connection_args, client.scheduler, None)
             setattr(client, "_daskangel_binding", b)  # noqa: B010
     return b  # type: ignore[no-any-return]

@@ -138,6 +138,11 @@ class DenseBlock:
         self.data.fill(value)
         self.version += 1
 
+    def copy(self) -> DenseBlock:
+        out = DenseBlock(self.data.copy(), self.row0, self.col0, self.n_cols)
+        out.version = self.version
+        return out
+
     def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(rows, cols, values)`` of the non-zero entries (local indices)."""
         r, c = np.nonzero(self.data)
@@ -277,6 +282,24 @@ class SparseBlock:
         self.n = 0
         self.default = self.dtype.type(value)
         self.init = None
+        self.version += 1
+
+    def copy(self) -> SparseBlock:
+        out = SparseBlock(
+            self.shape, self.dtype, self.default.item(), None, self.row0, self.col0, self.n_cols
+        )
+        out.init = self.init
+        out.keys = self.keys[: self.n].copy()
+        out.vals = self.vals[: self.n].copy()
+        out.n = self.n
+        out.version = self.version
+        return out
+
+    def load(self, keys: np.ndarray, vals: np.ndarray) -> None:
+        """Replace the stored entries with sorted unique ``keys`` and ``vals``."""
+        self.keys = np.ascontiguousarray(keys, dtype=np.int64)
+        self.vals = np.ascontiguousarray(vals, dtype=self.dtype)
+        self.n = int(self.keys.shape[0])
         self.version += 1
 
     def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -22,7 +22,9 @@ from numba import njit
 
 __all__ = [
     "counting_group",
+    "all_finite",
     "gallop_find",
+    "group_by_bounds",
     "hash_random",
     "is_sorted",
     "merge_update",
@@ -229,6 +231,65 @@ def counting_group(ids, n_groups):  # type: ignore[no-untyped-def]
         order[fill[g]] = i
         fill[g] += 1
     return order, starts
+
+
+@njit(nogil=True, cache=True)
+def group_by_bounds(idx, bounds):  # type: ignore[no-untyped-def]
+    """Group indices by the range ``[bounds[g], bounds[g + 1])`` holding them.
+
+    Returns ``(order, starts, local)``: ``order[starts[g]:starts[g + 1]]`` are the
+    positions of group ``g`` in their original order and ``local`` holds
+    ``idx[order] - bounds[g]`` (one pass to count, one to scatter).
+    """
+    n = idx.shape[0]
+    n_groups = bounds.shape[0] - 1
+    gid = np.empty(n, np.int64)
+    starts = np.zeros(n_groups + 1, np.int64)
+    # equal-width ranges (every layout the partitioners make) need one division
+    width = bounds[1] - bounds[0]
+    uniform = bounds[0] == 0 and width > 0
+    for g in range(1, n_groups):
+        if bounds[g] != g * width:
+            uniform = False
+    if uniform:
+        for i in range(n):
+            g = idx[i] // width
+            gid[i] = g if g < n_groups else n_groups - 1
+    else:
+        for i in range(n):
+            v = idx[i]
+            lo = 0
+            hi = n_groups - 1
+            while lo < hi:  # last g with bounds[g] <= v
+                mid = (lo + hi + 1) >> 1
+                if bounds[mid] <= v:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            gid[i] = lo
+    for i in range(n):
+        starts[gid[i] + 1] += 1
+    for g in range(n_groups):
+        starts[g + 1] += starts[g]
+    fill = starts[:-1].copy()
+    order = np.empty(n, np.int64)
+    local = np.empty(n, np.int64)
+    for i in range(n):
+        g = gid[i]
+        k = fill[g]
+        order[k] = i
+        local[k] = idx[i] - bounds[g]
+        fill[g] = k + 1
+    return order, starts, local
+
+
+@njit(nogil=True, cache=True)
+def all_finite(a):  # type: ignore[no-untyped-def]
+    """True when no entry of the 1-D array ``a`` is NaN or infinite (no temporaries)."""
+    for i in range(a.shape[0]):
+        if not np.isfinite(a[i]):
+            return False
+    return True
 
 
 @njit(nogil=True, cache=True)

@@ -235,19 +235,29 @@ class AutoPartitioner:
     number of servers, clamped to ``[min-block-bytes, max-block-bytes]``.  Rows are
     kept whole while a row fits in the target; wider rows are cut into column
     ranges, so a long vector's column blocks spread over every server.  Sparse
-    arrays are sized by their expected stored bytes (``sparse-expected-density``).
+    arrays, whose stored size is unknown up front, get ``blocks-per-server`` blocks
+    per server (like Angel's partitions-per-server setting), cut along columns for
+    vectors.
     """
 
     def layout(self, shape: tuple[int, int], itemsize: int, n_servers: int, sparse: bool) -> Layout:
         _check_shape(shape)
         rows, cols = shape
-        entry = itemsize + 8 if sparse else itemsize
-        density = float(config.get("daskangel.partition.sparse-expected-density"))
-        row_bytes = cols * entry * (density if sparse else 1.0)
+        per = int(config.get("daskangel.partition.blocks-per-server"))
+        if sparse:
+            n = max(1, per * n_servers)
+            if rows < n:
+                n_col = min(cols, -(-n // rows))
+                n_row = min(rows, max(1, -(-n // n_col)))
+            else:
+                n_row, n_col = n, 1
+            return BlockPartitioner((math.ceil(rows / n_row), math.ceil(cols / n_col))).layout(
+                shape, itemsize, n_servers, sparse
+            )
+        row_bytes = cols * itemsize
         total = rows * row_bytes
         lo = config.get_bytes("daskangel.partition.min-block-bytes")
         hi = config.get_bytes("daskangel.partition.max-block-bytes")
-        per = int(config.get("daskangel.partition.blocks-per-server"))
         target = min(max(total / max(1, per * n_servers), lo), hi)
         n_blocks = max(1, math.ceil(total / target))
         n_blocks = max(n_blocks, min(n_servers, rows * cols))

@@ -66,6 +66,9 @@ class ArrayMeta:
     generation: int = 0
     ctx: str = ""
     transport: str = "handlers"
+    lost: frozenset[int] = frozenset()
+    recovering: bool = False
+    recovery_error: str | None = None
 
     @classmethod
     def new(
@@ -93,16 +96,13 @@ class ArrayMeta:
         """Plain-value creation specs of every block, with a byte estimate each."""
         lay = self.layout
         out = []
-        entry = self.itemsize + 8
-        from .. import config
-
-        density = float(config.get("daskangel.partition.sparse-expected-density"))
         for b in range(lay.n_blocks):
             shape = lay.block_shape(b)
             r0, _ = lay.block_rows(b)
             c0, _ = lay.block_cols(b)
             n = shape[0] * shape[1]
-            nbytes = int(n * entry * density) if self.sparse else n * self.itemsize
+            # sparse blocks grow with use: balance them by count (equal weights)
+            nbytes = 1 << 20 if self.sparse else n * self.itemsize
             out.append(
                 {
                     "block": b,
@@ -144,6 +144,9 @@ class ArrayMeta:
             generation=int(d.get("generation", 0)),
             ctx=str(d.get("ctx", "")),
             transport=str(d.get("transport", "handlers")),
+            lost=frozenset(int(b) for b in d.get("lost", ())),
+            recovering=bool(d.get("recovering", False)),
+            recovery_error=d.get("recovery_error"),
         )
 
     def with_servers(self, servers: tuple[ServerId, ...], generation: int) -> ArrayMeta:

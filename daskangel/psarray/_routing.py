@@ -111,8 +111,11 @@ def plan_axis(layout: Layout, axis: str, idx: Index, extent: int) -> AxisPlan:
     m = idx.shape[0]
     if n == 1:
         return AxisPlan([0], [idx if hashed else idx - bounds[0]], [slice(0, m)], m)
-    ids = layout.col_block_of(idx) if axis == "cols" else layout.row_block_of(idx)
-    order, starts = K.counting_group(ids.astype(np.int64), n)
+    if hashed:
+        order, starts = K.counting_group(layout.col_block_of(idx), n)
+        local = idx[order]
+    else:
+        order, starts, local = K.group_by_bounds(idx, np.asarray(bounds, dtype=np.int64))
     blocks: list[int] = []
     locs: list[np.ndarray | None] = []
     outs: list[np.ndarray | slice] = []
@@ -120,11 +123,9 @@ def plan_axis(layout: Layout, axis: str, idx: Index, extent: int) -> AxisPlan:
         s, e = int(starts[g]), int(starts[g + 1])
         if s == e:
             continue
-        pos = order[s:e]
-        sel = idx[pos]
         blocks.append(g)
-        locs.append(sel if hashed else sel - bounds[g])
-        outs.append(slice(s, e) if e - s == m else pos)
+        locs.append(local[s:e])
+        outs.append(slice(0, m) if e - s == m else order[s:e])
     return AxisPlan(blocks, locs, outs, m)
 
 
@@ -185,7 +186,7 @@ def check_values(
             f"casting={casting!r}; pass casting='same_kind' to allow it"
         )
     keep = None
-    if values.dtype.kind == "f":
+    if values.dtype.kind == "f" and not K.all_finite(values.reshape(-1)):
         finite = np.isfinite(values)
         if not finite.all():
             if on_nonfinite == "raise":
@@ -195,7 +196,8 @@ def check_values(
                     f"{bad}); pass on_nonfinite='skip' to drop them"
                 )
             keep = finite
-    out = values.astype(dtype, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = values.astype(dtype, copy=False)
     if (
         dtype.kind == "f"
         and values.dtype.kind == "f"

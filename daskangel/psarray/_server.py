@@ -27,18 +27,20 @@ array([[0., 1., 0., 0.]], dtype=float32)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from distributed.core import error_message
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import config
 from .._wire import wrap_arrays
-from ..errors import StaleLayoutError
+from ..errors import DaskAngelError, StaleLayoutError
 from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
 
 if TYPE_CHECKING:
@@ -51,8 +53,10 @@ PLUGIN_NAME = "daskangel-ps"
 Block = DenseBlock | SparseBlock
 ServerOp = Callable[..., Any]
 
-# {op_name: function(server, **kwargs)}
+# {op_name: function(server, **kwargs)}: run under the server lock
 SERVER_OPS: dict[str, ServerOp] = {}
+# {op_name: async function(server, **kwargs)}: manage the lock themselves (I/O)
+ASYNC_OPS: dict[str, Callable[..., Awaitable[Any]]] = {}
 
 
 def server_op(name: str) -> Callable[[ServerOp], ServerOp]:
@@ -60,6 +64,22 @@ def server_op(name: str) -> Callable[[ServerOp], ServerOp]:
 
     def deco(fn: ServerOp) -> ServerOp:
         SERVER_OPS[name] = fn
+        return fn
+
+    return deco
+
+
+def server_async_op(
+    name: str,
+) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+    """Register ``async fn(server, **kwargs)`` as operation ``name``.
+
+    Async ops do slow work (file I/O) outside the server lock, taking it only
+    through ``await server.run(...)`` for the parts that touch blocks.
+    """
+
+    def deco(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        ASYNC_OPS[name] = fn
         return fn
 
     return deco
@@ -79,6 +99,14 @@ class PSServer:
         # {writer_id: OrderedDict(seq -> None)}: recently applied write tags, so a
         # retried write is applied exactly once
         self.applied: dict[str, OrderedDict[int, None]] = {}
+        # pending consistent cut (snapshot): active?, its clock (None: "now"), and
+        # {(array_name, block_id): copy of the block as of the cut} (copy-on-write)
+        self.cut_active = False
+        self.cut_clock: int | None = None
+        self.shadows: dict[tuple[str, int], Block] = {}
+        # {restore_token: [((array_name, block_id), Block), ...]} read, not yet installed
+        self.staged: dict[str, list[tuple[tuple[str, int], Block]]] = {}
+        self._io: ThreadPoolExecutor | None = None
         self._lock: asyncio.Lock | None = None
         self._executor: ThreadPoolExecutor | None = None
 
@@ -89,6 +117,34 @@ class PSServer:
             raise StaleLayoutError(
                 f"server {self.address}#{self.index} holds no block {block} of array {array!r}"
             ) from None
+
+    def write_block(
+        self, key: tuple[str, int], block: Block, clock: int | None, fn: Callable[[Block], Any]
+    ) -> None:
+        """Apply the write ``fn`` to a block, keeping any pending cut consistent.
+
+        While a cut at clock ``t`` is pending, a write tagged with a later clock
+        first saves a copy of the block as of the cut and then changes only the
+        live block; a write of clock ``<= t`` (or untagged) changes both, so the
+        copy ends up holding exactly the writes of clock ``<= t``.  A cut "now"
+        (``t`` is None) treats every later write as after the cut.
+        """
+        if self.cut_active:
+            after = self.cut_clock is None or (clock is not None and clock > self.cut_clock)
+            shadow = self.shadows.get(key)
+            if after:
+                if shadow is None:
+                    self.shadows[key] = block.copy()
+            elif shadow is not None:
+                fn(shadow)
+        fn(block)
+
+    @property
+    def io_executor(self) -> ThreadPoolExecutor:
+        """The server's thread for file I/O (snapshots), apart from its op thread."""
+        if self._io is None:
+            self._io = ThreadPoolExecutor(1, thread_name_prefix=f"daskangel-io-{self.index}")
+        return self._io
 
     def dispatch(self, op: str, **kwargs: Any) -> Any:
         """Run operation ``op`` now, in the calling thread (no locking)."""
@@ -102,38 +158,49 @@ class PSServer:
         """Run ``op`` under the server lock: inline when cheap, else in its thread."""
         if self._lock is None:
             self._lock = asyncio.Lock()
+        async with self.locked():
+            if cost < config.get_bytes("daskangel.server.inline-bytes"):
+                return self.timed(op, cost, kwargs)
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    1, thread_name_prefix=f"daskangel-ps-{self.index}"
+                )
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, lambda: self.timed(op, cost, kwargs))
+
+    @contextlib.asynccontextmanager
+    async def locked(self) -> AsyncIterator[None]:
+        """Hold the server lock, counting the callers queued for it."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
         self.waiting += 1
         acquired = False
         try:
             async with self._lock:
                 self.waiting -= 1
                 acquired = True
-                start = time.perf_counter()
-                if cost < config.get_bytes("daskangel.server.inline-bytes"):
-                    result = self.dispatch(op, **kwargs)
-                else:
-                    if self._executor is None:
-                        self._executor = ThreadPoolExecutor(
-                            1, thread_name_prefix=f"daskangel-ps-{self.index}"
-                        )
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(
-                        self._executor, lambda: self.dispatch(op, **kwargs)
-                    )
-                st = self.op_stats[op]
-                st[0] += 1
-                st[1] += time.perf_counter() - start
-                st[2] += cost
-                return result
+                yield
         finally:
             if not acquired:
                 self.waiting -= 1
 
+    def timed(self, op: str, cost: int, kwargs: dict[str, Any], **more: Any) -> Any:
+        """Dispatch ``op`` and add its call count, seconds and bytes to the stats."""
+        start = time.perf_counter()
+        result = self.dispatch(op, **kwargs, **more)
+        st = self.op_stats[op]
+        st[0] += 1
+        st[1] += time.perf_counter() - start
+        st[2] += cost
+        return result
+
     def close(self) -> None:
         self.blocks.clear()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor = None
+        self.shadows.clear()
+        for ex in (self._executor, self._io):
+            if ex is not None:
+                ex.shutdown(wait=False)
+        self._executor = self._io = None
 
     @property
     def nbytes(self) -> int:
@@ -175,6 +242,7 @@ def _drop(server: PSServer, array: str) -> int:
 
 @server_op("get")
 def _get(server: PSServer, array: str, parts: list[dict[str, Any]]) -> list[np.ndarray]:
+    """Read parts of blocks (always copies, never views of live blocks)."""
     blocks = [server.block(array, int(p["block"])) for p in parts]
     for b, p in zip(blocks, parts, strict=True):
         b.check(p["rows"], p["cols"])
@@ -222,18 +290,21 @@ def _update(
             b.check(p["rows"], p["cols"])
     for b, p in zip(blocks, parts, strict=True):
         if "coo_rows" in p:
-            b.update_coo(p["coo_rows"], p["coo_cols"], p["values"], add)
+            fn = lambda blk, p=p: blk.update_coo(p["coo_rows"], p["coo_cols"], p["values"], add)  # noqa: E731
         else:
-            b.update(p["rows"], p["cols"], p["values"], add)
+            fn = lambda blk, p=p: blk.update(p["rows"], p["cols"], p["values"], add)  # noqa: E731
+        server.write_block((array, int(p["block"])), b, clock, fn)
     record_tag(server, tag)
     return True
 
 
 @server_op("fill")
-def _fill(server: PSServer, array: str, parts: list[dict[str, Any]], value: Any) -> None:
+def _fill(
+    server: PSServer, array: str, parts: list[dict[str, Any]], value: Any, clock: int | None = None
+) -> None:
     found = [server.block(array, int(p["block"])) for p in parts]
-    for b in found:
-        b.fill(value)
+    for b, p in zip(found, parts, strict=True):
+        server.write_block((array, int(p["block"])), b, clock, lambda blk: blk.fill(value))
 
 
 @server_op("versions")
@@ -312,13 +383,35 @@ class PSWorkerPlugin(WorkerPlugin):
             s = self.servers[index] = PSServer(self.worker.address, index)
         return s
 
+    async def _run(self, ps_op: str, server: int, cost: int, kwargs: dict[str, Any]) -> Any:
+        srv = self.server(int(server))
+        afn = ASYNC_OPS.get(ps_op)
+        if afn is not None:
+            return await afn(srv, **kwargs)
+        return await srv.run(ps_op, cost, **kwargs)
+
     async def handle(self, ps_op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
-        """The ``daskangel_ps`` comm handler: run ``ps_op`` and frame its arrays."""
-        return wrap_arrays(await self.server(int(server)).run(ps_op, cost, **kwargs))
+        """The ``daskangel_ps`` comm handler: run ``ps_op`` and frame its arrays.
+
+        Replies always carry copies: Dask's TCP comm returns from ``write`` before
+        the bytes leave, so a view of a block could change on the wire.  Expected
+        errors (bad index, stale layout) go back to the caller without an error
+        log on the worker.
+        """
+        try:
+            return wrap_arrays(await self._run(ps_op, server, cost, kwargs))
+        except DaskAngelError as e:
+            return error_message(e, status="uncaught-error")
 
     async def call_local(self, op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
         """The same call from this worker's own process: nothing is serialised."""
-        return await self.server(int(server)).run(op, cost, **kwargs)
+        return await self._run(op, server, cost, kwargs)
+
+
+def get_worker_loop() -> Any:
+    from distributed import get_worker
+
+    return get_worker().loop
 
 
 class PSServerActor:
@@ -334,6 +427,10 @@ class PSServerActor:
         self.server = PSServer(get_worker().address, index)
 
     def call(self, op: str, kwargs: dict[str, Any]) -> Any:
+        if op in ASYNC_OPS:
+            from distributed.utils import sync
+
+            return sync(get_worker_loop(), ASYNC_OPS[op], self.server, **kwargs)
         start = time.perf_counter()
         result = self.server.dispatch(op, **kwargs)
         st = self.server.op_stats[op]

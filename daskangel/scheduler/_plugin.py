@@ -4,7 +4,9 @@ The plugin is a thin shell that owns the services of the control plane and
 forwards scheduler events to them.  Each service registers its own comm handlers
 (plain values in, plain values out), as ``distributed.semaphore`` does:
 
-* :class:`~daskangel.scheduler._registry.ArrayRegistry`: arrays, layouts, placement.
+* :class:`~daskangel.scheduler._registry.ArrayRegistry`: arrays, layouts, placement;
+* :class:`~daskangel.scheduler._snapshots.SnapshotService`: snapshots, restores,
+  rebuilding blocks of lost servers.
 
 Services added by later parts (clocks, liveness, recovery, status) attach in
 :meth:`DaskAngelSchedulerPlugin.start` the same way.
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ._registry import ArrayRegistry
+from ._snapshots import SnapshotService
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -43,19 +46,31 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
     def __init__(self) -> None:
         self.scheduler: Scheduler | None = None
         self.registry: ArrayRegistry | None = None
+        self.snapshots: SnapshotService | None = None
         # {service_name: service} for every service with scheduler hooks
         self.services: dict[str, Any] = {}
 
     async def start(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.registry = ArrayRegistry(scheduler)
+        self.snapshots = SnapshotService(scheduler, self.registry)
+        self.registry.on_close.append(self.snapshots.forget)
+        # order matters: the registry marks blocks lost before recovery looks
         self.services["registry"] = self.registry
+        self.services["snapshots"] = self.snapshots
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         for service in self.services.values():
             hook = getattr(service, "remove_worker", None)
             if hook is not None:
                 hook(worker)
+
+    def valid_workers_downscaling(self, scheduler: Scheduler, workers: list[Any]) -> list[Any]:
+        """Never scale down a worker whose PS servers hold blocks."""
+        if self.registry is None:
+            return workers
+        busy = self.registry.workers_holding_blocks()
+        return [ws for ws in workers if ws.address not in busy]
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         for service in self.services.values():

@@ -19,8 +19,10 @@ A client opens a context, creates an array, and reads its metadata back::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._wire import call_server
@@ -53,6 +55,12 @@ class ArrayRegistry:
         self.closed: OrderedDict[str, str] = OrderedDict()
         # {array_name: asyncio.Event} set when a pending create finishes
         self._pending: dict[str, asyncio.Event] = {}
+        # {ctx_id: {"workers", "servers_per_worker", "resource"}} how servers were chosen
+        self.ctx_select: dict[str, dict[str, Any]] = {}
+        # callbacks run when a context closes (other services forget it)
+        self.on_close: list[Callable[[str], None]] = []
+        # events of callers in wait_meta, set on every metadata change
+        self._waiters: set[asyncio.Event] = set()
         scheduler.handlers.update(
             {
                 "daskangel_open": self.open,
@@ -61,6 +69,7 @@ class ArrayRegistry:
                 "daskangel_drop": self.drop,
                 "daskangel_meta": self.meta,
                 "daskangel_list": self.list_arrays,
+                "daskangel_wait_meta": self.wait_meta,
             }
         )
 
@@ -96,6 +105,11 @@ class ArrayRegistry:
             await asyncio.gather(*(self.call(s, "ping", transport) for s in servers))
         self.ctx_servers[ctx] = servers
         self.ctx_transport[ctx] = transport
+        self.ctx_select[ctx] = {
+            "workers": workers,
+            "servers_per_worker": servers_per_worker,
+            "resource": resource,
+        }
         return [list(s) for s in servers]
 
     async def close(self, ctx: str) -> list[str]:
@@ -108,6 +122,9 @@ class ArrayRegistry:
             self.closed.popitem(last=False)
         self.ctx_servers.pop(ctx, None)
         self.ctx_transport.pop(ctx, None)
+        self.ctx_select.pop(ctx, None)
+        for cb in self.on_close:
+            cb(ctx)
         return names
 
     # -- arrays -------------------------------------------------------------
@@ -122,9 +139,13 @@ class ArrayRegistry:
         return out
 
     async def create(
-        self, ctx: str, meta: dict[str, Any], blocks: list[dict[str, Any]]
+        self, ctx: str, meta: dict[str, Any], blocks: list[dict[str, Any]], like: str | None = None
     ) -> dict[str, Any]:
-        """Place and create an array's blocks; return its full metadata."""
+        """Place and create an array's blocks; return its full metadata.
+
+        With ``like``, block ``b`` goes to the server holding block ``b`` of that
+        array (co-partitioning, which binary psfs require).
+        """
         name = meta["name"]
         if ctx not in self.ctx_servers:
             raise ContextClosedError(f"ctx: PSContext {ctx!r} is not open")
@@ -135,7 +156,13 @@ class ArrayRegistry:
         event = self._pending[name] = asyncio.Event()
         try:
             servers = self.ctx_servers[ctx]
-            placed = place_blocks([int(b["bytes"]) for b in blocks], servers, self.load())
+            if like is not None:
+                other = await self.meta(like)
+                if len(other["servers"]) != len(blocks):
+                    raise ValueError(f"like: array {like!r} has a different number of blocks")
+                placed = [(s[0], int(s[1])) for s in other["servers"]]
+            else:
+                placed = place_blocks([int(b["bytes"]) for b in blocks], servers, self.load())
             per_server: dict[ServerId, list[dict[str, Any]]] = {}
             for b, s in zip(blocks, placed, strict=True):
                 per_server.setdefault(s, []).append(b)
@@ -169,7 +196,8 @@ class ArrayRegistry:
         meta = self.arrays.pop(name, None)
         if meta is None:
             return False
-        servers = {(s[0], s[1]) for s in meta["servers"]}
+        lost = set(meta.get("lost", ()))
+        servers = {(s[0], s[1]) for b, s in enumerate(meta["servers"]) if b not in lost}
         await self._drop_blocks(name, list(servers), meta["transport"])
         return True
 
@@ -191,6 +219,74 @@ class ArrayRegistry:
 
     def list_arrays(self, ctx: str | None = None) -> list[str]:
         return sorted(n for n, m in self.arrays.items() if ctx is None or m["ctx"] == ctx)
+
+    # -- waiting for changes -------------------------------------------------
+
+    def notify(self) -> None:
+        """Wake callers waiting in :meth:`wait_meta` (an array's metadata changed)."""
+        for event in self._waiters:
+            event.set()
+
+    async def wait_meta(self, name: str, generation: int, timeout: float) -> dict[str, Any]:
+        """Metadata of ``name`` once its generation passes ``generation`` and no
+        recovery is running, or after ``timeout`` seconds, whichever is first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        event = asyncio.Event()
+        self._waiters.add(event)
+        try:
+            while True:
+                m = self.arrays.get(name)
+                if m is None or (m["generation"] > generation and not m.get("recovering")):
+                    break
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), remaining)
+        finally:
+            self._waiters.discard(event)
+        return await self.meta(name)
+
+    # -- liveness -----------------------------------------------------------
+
+    def add_worker(self, worker: str) -> None:
+        """A worker joined: contexts that run servers on every worker (or on every
+        worker with their resource) start servers on it too."""
+        ws = self.scheduler.workers.get(worker)
+        for ctx, sel in self.ctx_select.items():
+            if sel["workers"]:
+                continue
+            if sel["resource"] and not (ws and ws.resources.get(sel["resource"], 0) > 0):
+                continue
+            have = self.ctx_servers.setdefault(ctx, [])
+            for i in range(int(sel["servers_per_worker"])):
+                if (worker, i) not in have:
+                    have.append((worker, i))
+
+    def workers_holding_blocks(self) -> set[str]:
+        return {s[0] for m in self.arrays.values() for s in m["servers"]}
+
+    def remove_worker(self, worker: str) -> None:
+        """A worker left: its servers are gone and the blocks they held are lost."""
+        changed = False
+        for ctx, servers in self.ctx_servers.items():
+            self.ctx_servers[ctx] = [s for s in servers if s[0] != worker]
+        for meta in self.arrays.values():
+            lost = {b for b, s in enumerate(meta["servers"]) if s[0] == worker}
+            if lost:
+                meta["lost"] = sorted(set(meta.get("lost", ())) | lost)
+                meta["generation"] += 1
+                changed = True
+                logger.warning(
+                    "daskangel: worker %s left; array %r lost blocks %s",
+                    worker,
+                    meta["name"],
+                    sorted(lost)[:20],
+                )
+        if changed:
+            self.notify()
 
     # -- server calls -------------------------------------------------------
 

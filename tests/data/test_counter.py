@@ -98,7 +98,7 @@ def test_indexing_1m_rows_matches_np_unique_without_moving_rows(client, logs):
         np.testing.assert_array_equal(site_counts, np.bincount(inv_site)[:5])
         np.testing.assert_array_equal(np.sort(site_idx), np.sort(np.unique(cols[inv_site < 5, 0])))
         idx.clean()
-        assert idx.state == "CLEAN" and "cats/count" not in ps.arrays()
+        assert idx.state == "CLEAN" and "cats.count" not in ps.arrays()
 
 
 def test_state_machine_min_count_and_increment_from_tasks(client, tmp_path):

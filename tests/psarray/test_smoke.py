@@ -16,4 +16,4 @@ def test_random_is_partition_independent(ps):
     a = ps.random("a", shape=(50, 9), block_shape=(7, 4), seed=3)
     b = ps.random("b", shape=(50, 9), seed=3)
     np.testing.assert_array_equal(a.get(), b.get())
-    assert 0.0 <= a.get().min() and a.get().max() < 1.0
+    assert a.get().min() >= 0.0 and a.get().max() < 1.0

@@ -1,0 +1,253 @@
+"""PSArray get / increment against the bare transport and local numpy, per transport.
+
+Run: ``.venv/bin/python benchmarks/bench_ps.py [--repeat 7]``
+
+On a 2-worker LocalCluster (processes), for each transport ("handlers", "actors"):
+
+* dense get and increment bandwidth for 1 / 8 / 64 MiB payloads (a float32 vector
+  auto-partitioned over both servers), next to *raw*: bare calls to the same
+  servers moving the same bytes the same way (one concurrent call per server),
+  and *local*: the same copy / add in numpy in this process;
+* latency of a small get (one row of 100 float32), next to a bare round trip
+  carrying 400 bytes;
+* rows/s of a 1,000-row batched get from a 100,000 x 100 matrix;
+* sparse increment keys/s: 1 M random keys into a 1 x 10**9 sparse vector (new keys,
+  then the same keys again), per server, next to the same update on a local block.
+
+Every figure is the median of ``--repeat`` runs (small calls: of 300).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.protocol import to_serialize
+
+import daskangel as angel
+from daskangel.psarray._blocks import SparseBlock
+
+MiB = 1 << 20
+
+
+class RawPlugin(WorkerPlugin):
+    """Bare handlers: receive bytes and drop them, or send cached bytes."""
+
+    name = "bench-raw"
+
+    def setup(self, worker: Any) -> None:
+        cache: dict[int, np.ndarray] = {}
+
+        def sink(data: Any = None) -> None:
+            return None
+
+        def source(nbytes: int = 0) -> Any:
+            if nbytes not in cache:
+                cache[nbytes] = np.ones(nbytes // 4, "float32")
+            return to_serialize(cache[nbytes])
+
+        worker.handlers["bench_sink"] = sink
+        worker.handlers["bench_source"] = source
+
+
+class RawActor:
+    """The same bare calls as a Dask actor."""
+
+    def __init__(self) -> None:
+        self.cache: dict[int, np.ndarray] = {}
+
+    def sink(self, data: Any) -> None:
+        return None
+
+    def source(self, nbytes: int) -> np.ndarray:
+        if nbytes not in self.cache:
+            self.cache[nbytes] = np.ones(nbytes // 4, "float32")
+        return self.cache[nbytes]
+
+
+def median_time(fn: Callable[[], Any], repeat: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+class Raw:
+    """Bare calls over one transport, to the PS servers' workers."""
+
+    def __init__(self, client: Client, transport: str, workers: list[str]) -> None:
+        self.client, self.transport, self.workers = client, transport, workers
+        self.actor_futs = []
+        if transport == "actors":
+            self.actor_futs = [
+                client.submit(RawActor, actor=True, workers=[w], key=f"raw-{w}") for w in workers
+            ]
+            client.gather(self.actor_futs)
+
+    async def _one(self, w: str, fn: str, arg: Any) -> Any:
+        rpc = self.client.rpc(w)
+        if self.transport == "handlers":
+            if fn == "sink":
+                return await rpc.bench_sink(data=to_serialize(arg))
+            return await rpc.bench_source(nbytes=arg)
+        return await rpc.actor_execute(
+            actor=f"raw-{w}", function=fn, args=[to_serialize(arg)], kwargs={}
+        )
+
+    def call(self, fn: str, shares: dict[str, Any]) -> None:
+        async def go() -> None:
+            await asyncio.gather(*(self._one(w, fn, a) for w, a in shares.items()))
+
+        self.client.sync(go)
+
+
+def shares_of(arr: angel.PSArray, nbytes: int) -> dict[str, int]:
+    """Bytes of the array held by each worker."""
+    out: dict[str, int] = {}
+    total = sum(b.shape[0] * b.shape[1] for b in arr.blocks)
+    for b in arr.blocks:
+        n = b.shape[0] * b.shape[1]
+        out[b.server.address] = out.get(b.server.address, 0) + nbytes * n // total
+    return out
+
+
+def bench_transport(
+    client: Client, transport: str, repeat: int
+) -> list[tuple[str, str, str, str, str]]:
+    rows = []
+    with angel.PSContext(client, transport=transport) as ps:
+        workers = sorted({s.address for s in ps.servers})
+        raw = Raw(client, transport, workers)
+        for mb in (1, 8, 64):
+            n = mb * MiB // 4
+            w = ps.zeros(f"v{mb}", (n,), dtype="float32")
+            vals = np.ones(n, "float32")
+            shares = shares_of(w, mb * MiB)
+            t_get = median_time(w.get, repeat)
+            t_inc = median_time(lambda w=w, vals=vals: w.increment(vals), repeat)
+            t_raw_get = median_time(lambda s=shares: raw.call("source", s), repeat)
+            sink_shares = {a: np.ones(b // 4, "float32") for a, b in shares.items()}
+            t_raw_put = median_time(lambda s=sink_shares: raw.call("sink", s), repeat)
+            local = np.zeros(n, "float32")
+            t_loc_get = median_time(local.copy, repeat)
+            t_loc_inc = median_time(
+                lambda local=local, vals=vals: np.add(local, vals, out=local), repeat
+            )
+            for op, t, tr, tl in (
+                ("get", t_get, t_raw_get, t_loc_get),
+                ("increment", t_inc, t_raw_put, t_loc_inc),
+            ):
+                rows.append(
+                    (
+                        transport,
+                        f"dense {op} {mb} MiB ({len(w.blocks)} blocks)",
+                        f"{mb / t:,.0f} MiB/s",
+                        f"{mb / tr:,.0f} MiB/s ({tr / t:.0%})",
+                        f"{mb / tl:,.0f} MiB/s",
+                    )
+                )
+            ps.drop(f"v{mb}")
+        # small get latency
+        m = ps.random("m", (1000, 100), seed=0)
+        one = {workers[0]: 400}
+        t_small = median_time(lambda: m.get(rows=5), 300, warmup=20)
+        t_raw_small = median_time(lambda: raw.call("source", one), 300, warmup=20)
+        local_m = m.get()
+        t_loc_small = median_time(lambda: local_m[5].copy(), 300)
+        rows.append(
+            (
+                transport,
+                "small get: 1 row x 100 float32",
+                f"{t_small * 1e6:,.0f} us",
+                f"{t_raw_small * 1e6:,.0f} us ({t_small / t_raw_small:.2f}x)",
+                f"{t_loc_small * 1e6:,.1f} us",
+            )
+        )
+        # batched row get
+        big = ps.random("big", (100_000, 100), seed=1)
+        rng = np.random.default_rng(0)
+        idx = rng.integers(0, 100_000, 1000)
+        t_rows = median_time(lambda: big.get(rows=idx), repeat * 3, warmup=3)
+        local_big = big.get()
+        t_loc_rows = median_time(lambda: local_big[idx], repeat * 3)
+        rb_shares = shares_of(big, 1000 * 400)
+        t_raw_rows = median_time(lambda: raw.call("source", rb_shares), repeat * 3)
+        rows.append(
+            (
+                transport,
+                "batched get: 1,000 random rows x 100",
+                f"{1000 / t_rows:,.0f} rows/s",
+                f"{1000 / t_raw_rows:,.0f} rows/s ({t_raw_rows / t_rows:.0%})",
+                f"{1000 / t_loc_rows:,.0f} rows/s",
+            )
+        )
+        # sparse increments
+        keys = rng.integers(0, 10**9, 1_000_000)
+        vals = np.ones(keys.size, "float32")
+        t_new = []
+        t_again = []
+        for r in range(repeat):
+            s = ps.zeros(f"s{r}", (10**9,), sparse=True)
+            n_servers = len({b.server for b in s.blocks})
+            t = time.perf_counter()
+            s.increment(vals, cols=keys)
+            t_new.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            s.increment(vals, cols=keys)
+            t_again.append(time.perf_counter() - t)
+            ps.drop(f"s{r}")
+        blk = SparseBlock((1, 10**9), np.dtype("float32"))
+        t_loc = median_time(lambda: blk.update(None, keys, vals, True), repeat)
+        for label, ts in (("new keys", t_new), ("existing keys", t_again)):
+            t = statistics.median(ts)
+            rows.append(
+                (
+                    transport,
+                    f"sparse increment 1M keys, {label}",
+                    f"{keys.size / t / 1e6:,.1f} M keys/s ({keys.size / t / 1e6 / n_servers:,.1f} per server)",
+                    "-",
+                    f"{keys.size / t_loc / 1e6:,.1f} M keys/s (one block)",
+                )
+            )
+        for f in raw.actor_futs:
+            f.release()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--transports", default="handlers,actors")
+    args = ap.parse_args()
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.register_plugin(RawPlugin())
+        rows = []
+        for t in args.transports.split(","):
+            rows += bench_transport(client, t, args.repeat)
+    head = ("transport", "operation", "daskangel", "raw transport (ratio)", "local numpy")
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(5)]
+    line = " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
+    print(line)
+    print("-|-".join("-" * w for w in widths))
+    for r in rows:
+        print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Work-arounds for upstream behaviour daskangel depends on.
+
+* ``distributed.protocol.sparse`` serialises ``sparse.COO`` without its
+  ``fill_value``, so a 0-d COO produced by a reduction (``x.sum()`` over sparse
+  chunks, whose value *is* its fill value) arrives as 0 on the next worker, and any
+  COO with a non-zero fill value changes meaning in transit.  Sparse PSArrays give
+  COO chunks with the array's fill value, so daskangel registers a serialiser that
+  carries it.  The header stays a superset of distributed's, so a process without
+  daskangel still reads the frames (losing only the fill value, as before).
+
+Example
+-------
+>>> import numpy as np, sparse
+>>> from distributed.protocol import deserialize, serialize
+>>> x = sparse.COO(np.zeros((0, 0), int), np.zeros(0), shape=(), fill_value=5.0)
+>>> float(deserialize(*serialize(x)).fill_value)
+5.0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["register_sparse_serializer"]
+
+
+def register_sparse_serializer() -> None:
+    try:
+        import sparse
+        from distributed.protocol.serialize import (
+            dask_deserialize,
+            dask_serialize,
+            deserialize,
+            serialize,
+        )
+    except ImportError:  # pragma: no cover - sparse is a core dependency
+        return
+
+    @dask_serialize.register(sparse.COO)  # type: ignore[untyped-decorator]
+    def _serialize(x: Any) -> tuple[dict[str, Any], list[Any]]:
+        ch, cf = serialize(x.coords)
+        dh, df = serialize(x.data)
+        header = {
+            "coords-header": ch,
+            "data-header": dh,
+            "shape": x.shape,
+            "nframes": [len(cf), len(df)],
+            "fill-value": x.fill_value.item() if hasattr(x.fill_value, "item") else x.fill_value,
+        }
+        return header, cf + df
+
+    @dask_deserialize.register(sparse.COO)  # type: ignore[untyped-decorator]
+    def _deserialize(header: dict[str, Any], frames: list[Any]) -> Any:
+        n = header["nframes"][0]
+        coords = deserialize(header["coords-header"], frames[:n])
+        data = deserialize(header["data-header"], frames[n:])
+        fill = header.get("fill-value")
+        if fill is not None:
+            fill = data.dtype.type(fill)
+        return sparse.COO(coords, data, shape=header["shape"], fill_value=fill)
+
+
+register_sparse_serializer()

@@ -1,0 +1,127 @@
+"""Saving, loading and reading snapshots and models.
+
+``ps.save(url)`` / ``ps.load(url)`` / ``ps.snapshot()`` live on
+:class:`~daskangel.PSContext` and call into here; :func:`load_arrays` reads a saved
+model or the newest snapshot of a snapshot directory into local numpy arrays (or
+``sparse.COO`` for sparse arrays) with zarr alone, no cluster needed.
+
+Example
+-------
+>>> import daskangel as angel
+>>> arrays = angel.load_arrays("/tmp/model")        # doctest: +SKIP
+>>> arrays["w"].shape                               # doctest: +SKIP
+(123,)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _snapshot_format as fmt
+from .errors import SnapshotError
+from .psarray._blocks import InitSpec
+from .psarray._layout import Layout
+
+if TYPE_CHECKING:
+    from .context import PSContext
+    from .psarray import PSArray
+
+__all__ = ["load_arrays", "load_into"]
+
+
+class _StoredLayout:
+    """A partitioner that reproduces the layout recorded in a manifest."""
+
+    def __init__(self, layout: dict[str, Any]) -> None:
+        self._layout = Layout.from_dict(layout)
+
+    def layout(self, shape: tuple[int, int], itemsize: int, n_servers: int, sparse: bool) -> Layout:
+        return self._layout
+
+
+def load_into(ps: PSContext, url: str, arrays: list[str] | None = None) -> dict[str, PSArray]:
+    """Load arrays from a snapshot directory or saved model into a context.
+
+    Arrays that exist in the context are overwritten (their shape, dtype,
+    storage and partitioning must match the stored ones); missing ones are
+    created with the stored layout.  Every block is read and checked before any
+    is installed, so a damaged or mismatching store changes nothing.
+    """
+    version_url, manifest = fmt.resolve(url)
+    stored = manifest["arrays"]
+    names = list(stored) if arrays is None else list(arrays)
+    missing = sorted(set(names) - set(stored))
+    if missing:
+        raise SnapshotError(f"arrays: {url!r} has no arrays {missing} (it has {sorted(stored)})")
+    existing = set(ps.arrays())
+    created = []
+    try:
+        for n in names:
+            if n in existing:
+                continue
+            info = stored[n]
+            shape = (info["shape"][1],) if info["ndim"] == 1 else tuple(info["shape"])
+            ps._create(
+                n,
+                shape,
+                info["dtype"],
+                InitSpec.from_dict(info["init"]),
+                bool(info["sparse"]),
+                partitioner=_StoredLayout(info["layout"]),
+            )
+            created.append(n)
+        ps.client.sync(ps._scheduler.daskangel_restore, ctx=ps.id, url=version_url, arrays=names)
+    except BaseException:
+        for n in created:
+            ps.drop(n)
+        raise
+    for n in names:
+        ps.binding.forget(n)
+    return {n: ps.get_array(n) for n in names}
+
+
+def load_arrays(url: str, arrays: list[str] | None = None) -> dict[str, Any]:
+    """Read arrays of a saved model / newest snapshot into this process.
+
+    Dense arrays come back as numpy arrays, sparse ones as ``sparse.COO`` (their
+    fill value is the array's default).  Only zarr and fsspec are used.
+    """
+    version_url, manifest = fmt.resolve(url)
+    stored = manifest["arrays"]
+    names = list(stored) if arrays is None else list(arrays)
+    out: dict[str, Any] = {}
+    for n in names:
+        if n not in stored:
+            raise SnapshotError(f"arrays: {url!r} has no array {n!r} (it has {sorted(stored)})")
+        info = stored[n]
+        shape = tuple(info["shape"])
+        if not info["sparse"]:
+            full = np.empty(shape, dtype=info["dtype"])
+            for spec in info["blocks"]:
+                r0, c0 = spec["row0"], spec["col0"]
+                rows, cols = spec["shape"]
+                full[r0 : r0 + rows, c0 : c0 + cols] = fmt.read_dense_block(
+                    version_url, n, info["storage"], info["ndim"], spec
+                )
+            out[n] = full[0] if info["ndim"] == 1 else full
+            continue
+        import sparse
+
+        coords, values, default = [], [], 0.0
+        for spec in info["blocks"]:
+            keys, vals, attrs = fmt.read_sparse_block(version_url, n, spec)
+            width = spec["shape"][1]
+            r, c = np.divmod(keys, width)
+            coords.append(np.stack([r + spec["row0"], c + spec["col0"]]))
+            values.append(vals)
+            default = attrs.get("default", 0.0)
+        coo = sparse.COO(
+            np.concatenate(coords, axis=1) if coords else np.zeros((2, 0), np.int64),
+            np.concatenate(values) if values else np.zeros(0, info["dtype"]),
+            shape=shape,
+            fill_value=np.dtype(info["dtype"]).type(default),
+        )
+        out[n] = coo[0] if info["ndim"] == 1 else coo
+    return out

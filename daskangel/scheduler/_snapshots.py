@@ -1,0 +1,405 @@
+"""Snapshots and recovery, coordinated from the scheduler plugin.
+
+:class:`SnapshotService` takes consistent snapshots of a context's arrays to zarr
+(``daskangel/_snapshot_format.py`` has the layout), restores arrays from them,
+and rebuilds the blocks of a lost server on surviving ones.
+
+State:
+
+* ``policies: {ctx_id: Policy}`` where and how often to snapshot, recovery mode;
+* ``latest: {ctx_id: {"url", "version", "clock"}}`` the newest complete snapshot;
+* ``_locks: {ctx_id: asyncio.Lock}`` one snapshot or restore at a time.
+
+Handlers: ``daskangel_snapshot_config``, ``daskangel_snapshot``,
+``daskangel_restore``, ``daskangel_snapshot_info``.
+
+.. warning::
+   A snapshot without a clock (``ps.snapshot()`` outside training, or under
+   ``ASP``) is best effort: every server starts its cut when the request reaches
+   it, so a write racing with the start may be in some blocks and not others.
+   Snapshots at a clock (BSP/SSP training) are exact: they hold every write tagged
+   with a clock ``<= t`` and none after.
+
+Example
+-------
+::
+
+    await scheduler.daskangel_snapshot_config(ctx="c1", url="/tmp/ckpt", keep=3)
+    info = await scheduler.daskangel_snapshot(ctx="c1")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import _snapshot_format as fmt
+from ..errors import ContextClosedError, SnapshotError
+from ._placement import place_blocks
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+    from ._registry import ArrayRegistry
+
+__all__ = ["Policy", "SnapshotService"]
+
+logger = logging.getLogger(__name__)
+ServerId = tuple[str, int]
+RECOVERY_MODES = ("continue", "rollback")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Where and how often a context snapshots, and how it recovers."""
+
+    url: str | None
+    every_clocks: int | None
+    every_seconds: float | None
+    keep: int
+    recovery: str
+
+
+class SnapshotService:
+    """Consistent snapshots, restores and recovery of lost blocks."""
+
+    def __init__(self, scheduler: Scheduler, registry: ArrayRegistry) -> None:
+        self.scheduler = scheduler
+        self.registry = registry
+        self.policies: dict[str, Policy] = {}
+        self.latest: dict[str, dict[str, Any]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._timers: dict[str, asyncio.Task[None]] = {}
+        self._recovering: set[asyncio.Task[None]] = set()
+        scheduler.handlers.update(
+            {
+                "daskangel_snapshot_config": self.configure,
+                "daskangel_snapshot": self.snapshot,
+                "daskangel_restore": self.restore,
+                "daskangel_snapshot_info": self.info,
+            }
+        )
+
+    # -- configuration ----------------------------------------------------------
+
+    def configure(
+        self,
+        ctx: str,
+        url: str | None = None,
+        every_clocks: int | None = None,
+        every_seconds: float | None = None,
+        keep: int = 2,
+        recovery: str = "continue",
+    ) -> None:
+        if recovery not in RECOVERY_MODES:
+            raise ValueError(f"recovery: expected one of {RECOVERY_MODES}, got {recovery!r}")
+        if keep < 1:
+            raise ValueError(f"keep: expected >= 1 snapshots to keep, got {keep}")
+        self.policies[ctx] = Policy(url, every_clocks, every_seconds, keep, recovery)
+        if url is not None:
+            latest = fmt.read_latest(url)
+            if latest is not None:  # a restarted job can recover from earlier snapshots
+                try:
+                    man = fmt.read_manifest(fmt.join(url, latest))
+                    self.latest[ctx] = {
+                        "url": fmt.join(url, latest),
+                        "version": latest,
+                        "clock": man.get("clock"),
+                    }
+                except FileNotFoundError:
+                    pass
+        if every_seconds:
+            self._timers[ctx] = asyncio.ensure_future(self._every(ctx, every_seconds))
+
+    async def _every(self, ctx: str, seconds: float) -> None:
+        while ctx in self.policies:
+            await asyncio.sleep(seconds)
+            if ctx not in self.policies:
+                return
+            try:
+                await self.snapshot(ctx)
+            except Exception as e:  # noqa: BLE001 - a periodic snapshot must not kill the timer
+                logger.warning("daskangel: periodic snapshot of %s failed: %s", ctx, e)
+
+    def forget(self, ctx: str) -> None:
+        """The context closed: stop its timer, keep its files."""
+        self.policies.pop(ctx, None)
+        self.latest.pop(ctx, None)
+        timer = self._timers.pop(ctx, None)
+        if timer is not None:
+            timer.cancel()
+
+    def info(self, ctx: str) -> dict[str, Any] | None:
+        return self.latest.get(ctx)
+
+    def _lock(self, ctx: str) -> asyncio.Lock:
+        return self._locks.setdefault(ctx, asyncio.Lock())
+
+    # -- taking snapshots ----------------------------------------------------------
+
+    def _arrays(self, ctx: str, names: list[str] | None) -> dict[str, dict[str, Any]]:
+        if ctx not in self.registry.ctx_servers:
+            raise ContextClosedError(f"ctx: PSContext {ctx!r} is not open")
+        own = {n: m for n, m in self.registry.arrays.items() if m["ctx"] == ctx}
+        if names is not None:
+            missing = sorted(set(names) - set(own))
+            if missing:
+                raise SnapshotError(f"arrays: not arrays of this context: {missing}")
+            own = {n: own[n] for n in names}
+        return own
+
+    async def snapshot(
+        self,
+        ctx: str,
+        clock: int | None = None,
+        url: str | None = None,
+        arrays: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Write a snapshot; with ``url`` a one-off copy there (``ps.save``), else a
+        new version in the context's snapshot directory.  Returns its summary."""
+        policy = self.policies.get(ctx)
+        versioned = url is None
+        root = url if url is not None else (policy.url if policy else None)
+        if root is None:
+            raise SnapshotError("snapshot: this PSContext has no snapshot= URL; pass one")
+        async with self._lock(ctx):
+            metas = self._arrays(ctx, arrays)
+            lost = {n: m["lost"] for n, m in metas.items() if m.get("lost")}
+            if lost:
+                raise SnapshotError(f"snapshot: arrays have blocks on lost servers: {lost}")
+            if versioned:
+                old = await asyncio.to_thread(fmt.list_versions, root)
+                number = 1 + max((int(v[1:7]) for v in old), default=0)
+                version = fmt.new_version_name(number)
+                target = fmt.join(root, version)
+            else:
+                target = root
+            storage = await asyncio.to_thread(fmt.create_arrays, target, metas)
+            servers = sorted({(s[0], int(s[1])) for m in metas.values() for s in m["servers"]})
+            await asyncio.gather(*(self._call(ctx, s, "cut_begin", clock=clock) for s in servers))
+            try:
+                checksums = {}
+                for name, m in metas.items():
+                    checksums[name] = await self._write_array(ctx, target, name, m, storage[name])
+            finally:
+                await asyncio.gather(
+                    *(self._call(ctx, s, "cut_end") for s in servers), return_exceptions=True
+                )
+            manifest = {
+                "format": fmt.FORMAT,
+                "clock": clock,
+                "created": datetime.datetime.now(datetime.UTC).isoformat(),
+                "arrays": {
+                    n: {
+                        **{k: m[k] for k in ("shape", "ndim", "dtype", "sparse", "layout", "init")},
+                        "storage": storage[n],
+                        "blocks": m["blocks"],
+                        "checksums": checksums[n],
+                    }
+                    for n, m in metas.items()
+                },
+            }
+            await asyncio.to_thread(fmt.write_manifest, target, manifest)
+            if not versioned:
+                return {"url": target, "clock": clock, "arrays": sorted(metas)}
+            await asyncio.to_thread(fmt.write_latest, root, version)
+            self.latest[ctx] = {"url": target, "version": version, "clock": clock}
+            await asyncio.to_thread(self._prune, root, version, policy.keep if policy else 2)
+            return {"url": target, "version": version, "clock": clock, "arrays": sorted(metas)}
+
+    async def _write_array(
+        self, ctx: str, target: str, name: str, meta: dict[str, Any], storage: str
+    ) -> dict[str, int]:
+        per_server: dict[ServerId, list[dict[str, Any]]] = {}
+        for spec, s in zip(meta["blocks"], meta["servers"], strict=True):
+            per_server.setdefault((s[0], int(s[1])), []).append(spec)
+        results = await asyncio.gather(
+            *(
+                self._call(
+                    ctx,
+                    s,
+                    "snapshot_write",
+                    url=target,
+                    array=name,
+                    storage=storage,
+                    ndim=meta["ndim"],
+                    parts=parts,
+                )
+                for s, parts in per_server.items()
+            )
+        )
+        out: dict[str, int] = {}
+        for parts, crcs in zip(per_server.values(), results, strict=True):
+            out.update({str(p["block"]): int(c) for p, c in zip(parts, crcs, strict=True)})
+        return out
+
+    @staticmethod
+    def _prune(root: str, current: str, keep: int) -> None:
+        """Keep the newest ``keep`` complete versions; remove older and unfinished ones."""
+        versions = fmt.list_versions(root)
+        if current not in versions:
+            return
+        older = versions[: versions.index(current) + 1]
+        for v in older[:-keep]:
+            fmt.remove_version(root, v)
+
+    # -- restoring ----------------------------------------------------------------------
+
+    async def restore(
+        self,
+        ctx: str,
+        url: str,
+        arrays: list[str] | None = None,
+        blocks: dict[str, list[int]] | None = None,
+        targets: dict[str, list[list[Any]]] | None = None,
+    ) -> dict[str, Any]:
+        """Load arrays (or some of their blocks) from a snapshot or saved model.
+
+        Every block is read and verified on its server before any is installed,
+        so a damaged or mismatching snapshot changes nothing.  ``targets`` gives,
+        per array, the server of each restored block when it moves.
+        """
+        version_url, manifest = await asyncio.to_thread(fmt.resolve, url)
+        metas = self._arrays(ctx, arrays)
+        for name, m in metas.items():
+            self._check_compatible(name, m, manifest, version_url)
+        token = uuid.uuid4().hex
+        staged: list[ServerId] = []
+        try:
+            for name, m in metas.items():
+                info = manifest["arrays"][name]
+                want = set(blocks[name]) if blocks and name in blocks else None
+                servers = targets[name] if targets and name in targets else m["servers"]
+                per_server: dict[ServerId, list[dict[str, Any]]] = {}
+                for spec, s in zip(m["blocks"], servers, strict=True):
+                    if want is None or spec["block"] in want:
+                        per_server.setdefault((s[0], int(s[1])), []).append(spec)
+                await asyncio.gather(
+                    *(
+                        self._call(
+                            ctx,
+                            s,
+                            "restore_stage",
+                            url=version_url,
+                            array=name,
+                            storage=info["storage"],
+                            ndim=m["ndim"],
+                            parts=parts,
+                            checksums=info["checksums"],
+                            token=token,
+                        )
+                        for s, parts in per_server.items()
+                    )
+                )
+                staged.extend(per_server)
+        except BaseException:
+            await asyncio.gather(
+                *(self._call(ctx, s, "restore_abort", token=token) for s in set(staged)),
+                return_exceptions=True,
+            )
+            raise
+        await asyncio.gather(
+            *(self._call(ctx, s, "restore_commit", token=token) for s in set(staged))
+        )
+        return {"url": version_url, "clock": manifest.get("clock"), "arrays": sorted(metas)}
+
+    @staticmethod
+    def _check_compatible(
+        name: str, meta: dict[str, Any], manifest: dict[str, Any], url: str
+    ) -> None:
+        info = manifest["arrays"].get(name)
+        if info is None:
+            raise SnapshotError(
+                f"snapshot {url}: has no array {name!r} (it has {sorted(manifest['arrays'])})"
+            )
+        for key in ("shape", "dtype", "sparse"):
+            there, here = _plain(info[key]), _plain(meta[key])
+            if there != here:
+                raise SnapshotError(
+                    f"snapshot {url}: array {name!r} has {key} {info[key]!r} there but "
+                    f"{meta[key]!r} here"
+                )
+        if _plain(info["layout"]) != _plain(meta["layout"]):
+            raise SnapshotError(
+                f"snapshot {url}: array {name!r} is partitioned differently there "
+                f"({info['layout']}) than here ({meta['layout']}); load it into a new context"
+            )
+
+    # -- recovery -----------------------------------------------------------------------
+
+    def remove_worker(self, worker: str) -> None:
+        """Called after the registry marked blocks lost: rebuild them if we can."""
+        for ctx, policy in list(self.policies.items()):
+            lost = {
+                n: m["lost"]
+                for n, m in self.registry.arrays.items()
+                if m["ctx"] == ctx and m.get("lost")
+            }
+            if not lost:
+                continue
+            snap = self.latest.get(ctx)
+            if snap is None or not self.registry.ctx_servers.get(ctx):
+                continue
+            for n in lost:
+                self.registry.arrays[n]["recovering"] = True
+            task = asyncio.ensure_future(self._recover(ctx, policy, snap))
+            self._recovering.add(task)
+            task.add_done_callback(self._recovering.discard)
+
+    async def _recover(self, ctx: str, policy: Policy, snap: dict[str, Any]) -> None:
+        names = [n for n, m in self.registry.arrays.items() if m["ctx"] == ctx and m.get("lost")]
+        try:
+            load = self.registry.load()
+            servers = self.registry.ctx_servers[ctx]
+            targets: dict[str, list[list[Any]]] = {}
+            blocks: dict[str, list[int]] = {}
+            for n in names:
+                m = self.registry.arrays[n]
+                lost = sorted(m["lost"])
+                new = place_blocks([int(m["blocks"][b]["bytes"]) for b in lost], servers, load)
+                tgt = [list(s) for s in m["servers"]]
+                for b, s in zip(lost, new, strict=True):
+                    tgt[b] = [s[0], s[1]]
+                targets[n], blocks[n] = tgt, lost
+            if policy.recovery == "rollback":
+                everything = [n for n, m in self.registry.arrays.items() if m["ctx"] == ctx]
+                for n in everything:
+                    targets.setdefault(n, self.registry.arrays[n]["servers"])
+                await self.restore(ctx, snap["url"], everything, None, targets)
+            else:
+                await self.restore(ctx, snap["url"], names, blocks, targets)
+            for n in names:
+                m = self.registry.arrays[n]
+                m["servers"] = targets[n]
+                m["lost"] = []
+                m["generation"] += 1
+                m.pop("recovering", None)
+                m["recovered_from"] = snap
+            logger.warning("daskangel: rebuilt %s of %s from %s", blocks, ctx, snap["url"])
+        except Exception as e:  # noqa: BLE001 - reported to every waiting caller
+            logger.error("daskangel: recovery of %s failed: %s", names, e)
+            for n in names:
+                if n in self.registry.arrays:
+                    self.registry.arrays[n].pop("recovering", None)
+                    self.registry.arrays[n]["recovery_error"] = repr(e)
+        finally:
+            self.registry.notify()
+
+    # -- helpers ----------------------------------------------------------------------
+
+    async def _call(self, ctx: str, server: ServerId, op: str, **kwargs: Any) -> Any:
+        transport = self.registry.ctx_transport.get(ctx, "handlers")
+        return await self.registry.call(server, op, transport, **kwargs)
+
+
+def _plain(x: Any) -> Any:
+    """Tuples as lists, recursively (comms give tuples, JSON gives lists)."""
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x
