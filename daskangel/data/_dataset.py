@@ -205,8 +205,23 @@ class Dataset:
 
         ``n_partitions`` (default: one per worker) partitions are spread
         round-robin over ``workers`` (default: all), each a pinned Dask future.
-        Blocks until every partition is built, so errors surface here.
+        Blocks until every partition is built, so errors surface here.  On a
+        persisted dataset with the same layout it returns the dataset itself.
         """
+        if (
+            self.persisted
+            and n_partitions in (None, len(self.partitions))
+            and workers is None
+            and storage in (None, self.storage)
+            and memory_budget is None
+        ):
+            return self  # already on the workers as asked
+        if self.persisted and isinstance(self.source, _Derived):
+            raise ValueError(
+                "persist: a dataset rewritten on the workers (e.g. by FeatureIndexer) "
+                "cannot be re-read with other partitions or storage; persist its input "
+                "that way and rewrite again"
+            )
         client = client or default_client()
         storage = storage or self.storage
         if storage not in LEVELS:

@@ -172,7 +172,7 @@ def _field_counts(buf, sep, quote):  # type: ignore[no-untyped-def]
         inq = False
         e = pos
         blank = True
-        while e < n and (buf[e] != 10 or inq):
+        while e < n and buf[e] != 10:  # one record per line: quotes end there too
             c = buf[e]
             if c == quote:
                 inq = not inq
@@ -219,7 +219,14 @@ class Csv:
         good = ~blank & ~bad_count
         errs += [(int(i), FIELD_COUNT) for i in ln[bad_count]]
         rows_at = ln[good]
-        df = self._frame(data, lines[good], bool(good.all()) and split.shares == 1)
+        try:
+            df = self._frame(data, lines[good], bool(good.all()) and split.shares == 1)
+        except (pd.errors.ParserError, ValueError):
+            # rare (e.g. an unbalanced quote): find the lines pandas rejects one by one
+            ok = np.array([self._parses(data, lines[i]) for i in rows_at], np.bool_)
+            errs += [(int(i), FIELD_COUNT) for i in rows_at[~ok]]
+            rows_at = rows_at[ok]
+            df = self._frame(data, lines[rows_at], False)
         bad_row = np.zeros(len(df), np.bool_)
         reason = np.zeros(len(df), np.int64)
         for c in self.table.numeric_columns():
@@ -269,6 +276,15 @@ class Csv:
         body = data[idx].copy()
         body[np.cumsum(lens) - 1] = 10
         return self._read(io.BytesIO(body.tobytes()))
+
+    def _parses(self, data: np.ndarray, line: np.ndarray) -> bool:
+        import io
+
+        try:
+            df = self._read(io.BytesIO(data[line[0] : line[1]].tobytes() + b"\n"))
+        except (pd.errors.ParserError, ValueError):
+            return False
+        return len(df) == 1
 
     def _read(self, f: Any) -> pd.DataFrame:
         numeric = set(self.table.numeric_columns())

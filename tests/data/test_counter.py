@@ -135,3 +135,27 @@ def test_state_machine_min_count_and_increment_from_tasks(client, tmp_path):
         k = ds.n_partitions
         assert c.tolist() == [k, 2 * k, 0] and sorted(i[:2].tolist()) == [0, 1] and i[2] == -1
         idx2.clean()
+
+
+def test_cross_features_index_every_pair(client, tmp_path):
+    rng = np.random.default_rng(1)
+    df = pd.DataFrame(
+        {
+            "y": rng.integers(0, 2, 5000),
+            "a": rng.integers(0, 30, 5000),
+            "b": np.char.add("b", rng.integers(0, 20, 5000).astype(str)),
+        }
+    )
+    path = tmp_path / "x.csv"
+    df.to_csv(path, index=False)
+    ds = angel.data.read_csv(
+        str(path), label="y", numeric=[], categorical=["a", "b"], cross=[("a", "b")]
+    ).persist()
+    with angel.PSContext(client) as ps:
+        idx = angel.data.FeatureIndexer(ps)
+        idx.count(ds)
+        pairs = len(df.groupby(["a", "b"]).size())
+        assert idx.aggregate() == df.a.nunique() + df.b.nunique() + pairs
+        b = idx.transform(ds).compute()
+        assert b.nnz == 3 * 5000 and b.indices.max() < idx.n_indexed
+        idx.clean()

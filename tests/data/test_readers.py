@@ -210,3 +210,42 @@ def test_from_memory_and_dask_objects(client):
     assert ds.n_rows == 200 and not ds.indexed and ds.nnz == 400
     with pytest.raises(KeyError, match="nope"):
         angel.data.from_array(df, label="nope")
+
+
+def test_auto_base_conflict_with_declared_n_features(client, tmp_path):
+    p = tmp_path / "c.svm"
+    p.write_bytes(b"1 0:1\n1 3:1\n")
+    with pytest.raises(angel.errors.MalformedInputError, match="zero_based"):
+        angel.data.read_libsvm(str(p), n_features=3).persist()
+    ds = angel.data.read_libsvm(str(p), n_features=3, zero_based=True, errors="skip").persist()
+    assert ds.n_rows == 1 and ds.skipped == {"index_out_of_range": 1}
+    ds = angel.data.read_libsvm(str(p), n_features=3, zero_based=False, errors="skip").persist()
+    assert ds.n_rows == 1 and ds.skipped == {"negative_index": 1}
+
+
+def test_garbage_never_crashes_a_worker(client, tmp_path):
+    rng = np.random.default_rng(9)
+    raw = rng.integers(0, 256, 200_000, dtype=np.uint8)
+    raw[rng.integers(0, raw.shape[0], 4000)] = 10
+    p = tmp_path / "garbage.bin"
+    p.write_bytes(raw.tobytes())
+    readers = [
+        lambda **kw: angel.data.read_libsvm(str(p), **kw),
+        lambda **kw: angel.data.read_dummy(str(p), **kw),
+        lambda **kw: angel.data.read_dense(str(p), n_features=3, **kw),
+        lambda **kw: angel.data.read_ratings(str(p), header=False, **kw),
+        lambda **kw: angel.data.read_text(str(p), **kw),
+        lambda **kw: angel.data.read_csv(str(p), names=["a", "b"], header=False, **kw),
+    ]
+    for read in readers:
+        ds = read(errors="collect").persist(n_partitions=3)
+        assert sum(ds.skipped.values()) > 0
+        assert all(e.line >= 1 for e in ds.errors)
+    q = tmp_path / "quotes.csv"
+    q.write_bytes(b'y,a,b\n1,2,x\n0,"3,z\n1,4,"q"\n0,5,"a""b\n')
+    ds = angel.data.read_csv(str(q), label="y", numeric=["a"], categorical=["b"], errors="collect")
+    ds = ds.persist()
+    assert ds.n_rows == 2 and [(e.line, e.reason) for e in ds.errors] == [
+        (3, "field_count"),
+        (5, "field_count"),
+    ]
