@@ -18,106 +18,27 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from dask.utils import parse_bytes
 from distributed import Client, Future, default_client
 
 from .. import config
 from ..errors import MalformedInputError
 from ._assign import assign, task_workers
-from ._build import BuildSpec, build_piece, combine, describe, finalize
+from ._build import BuildSpec, combine, describe, finalize
 from ._report import ERROR_MODES, BadLine, SplitReport, resolve_lines, total_counts
-from ._source import FileInfo, Split, make_splits
-from ._storage import LEVELS, release_dataset
+from ._sources import (
+    Derived,
+    FileSource,
+    PartitionInfo,
+    Piece,
+    Source,
+    budget_bytes,
+    cleanup,
+)
+from ._storage import LEVELS
 
-__all__ = ["Dataset", "FileSource", "Piece", "PartitionInfo", "Source"]
-
-
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """A unit of input to parse: its cost in bytes, workers holding it, what it is."""
-
-    size: int
-    holders: frozenset[str]
-    payload: Any
-
-
-class Source(Protocol):
-    """Where a Dataset's rows come from (files, in-memory arrays, dask collections)."""
-
-    @property
-    def indexed(self) -> bool: ...  # False: indices are raw hashed keys
-
-    @property
-    def base(self) -> int: ...  # -1: detect 0/1-based from the data; 0 or 1: known
-
-    @property
-    def n_features(self) -> int: ...  # declared, or -1
-
-    def pieces(self, client: Client, n_tasks: int) -> list[Piece]: ...
-
-    def submit(
-        self, client: Client, piece: Piece, spec: BuildSpec, worker: str, key: str
-    ) -> Future: ...
-
-
-@dataclass(frozen=True, slots=True)
-class FileSource:
-    """Text files read through fsspec with a format from :mod:`._formats`."""
-
-    files: tuple[FileInfo, ...]
-    fmt: Any
-    header_lines: int = 0
-    base: int = 0
-    n_features: int = -1
-
-    @property
-    def indexed(self) -> bool:
-        return bool(self.fmt.indexed)
-
-    def pieces(self, client: Client, n_tasks: int) -> list[Piece]:
-        return [Piece(s.size, frozenset(), s) for s in make_splits(list(self.files), n_tasks)]
-
-    def submit(
-        self, client: Client, piece: Piece, spec: BuildSpec, worker: str, key: str
-    ) -> Future:
-        split: Split = piece.payload
-        return client.submit(
-            build_piece,
-            spec,
-            split,
-            key,
-            key=key,
-            workers=[worker],
-            allow_other_workers=False,
-            pure=False,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    """Facts about one persisted partition (its rows stay on ``worker``)."""
-
-    index: int
-    worker: str
-    n_rows: int
-    nnz: int
-    col_range: tuple[int, int]
-    memory_nbytes: int
-    disk_nbytes: int
-
-
-def _budget(storage: str, memory_budget: Any) -> int:
-    if storage != "memory_disk":
-        return 0
-    if memory_budget is None:
-        raise ValueError("memory_budget: storage='memory_disk' needs a budget in bytes per worker")
-    b = parse_bytes(memory_budget) if isinstance(memory_budget, str) else int(memory_budget)
-    if b < 0:
-        raise ValueError(f"memory_budget: expected a non-negative size, got {memory_budget!r}")
-    return int(b)
+__all__ = ["Dataset", "FileSource", "PartitionInfo", "Piece", "Source"]
 
 
 class Dataset:
@@ -158,7 +79,7 @@ class Dataset:
             raise ValueError(f"errors: expected one of {ERROR_MODES}, got {errors!r}")
         self.source = source
         self.storage = storage
-        self.memory_budget = _budget(storage, memory_budget)
+        self.memory_budget = budget_bytes(storage, memory_budget)
         self.errors_mode = errors
         self.max_errors = int(
             max_errors if max_errors is not None else config.get("daskangel.data.max-errors")
@@ -216,7 +137,7 @@ class Dataset:
             and memory_budget is None
         ):
             return self  # already on the workers as asked
-        if self.persisted and isinstance(self.source, _Derived):
+        if self.persisted and isinstance(self.source, Derived):
             raise ValueError(
                 "persist: a dataset rewritten on the workers (e.g. by FeatureIndexer) "
                 "cannot be re-read with other partitions or storage; persist its input "
@@ -228,7 +149,7 @@ class Dataset:
             raise ValueError(f"storage: expected one of {LEVELS}, got {storage!r}")
         if memory_budget is None and storage == "memory_disk" and self.memory_budget:
             memory_budget = self.memory_budget
-        budget = _budget(storage, memory_budget)
+        budget = budget_bytes(storage, memory_budget)
         ws = workers or list(client.scheduler_info(n_workers=-1)["workers"])
         tasks = task_workers(ws, n_partitions or len(ws))
         out = Dataset.__new__(Dataset)
@@ -237,7 +158,7 @@ class Dataset:
         out.client = client
         out.storage = storage
         out.memory_budget = budget
-        out._finalizer = weakref.finalize(out, _cleanup, client, out.id, [])
+        out._finalizer = weakref.finalize(out, cleanup, client, out.id, [])
         try:
             out._build(client, tasks, out._spec(out.id, storage, budget))
         except BaseException:
@@ -313,7 +234,7 @@ class Dataset:
         self._workers = list(tasks)
         if self._finalizer is not None:
             self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _cleanup, client, self.id, list(parts))
+        self._finalizer = weakref.finalize(self, cleanup, client, self.id, list(parts))
 
     def _describe(self, client: Client) -> list[dict[str, Any]]:
         metas = [
@@ -433,7 +354,7 @@ class Dataset:
         out = Dataset.__new__(Dataset)
         out.__dict__.update(self.__dict__)
         out.id = dataset_id
-        out.source = _Derived(self.source, indexed, n_features)  # type: ignore[assignment]
+        out.source = Derived(self.source, indexed, n_features)  # type: ignore[assignment]
         out._finalizer = None
         out._set_parts(self.client, parts, self._workers)  # type: ignore[arg-type]
         out._n_features = n_features
@@ -471,31 +392,3 @@ class Dataset:
             f"Dataset<{self.id}, {self.n_rows} rows x {self.n_features} features, "
             f"nnz={self.nnz}, {len(self.partitions)} partitions, storage={self.storage}>"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _Derived:
-    """The source of a dataset rewritten from another one (e.g. indexed features)."""
-
-    parent: Any
-    indexed: bool
-    n_features: int
-    base: int = 0
-
-    @property
-    def fmt(self) -> Any:
-        return getattr(self.parent, "fmt", None)
-
-
-async def _release_async(dataset_id: str, dask_worker: Any = None) -> None:
-    release_dataset(dataset_id, dask_worker)
-
-
-def _cleanup(client: Client, dataset_id: str, parts: list[Future]) -> None:
-    for p in parts:
-        p.release()
-    try:
-        if client.status == "running":
-            client.run(_release_async, dataset_id, wait=False)
-    except Exception:  # noqa: BLE001 - best effort at garbage collection
-        pass

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from ._batch import CSRBatch, index_dtype
-from ._kernels import parse_dense, parse_fields, parse_libsvm, parse_tokens
+from ._kernels import parse_libsvm
 from ._numbers import INDEX_RANGE, NEGATIVE_INDEX
 from ._source import Split
+from ._textkernels import parse_dense, parse_fields, parse_tokens
 
 __all__ = [
     "HASH_SPACE",
