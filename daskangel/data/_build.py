@@ -35,7 +35,7 @@ from ._formats import transform_labels
 from ._numbers import LINE_TOO_LONG, REASONS
 from ._partition import Partition
 from ._report import SplitReport
-from ._source import Split, iter_blocks
+from ._source import Split, align_groups, header_end, iter_blocks
 from ._storage import Chunk, ChunkSink, DiskChunk, set_budget
 
 __all__ = ["BuildSpec", "PieceResult", "build_piece", "combine", "describe", "finalize"]
@@ -116,6 +116,16 @@ def build_piece(spec: BuildSpec, split: Split, name: str) -> PieceResult:
     """Parse one split into stored chunks (runs on a worker; never raises on bad data)."""
     sink = new_sink(spec, name)
     plain = split.file.compression is None
+    max_line = spec.max_line or config.get_bytes("daskangel.data.max-line-bytes")
+    if plain and spec.header_lines:
+        # the file's first split owns the whole header (its lines count there)
+        end = header_end(split.file, spec.header_lines)
+        if split.start == 0:
+            split = replace(split, stop=max(split.stop, end))
+        elif split.start < end:
+            split = replace(split, start=min(end, max(split.stop, end)), stop=max(split.stop, end))
+    if plain and hasattr(spec.fmt, "group_key"):
+        split = align_groups(split, spec.fmt.group_key, max_line, spec.header_lines)
     report = SplitReport(
         (split.file.url, split.file.order, split.start, split.share), 0, plain=plain
     )
@@ -123,7 +133,6 @@ def build_piece(spec: BuildSpec, split: Split, name: str) -> PieceResult:
     detail = {"raise": 1, "skip": 0, "collect": spec.max_errors}[spec.errors]
     lo, hi = 2**62, -1
     header = spec.header_lines if split.start == 0 else 0
-    max_line = spec.max_line or config.get_bytes("daskangel.data.max-line-bytes")
     for block in iter_blocks(split, spec.block_bytes or None, max_line):
         for line, text in block.long_lines:
             report.counts["line_too_long"] = report.counts.get("line_too_long", 0) + 1

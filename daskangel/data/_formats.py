@@ -229,6 +229,19 @@ class _Fields:
     row_ids = True
     indexed = True
 
+    def group_key(self, line: bytes) -> int | None:
+        """The row key (first field) of a raw line, ``None`` if it has none."""
+        seps = set(self.separators.encode()) | {9, 13, 32}
+        line = line.lstrip()
+        for i, ch in enumerate(line):
+            if ch in seps:
+                line = line[:i]
+                break
+        try:
+            return int(line)
+        except ValueError:
+            return None
+
     def parse(
         self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int, max_line: int
     ) -> Parsed:

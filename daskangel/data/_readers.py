@@ -148,9 +148,12 @@ def read_docword(
     ``docID wordID count`` (1-based).  One row per document (``row_ids`` = docID-1),
     features = the W words, values = counts.
 
+    A document is never cut: byte ranges move to document boundaries and line
+    shares of a compressed file are taken by document.
+
     .. warning::
-       A document whose lines are split between two byte ranges (or two line
-       shares of a compressed file) becomes two rows with the same row id.
+       That holds for files grouped by document (as UCI's are); a document whose
+       lines are scattered over the file becomes several rows with the same row id.
     """
     files = tuple(list_files(paths, compression, storage_options))
     head = read_head(files[0], 256).split(b"\n")
@@ -203,10 +206,13 @@ def read_ratings(
     are kept as given.  Rows are users (``row_ids``), features items, values
     ratings; the time, when present, is validated and dropped.
 
+    A run of consecutive lines of one user is never cut between partitions
+    (byte ranges move to user boundaries; shares of a compressed file go by user).
+
     .. warning::
-       Rows group a user's ratings inside one split; a user whose ratings are not
-       contiguous in the file (``u.data``) or straddle a split boundary appears as
-       several rows with the same ``row_id``.
+       A user whose ratings are not consecutive in the file (``u.data`` is in time
+       order) appears as several rows with the same ``row_id``, in one or several
+       partitions.
     """
     files = tuple(list_files(paths, compression, storage_options))
     if header == "infer":

@@ -284,3 +284,74 @@ def _block(data: bytes, line0: int, long_lines: list[tuple[int, bytes]]) -> Bloc
 def text_io(data: np.ndarray) -> io.BytesIO:
     """A block's bytes as a file object (for pandas)."""
     return io.BytesIO(data.tobytes())
+
+
+def first_line_at(file: FileInfo, pos: int) -> int:
+    """Offset of the first line of a plain file starting at or after ``pos``."""
+    if pos <= 0:
+        return 0
+    if pos >= file.size:
+        return file.size
+    with _open(file.url, None) as f:
+        f.seek(pos - 1)
+        used, _ = _skip_line(f, 1 << 16)
+    return min(file.size, pos - 1 + used)
+
+
+def _line_before(f: Any, pos: int, max_line: int) -> bytes:
+    """The line ending with the newline at ``pos - 1`` (at most ``max_line`` bytes)."""
+    lo = max(0, pos - 1 - max_line)
+    f.seek(lo)
+    data = f.read(pos - 1 - lo)
+    return bytes(data[data.rfind(b"\n") + 1 :])
+
+
+def _skip_group(f: Any, pos: int, stop: int, key: Any, key_of: Any) -> int:
+    """From line start ``pos``, the first line start whose key differs from ``key``."""
+    f.seek(pos)
+    buf = b""
+    while pos < stop:
+        k = buf.find(b"\n")
+        if k < 0:
+            data = f.read(1 << 16)
+            if not data:
+                return stop
+            buf += data
+            continue
+        if key_of(buf[:k]) != key:
+            return pos
+        pos += k + 1
+        buf = buf[k + 1 :]
+    return stop
+
+
+def header_end(file: FileInfo, n_lines: int) -> int:
+    """Byte offset just after a plain file's first ``n_lines`` lines."""
+    pos = 0
+    with _open(file.url, None) as f:
+        for _ in range(n_lines):
+            used, _rest = _skip_line(f, 1 << 12)
+            pos += used
+            f.seek(pos)
+    return pos
+
+
+def align_groups(split: Split, key_of: Any, max_line: int, header_lines: int = 0) -> Split:
+    """Move a plain split's bounds so that runs of lines with the same key (a
+    document's or a user's lines) are never cut: a split owns the runs whose first
+    line starts inside it.  Adjacent splits move their common bound alike."""
+    f_info = split.file
+    if f_info.compression is not None:
+        return split
+    bounds = []
+    head = header_end(f_info, header_lines) if header_lines else 0
+    with _open(f_info.url, None) as f:
+        for pos in (split.start, split.stop):
+            start = first_line_at(f_info, pos)
+            if head < start < f_info.size:
+                key = key_of(_line_before(f, start, max_line))
+                if key is not None:
+                    start = _skip_group(f, start, f_info.size, key, key_of)
+            bounds.append(start)
+    a, b = bounds
+    return replace(split, start=a, stop=max(a, b))

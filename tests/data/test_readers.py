@@ -249,3 +249,40 @@ def test_garbage_never_crashes_a_worker(client, tmp_path):
         (3, "field_count"),
         (5, "field_count"),
     ]
+
+
+def test_docword_documents_are_never_cut(client, tmp_path):
+    rng = np.random.default_rng(2)
+    body = [
+        b"%d %d %d" % (d, w, rng.integers(1, 9))
+        for d in range(1, 301)
+        for w in sorted(rng.choice(np.arange(1, 801), rng.integers(1, 40), replace=False))
+    ]
+    p = tmp_path / "docword.test.txt"
+    p.write_bytes(b"300\n800\n%d\n" % len(body) + b"\n".join(body) + b"\n")
+    with dask.config.set({"daskangel.data.split-bytes": "2KiB"}):
+        ds = angel.data.read_docword(str(p)).persist(n_partitions=5)
+    assert ds.n_splits > 10 and ds.nnz == len(body) and ds.n_features == 800
+    b = ds.compute()
+    assert ds.n_rows == 300 and sorted(b.row_ids.tolist()) == list(range(300))
+
+
+def test_headers_are_skipped_even_when_splits_are_tiny(client, tmp_path):
+    p = tmp_path / "docword.tiny.txt"
+    p.write_bytes(b"2\n3\n4\n1 1 2\n1 3 1\n2 2 5\n2 3 1\n")
+    with dask.config.set({"daskangel.data.split-bytes": 3}):
+        ds = angel.data.read_docword(str(p)).persist(n_partitions=2)
+    assert ds.n_splits >= 10 and ds.skipped == {} and ds.nnz == 4 and ds.n_rows == 2
+    r = tmp_path / "ratings.csv"
+    r.write_bytes(b"userId,movieId,rating,timestamp\n1,10,4.0,5\n1,11,3.5,6\n2,10,1.0,7\n")
+    with dask.config.set({"daskangel.data.split-bytes": 4}):
+        ds = angel.data.read_ratings(str(r)).persist(n_partitions=3)
+    assert ds.skipped == {} and ds.nnz == 3 and ds.n_rows == 2
+
+
+def test_line_numbers_count_the_header_with_tiny_splits(client, tmp_path):
+    p = tmp_path / "docword.bad.txt"
+    p.write_bytes(b"2\n3\n4\n1 1 2\n1 3 1\n2 x 5\n2 3 1\n")
+    with dask.config.set({"daskangel.data.split-bytes": 2}):
+        ds = angel.data.read_docword(str(p), errors="collect").persist(n_partitions=3)
+    assert [(e.line, e.reason) for e in ds.errors] == [(6, "bad_index")]

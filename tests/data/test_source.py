@@ -90,3 +90,21 @@ def test_globs_directories_and_missing_paths(tmp_path):
     assert len(list_files(f"file://{tmp_path}/d/*.txt")) == 2
     with pytest.raises(FileNotFoundError, match="matches no file"):
         list_files(str(tmp_path / "d" / "*.csv"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=30), st.integers(1, 40))
+def test_group_alignment_never_cuts_a_run_of_one_key(run_lengths, n_tasks):
+    from daskangel.data._formats import Docword
+    from daskangel.data._source import align_groups
+
+    lines = [b"%d %d 1" % (d, w + 1) for d, n in enumerate(run_lengths, 1) for w in range(n)]
+    data = b"\n".join(lines) + b"\n"
+    _write("memory://grp/d.txt", data)
+    files = list_files("memory://grp/d.txt")
+    splits = make_splits(files, n_tasks, split_bytes=max(1, len(data) // n_tasks))
+    aligned = [align_groups(s, Docword().group_key, 1000) for s in splits]
+    texts = [b"".join(bytes(b.data) for b in iter_blocks(s, 64, 16)) for s in aligned]
+    assert b"".join(texts) == data
+    docs = [{ln.split()[0] for ln in t.splitlines()} for t in texts]
+    assert sum(len(d) for d in docs) == len(run_lengths)  # each document in one split
