@@ -12,7 +12,7 @@ Example
 >>> import numpy as np
 >>> from daskangel.data._source import FileInfo, Split
 >>> s = Split(FileInfo("f", 12, None, 0), 0, 12)
->>> p = Libsvm().parse(np.frombuffer(b"1 0:2\\n-1 3:1\\n", np.uint8), 0, s, False, 10)
+>>> p = Libsvm().parse(np.frombuffer(b"1 0:2\\n-1 3:1\\n", np.uint8), 0, s, False, 10, 1024)
 >>> p.batch.indices.tolist(), p.batch.labels.tolist(), p.batch.indices.dtype.name
 ([0, 3], [1.0, -1.0], 'int32')
 """
