@@ -18,6 +18,7 @@ Example
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from .. import config
@@ -55,17 +56,31 @@ def assign(
     n = len(tasks)
     load = [0] * n
     out: list[list[int]] = [[] for _ in range(n)]
-    total = sum(sizes)
-    bound = (1.0 + slack) * total / max(1, n)
-    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
-    for i in order:
-        t_any = min(range(n), key=lambda t: (load[t], len(out[t]), t))
-        local = [t for t in range(n) if tasks[t] in holders[i]]
-        t = t_any
+    bound = (1.0 + slack) * sum(sizes) / max(1, n)
+    # least-loaded task overall and per worker: heaps of (load, n_splits, task),
+    # stale entries skipped on pop, so assigning S splits costs O(S log T)
+    heap_all = [(0, 0, t) for t in range(n)]
+    by_worker: dict[str, list[tuple[int, int, int]]] = {}
+    for t, w in enumerate(tasks):
+        by_worker.setdefault(w, []).append((0, 0, t))
+
+    def top(h: list[tuple[int, int, int]]) -> tuple[int, int, int] | None:
+        while h and h[0][:2] != (load[h[0][2]], len(out[h[0][2]])):
+            heapq.heappop(h)
+        return h[0] if h else None
+
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        best = top(heap_all)
+        assert best is not None
+        t = best[2]
+        local = [e for e in (top(by_worker[w]) for w in holders[i] if w in by_worker) if e]
         if local:
-            t_loc = min(local, key=lambda t: (load[t], len(out[t]), t))
+            t_loc = min(local)[2]
             if load[t_loc] + sizes[i] <= max(bound, sizes[i]):
                 t = t_loc
         out[t].append(i)
         load[t] += sizes[i]
+        entry = (load[t], len(out[t]), t)
+        heapq.heappush(heap_all, entry)
+        heapq.heappush(by_worker[tasks[t]], entry)
     return [sorted(o) for o in out]
