@@ -93,6 +93,7 @@ class Dataset:
         self._n_features = 0
         self._reports: list[SplitReport] = []
         self._finalizer: Any = None
+        self._recipe: tuple[Any, ...] | None = None
 
     # -- persisting ---------------------------------------------------------------------
 
@@ -169,28 +170,10 @@ class Dataset:
     def _build(self, client: Client, tasks: list[str], spec: BuildSpec) -> None:
         pieces = self.source.pieces(client, len(tasks))
         plan = assign([p.size for p in pieces], [set(p.holders) for p in pieces], tasks)
-        parts: list[Future] = []
-        for t, (w, idx) in enumerate(zip(tasks, plan, strict=True)):
-            futs = [
-                self.source.submit(
-                    client, pieces[i], spec, w, f"daskangel-data-{self.id}-piece-{i}"
-                )
-                for i in idx
-            ]
-            parts.append(
-                client.submit(
-                    combine,
-                    spec,
-                    t,
-                    self.source.indexed,
-                    *futs,
-                    key=f"daskangel-data-{self.id}-part-{t}",
-                    workers=[w],
-                    allow_other_workers=False,
-                    pure=False,
-                )
-            )
-            del futs
+        parts = [
+            self._submit_partition(client, t, w, idx, pieces, spec, "")
+            for t, (w, idx) in enumerate(zip(tasks, plan, strict=True))
+        ]
         self._set_parts(client, parts, tasks)
         metas = self._describe(client)
         self._reports = [r for m in metas for r in m["reports"]]
@@ -216,6 +199,13 @@ class Dataset:
             self._set_parts(client, parts, tasks)
             metas = self._describe(client)
         self._n_features = nf
+        # what repair() needs to rebuild a partition; not kept when pieces hold
+        # futures of the input (that would pin a second copy of it in memory)
+        keep = not any(_holds_future(p.payload) for p in pieces)
+        self._recipe = (pieces, plan, spec, shift, nf) if keep else None
+        self._set_info(metas)
+
+    def _set_info(self, metas: list[dict[str, Any]]) -> None:
         self.info = [
             PartitionInfo(
                 m["index"],
@@ -228,6 +218,76 @@ class Dataset:
             )
             for m in metas
         ]
+
+    def _submit_partition(
+        self,
+        client: Client,
+        t: int,
+        w: str,
+        idx: list[int],
+        pieces: list[Piece],
+        spec: BuildSpec,
+        tag: str,
+        final: tuple[int, int] | None = None,
+    ) -> Future:
+        """Submit task ``t``'s pieces and their combine (and finalize) on worker ``w``."""
+        base = f"daskangel-data-{self.id}{tag}"
+        futs = [self.source.submit(client, pieces[i], spec, w, f"{base}-piece-{i}") for i in idx]
+        opts: dict[str, Any] = {"workers": [w], "allow_other_workers": False, "pure": False}
+        part = client.submit(
+            combine, spec, t, self.source.indexed, *futs, key=f"{base}-part-{t}", **opts
+        )
+        if final is not None:
+            part = client.submit(finalize, part, *final, key=f"{base}-part-{t}-final", **opts)
+        return part
+
+    def lost(self) -> list[int]:
+        """Partitions whose worker has left the cluster."""
+        self._check()
+        assert self.client is not None
+        live = set(self.client.scheduler_info(n_workers=-1)["workers"])
+        return [i for i, w in enumerate(self._workers) if w not in live]
+
+    def repair(self) -> list[int]:
+        """Rebuild the partitions of workers that left, on the least loaded live
+        workers (parsing their pieces again); return their indices.
+
+        Partitions are pinned to their worker, so Dask cannot recompute them
+        elsewhere by itself; call this (or let the training runtime call it) after
+        losing a worker.  Datasets whose pieces were futures of a dask collection,
+        or that were rewritten on the workers (:class:`FeatureIndexer`), cannot be
+        rebuilt here: rebuild their input and redo the rewrite.
+        """
+        lost = self.lost()
+        if not lost:
+            return []
+        if self._recipe is None or isinstance(self.source, Derived):
+            raise RuntimeError(
+                f"repair: partitions {lost} lost their worker and this dataset cannot be "
+                "rebuilt from its input here (a dask-collection source or a rewritten "
+                "dataset); persist its input again"
+            )
+        assert self.client is not None
+        client = self.client
+        pieces, plan, spec, shift, nf = self._recipe
+        live = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        if not live:
+            raise RuntimeError("repair: the cluster has no workers")
+        count = {w: 0 for w in live}
+        for i, w in enumerate(self._workers):
+            if i not in lost and w in count:
+                count[w] += 1
+        self._generation = getattr(self, "_generation", 0) + 1
+        parts, workers = list(self.partitions), list(self._workers)
+        for i in lost:
+            w = min(live, key=lambda w: (count[w], w))
+            count[w] += 1
+            tag = f"-r{self._generation}"
+            parts[i] = self._submit_partition(client, i, w, plan[i], pieces, spec, tag, (shift, nf))
+            workers[i] = w
+        self._set_parts(client, parts, workers)
+        self._set_info(self._describe(client))
+        return lost
 
     def _set_parts(self, client: Client, parts: list[Future], tasks: list[str]) -> None:
         self.partitions = parts
@@ -392,3 +452,12 @@ class Dataset:
             f"Dataset<{self.id}, {self.n_rows} rows x {self.n_features} features, "
             f"nnz={self.nnz}, {len(self.partitions)} partitions, storage={self.storage}>"
         )
+
+
+def _holds_future(payload: Any) -> bool:
+    """True if a piece's payload refers to Dask futures (a persisted collection)."""
+    if isinstance(payload, Future):
+        return True
+    if isinstance(payload, tuple):
+        return any(_holds_future(p) for p in payload)
+    return any(isinstance(getattr(payload, f, None), Future) for f in ("x", "y"))
