@@ -9,7 +9,7 @@ Example
 
 from __future__ import annotations
 
-from . import _compat, config, data, errors  # noqa: F401 - _compat registers serialisers
+from . import _compat, config, data, errors, ops  # noqa: F401 - _compat registers serialisers
 from .context import PSContext
 from .persist import load_arrays
 from .psarray import (
@@ -17,22 +17,33 @@ from .psarray import (
     BlockPartitioner,
     ColumnRangePartitioner,
     HashPartitioner,
+    KeySet,
     PSArray,
     RangePartitioner,
 )
+from .train import ASP, BSP, SSP, TaskContext, Trainer, TrainResult, train
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ASP",
+    "BSP",
+    "SSP",
     "AutoPartitioner",
     "BlockPartitioner",
     "ColumnRangePartitioner",
     "HashPartitioner",
+    "KeySet",
     "PSArray",
     "PSContext",
     "RangePartitioner",
+    "TaskContext",
+    "TrainResult",
+    "Trainer",
     "config",
     "data",
     "errors",
+    "ops",
     "load_arrays",
+    "train",
 ]

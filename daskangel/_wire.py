@@ -24,7 +24,25 @@ from typing import Any
 import numpy as np
 from distributed.protocol import to_serialize
 
-__all__ = ["TRANSPORTS", "actor_key", "call_server", "wrap_arrays"]
+__all__ = ["TRANSPORTS", "actor_key", "call_server", "error_reply", "wrap_arrays"]
+
+_ERROR_KEY = "__daskangel_error__"
+
+
+def error_reply(e: BaseException) -> dict[str, str]:
+    """A daskangel error as plain values, so any receiver (even the scheduler,
+    which does not unpickle) re-raises it with its class and message."""
+    return {_ERROR_KEY: type(e).__name__, "message": str(e)}
+
+
+def _raise_if_error(reply: Any) -> Any:
+    if isinstance(reply, dict) and _ERROR_KEY in reply:
+        from . import errors
+
+        cls = getattr(errors, str(reply[_ERROR_KEY]), errors.DaskAngelError)
+        raise cls(reply["message"])
+    return reply
+
 
 TRANSPORTS = ("handlers", "actors")
 
@@ -52,8 +70,10 @@ async def call_server(
 ) -> Any:
     """Run ``op`` on server ``(address, index)`` over ``rpc`` (a ConnectionPool)."""
     if transport == "handlers":
-        return await rpc(address).daskangel_ps(
-            ps_op=op, server=index, cost=cost, **wrap_arrays(kwargs)
+        return _raise_if_error(
+            await rpc(address).daskangel_ps(
+                ps_op=op, server=index, cost=cost, **wrap_arrays(kwargs)
+            )
         )
     if transport == "actors":
         resp = await rpc(address).actor_execute(
@@ -63,6 +83,7 @@ async def call_server(
             kwargs={},
         )
         if resp["status"] == "error":
-            raise resp["exception"]
-        return resp["result"]
+            exc = resp["exception"]
+            raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
+        return _raise_if_error(resp["result"])
     raise ValueError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")

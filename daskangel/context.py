@@ -41,7 +41,30 @@ from .psarray._server import PSServerActor, PSWorkerPlugin
 from .scheduler import PLUGIN_NAME as SCHEDULER_PLUGIN
 from .scheduler import DaskAngelSchedulerPlugin
 
-__all__ = ["PSContext"]
+__all__ = ["STATUS_COLUMNS", "PSContext"]
+
+# columns of PSContext.status(), servers and tasks together
+STATUS_COLUMNS = (
+    "kind",
+    "id",
+    "worker",
+    "job",
+    "task",
+    "group",
+    "status",
+    "clock",
+    "ahead",
+    "waited_s",
+    "waits",
+    "nbytes",
+    "n_blocks",
+    "bytes_in",
+    "bytes_out",
+    "calls",
+    "latency_ms",
+    "queue",
+    "cache_hits",
+)
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
@@ -302,18 +325,49 @@ class PSContext:
             raise ValueError(f"dist: expected 'uniform' or 'normal', got {dist!r}")
         return self._create(name, shape, dtype, init, sparse, block_shape, partitioner)
 
-    def zeros_like(self, arr: PSArray, name: str, dtype: Any = None) -> PSArray:
-        """A zero array with the same shape and the same blocks as ``arr``.
+    def zeros_like(self, arr: PSArray, name: str | None = None, dtype: Any = None) -> PSArray:
+        """A zero array co-partitioned with ``arr``: same shape, blocks and servers.
 
-        Co-partitioned arrays put matching blocks on the same servers, which binary
-        psfs require.
+        Binary psfs (``ops.Axpy``, ``ops.Dot``, optimisers ...) need co-partitioned
+        arrays.  ``name`` defaults to a fresh one derived from ``arr.name``.
         """
+        return self.full_like(arr, 0.0, name, dtype)
+
+    def full_like(
+        self, arr: PSArray, fill_value: float, name: str | None = None, dtype: Any = None
+    ) -> PSArray:
+        """An array co-partitioned with ``arr`` with every entry ``fill_value``."""
         m = arr.meta
         shape = (m.shape[1],) if m.ndim == 1 else m.shape
+        dt = _dtype(dtype or m.dtype)
+        if dt.kind in "iu" and float(fill_value) != int(fill_value):
+            raise TypeError(f"fill_value: {fill_value!r} is not an integer, the array is {dt}")
+        name = name or f"{m.name}-like-{uuid.uuid4().hex[:8]}"
         part = _SameLayout(m)
-        return self._create(
-            name, shape, dtype or m.dtype, InitSpec("const", 0.0), m.sparse, None, part, like=m.name
-        )
+        init = InitSpec("const", float(fill_value))
+        return self._create(name, shape, dt, init, m.sparse, None, part, like=m.name)
+
+    # -- psf ------------------------------------------------------------------------------
+
+    def psf(self, func: Any, *arrays: PSArray, atomic: bool = True) -> Any:
+        """Run the PS function ``func`` over co-partitioned ``arrays``, next to the blocks.
+
+        A get psf (``ops.Sum``, ``ops.Dot`` ...) returns its merged result; an update
+        psf (``ops.Axpy``, ``ops.Scale`` ...) returns ``None`` once every block is
+        updated.  ``ps.psf(ops.Axpy(alpha=a), x, y)`` does ``y += a * x``.  See
+        :meth:`PSArray.psf` and ``docs/psf.md``.
+        """
+        self._check_open()
+        if not arrays:
+            raise ValueError("arrays: expected at least one PSArray")
+        return arrays[0].psf(func, *arrays[1:], atomic=atomic)
+
+    def psf_async(self, func: Any, *arrays: PSArray, atomic: bool = True) -> Any:
+        """Start :meth:`psf`; return a :class:`~daskangel.psarray.PSFuture`."""
+        self._check_open()
+        if not arrays:
+            raise ValueError("arrays: expected at least one PSArray")
+        return arrays[0].psf_async(func, *arrays[1:], atomic=atomic)
 
     def from_array(
         self,
@@ -399,6 +453,41 @@ class PSContext:
 
         self._check_open()
         return load_into(self, url, arrays)
+
+    def wait_until_recovered(self, timeout: float | None = None) -> list[str]:
+        """Block until the rebuilding of lost servers' blocks has finished.
+
+        Returns the arrays that still have lost blocks (none when a snapshot
+        covered them).  In ``recovery="rollback"`` mode, reads made before this
+        returns may still see surviving blocks as they were before the rollback.
+        """
+        wait = config.get_seconds("daskangel.client.recovery-wait") if timeout is None else timeout
+        self.refresh()
+        return list(
+            self.client.sync(self._scheduler.daskangel_wait_recovered, ctx=self.id, timeout=wait)
+        )
+
+    def refresh(self) -> None:
+        """Forget cached array metadata (it is refetched on next use)."""
+        for n in list(self.binding.metas):
+            self.binding.forget(n)
+
+    def status(self) -> Any:
+        """Counters of this context's PS servers and of its training tasks.
+
+        A pandas DataFrame with one row per server (``kind == "server"``: memory,
+        bytes in/out, calls, mean latency, queue depth) and one per training task
+        (``kind == "task"``: clock, clocks ahead of the slowest, time spent waiting,
+        bytes pulled/pushed, calls, latency, cache hits).  Example::
+
+            ps.status().query("kind == 'task'")[["id", "clock", "waited_s"]]
+        """
+        import pandas as pd
+
+        st = self.client.sync(self._scheduler.daskangel_status, ctx=self.id)
+        cols = list(STATUS_COLUMNS)
+        rows = list(st["servers"]) + list(st["tasks"])
+        return pd.DataFrame(rows, columns=cols + sorted({k for r in rows for k in r} - set(cols)))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self.servers)} servers"

@@ -23,14 +23,18 @@ from __future__ import annotations
 __all__ = [
     "ArrayExistsError",
     "ArrayNotFoundError",
+    "BlockBusyError",
     "CastingError",
     "ContextClosedError",
     "DaskAngelError",
+    "JobAbortedError",
+    "KeyListMissingError",
     "MalformedInputError",
     "MissingDependencyError",
     "NonFiniteError",
     "NotCoPartitionedError",
     "PSFError",
+    "PSFNotAllowedError",
     "PSIndexError",
     "RequestTooLargeError",
     "ServerLostError",
@@ -97,8 +101,30 @@ class PSFError(DaskAngelError, RuntimeError):
     """A PS function failed on a server; the message carries the remote traceback."""
 
 
+class PSFNotAllowedError(PSFError):
+    """A psf would have to travel as a pickled callable and that is not allowed.
+
+    Servers only run psfs addressed by importable name unless the config key
+    ``daskangel.ops.allow-pickled-psf`` is true (on the caller and on the workers).
+    (Not a ``PermissionError``: that is an ``OSError``, which callers read as a
+    lost server.)
+    """
+
+
+class BlockBusyError(DaskAngelError, RuntimeError):
+    """A block is held by a two-phase psf update that has prepared but not committed."""
+
+
 class SyncError(DaskAngelError, RuntimeError):
     """A clock or synchronisation request was invalid (unknown job, task, ...)."""
+
+
+class JobAbortedError(SyncError):
+    """The training job was stopped (another task failed, or it was cancelled)."""
+
+
+class KeyListMissingError(DaskAngelError, LookupError):
+    """A PS server no longer holds the key list a pruned pull refers to by tag."""
 
 
 class TaskFailedError(DaskAngelError, RuntimeError):

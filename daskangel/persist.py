@@ -86,7 +86,8 @@ def load_arrays(url: str, arrays: list[str] | None = None) -> dict[str, Any]:
     """Read arrays of a saved model / newest snapshot into this process.
 
     Dense arrays come back as numpy arrays, sparse ones as ``sparse.COO`` (their
-    fill value is the array's default).  Only zarr and fsspec are used.
+    fill value is the array's default).  Every block is checked against the
+    manifest's crc32.  Only zarr and fsspec are used.
     """
     version_url, manifest = fmt.resolve(url)
     stored = manifest["arrays"]
@@ -102,9 +103,9 @@ def load_arrays(url: str, arrays: list[str] | None = None) -> dict[str, Any]:
             for spec in info["blocks"]:
                 r0, c0 = spec["row0"], spec["col0"]
                 rows, cols = spec["shape"]
-                full[r0 : r0 + rows, c0 : c0 + cols] = fmt.read_dense_block(
-                    version_url, n, info["storage"], info["ndim"], spec
-                )
+                block = fmt.read_dense_block(version_url, n, info["storage"], info["ndim"], spec)
+                _verify(info, n, spec, version_url, block)
+                full[r0 : r0 + rows, c0 : c0 + cols] = block
             out[n] = full[0] if info["ndim"] == 1 else full
             continue
         import sparse
@@ -112,6 +113,7 @@ def load_arrays(url: str, arrays: list[str] | None = None) -> dict[str, Any]:
         coords, values, default = [], [], 0.0
         for spec in info["blocks"]:
             keys, vals, attrs = fmt.read_sparse_block(version_url, n, spec)
+            _verify(info, n, spec, version_url, keys, vals)
             width = spec["shape"][1]
             r, c = np.divmod(keys, width)
             coords.append(np.stack([r + spec["row0"], c + spec["col0"]]))
@@ -125,3 +127,15 @@ def load_arrays(url: str, arrays: list[str] | None = None) -> dict[str, Any]:
         )
         out[n] = coo[0] if info["ndim"] == 1 else coo
     return out
+
+
+def _verify(
+    info: dict[str, Any], name: str, spec: dict[str, Any], url: str, *arrays: np.ndarray
+) -> None:
+    want = info.get("checksums", {}).get(str(spec["block"]))
+    got = fmt.block_checksum(*arrays)
+    if want is not None and int(want) != got:
+        raise SnapshotError(
+            f"snapshot {url}: block {spec['block']} of array {name!r} has crc32 {got}, "
+            f"the manifest says {want}; the snapshot is damaged"
+        )

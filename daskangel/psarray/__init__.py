@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from . import (
+    _keylists,  # noqa: F401 - registers the key-list server operations
     _rank,  # noqa: F401 - registers the feature indexer's server ops
     _snapshot_ops,  # noqa: F401 - registers the snapshot server ops
 )
+from ._agent import PSAgent, agent_of, get_agent
 from ._array import PSArray, PSFuture
 from ._blocks import InitSpec
+from ._keylists import KeySet
 from ._layout import (
     AutoPartitioner,
     BlockPartitioner,
@@ -18,6 +21,9 @@ from ._layout import (
     RangePartitioner,
 )
 from ._meta import ArrayMeta, BlockInfo, ServerId
+from ._partition import Partition
+from ._psf_client import check_copartitioned
+from ._psf_server import PSF_REGISTRY, psf_name, register_psf
 from ._server import PSServer, PSWorkerPlugin, server_async_op, server_op
 
 __all__ = [
@@ -28,14 +34,23 @@ __all__ = [
     "ColumnRangePartitioner",
     "HashPartitioner",
     "InitSpec",
+    "KeySet",
     "Layout",
+    "PSAgent",
     "PSArray",
     "PSFuture",
+    "PSF_REGISTRY",
+    "Partition",
     "PSServer",
     "PSWorkerPlugin",
     "Partitioner",
     "RangePartitioner",
     "ServerId",
+    "check_copartitioned",
+    "psf_name",
+    "register_psf",
     "server_async_op",
+    "agent_of",
+    "get_agent",
     "server_op",
 ]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from dask.utils import format_bytes
 
 from ..errors import ContextClosedError, PSIndexError, ShapeMismatchError
 from ._binding import Binding, get_binding
+from ._keylists import KeySet
 from ._meta import ArrayMeta, BlockInfo
 from ._routing import (
     AxisPlan,
@@ -221,12 +222,42 @@ class PSArray:
 
         ``rows`` / ``cols`` are ``None`` (all), an int (drops that axis), a slice,
         a boolean mask or a sequence of integer indices (duplicates allowed).  A
-        column index set is a pruned pull: each block is sent only its own keys.
+        column index set is a pruned pull: each block is sent only its own keys;
+        a :class:`KeySet` from :meth:`key_set` sends only a tag.
         """
+        if isinstance(cols, KeySet):
+            if rows is not None:
+                raise ShapeMismatchError("rows: a key-set pull selects columns of a vector only")
+            return self._agent().get_keys(cols)
         m, parts, places, cost, full, shape = self._plan_get(rows, cols)
         b = self._binding
         results = b.run(b.call_blocks, self.name, "get", parts, cost, {})
         return self._assemble(m, places, full, shape)(results)
+
+    def _agent(self) -> Any:
+        from ._agent import agent_of
+
+        return agent_of(self._binding)
+
+    def get_iter(
+        self, rows: Any = None, batch: int = 1024, *, ordered: bool = False
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Pipelined pull of rows: yield ``(row ids, values)`` batches as they arrive.
+
+        Requests for many batches go out up front, so work on one batch overlaps
+        pulling the next (Angel's pipelined pulling).  ``ordered=True`` yields the
+        batches in request order.  Pulls go through this process's agent, so
+        concurrent pulls of the same rows by several threads are sent once.
+        """
+        return self._agent().get_iter(self.name, rows, batch, ordered=ordered)  # type: ignore[no-any-return]
+
+    def key_set(self, cols: Any) -> KeySet:
+        """Register a key set of this vector on its servers for pruned pulls.
+
+        ``w.get(cols=ks)`` then sends each server only a tag and moves only the
+        values of those keys.  Example: ``ks = w.key_set(idx); v = w.get(cols=ks)``.
+        """
+        return self._agent().key_set(self.name, cols)  # type: ignore[no-any-return]
 
     def to_numpy(self) -> np.ndarray:
         """The whole array as numpy (subject to ``max-request-bytes``)."""
@@ -373,6 +404,36 @@ class PSArray:
         b = self._binding
         b.run(b.call_blocks, self.name, "fill", parts, {}, {"value": v.astype(m.dtype).item()})
 
+    # -- psf --------------------------------------------------------------------
+
+    def psf_async(self, func: Any, *others: PSArray, atomic: bool = True) -> PSFuture:
+        """Start :meth:`psf`; return a :class:`PSFuture` of its result."""
+        from ._psf_client import run_psf
+
+        names = [self.name] + [_name_of(o) for o in others]
+        b = self._binding
+        return PSFuture(b.submit(run_psf, b, func, names, atomic), lambda r: r)
+
+    def psf(self, func: Any, *others: PSArray, atomic: bool = True) -> Any:
+        """Run the PS function ``func`` on this array's servers (and ``others``').
+
+        ``func`` is a psf object, e.g. from ``daskangel.ops``: a *get* psf
+        (``ops.Sum(axis=1)``, ``ops.Dot()`` ...) runs next to each block and returns
+        the merged partial results; an *update* psf (``ops.Scale(2.0)``,
+        ``ops.Axpy(alpha=0.5)`` ...) changes the blocks in place and returns
+        ``None`` when every block is done.  ``others`` must be co-partitioned with
+        this array (``ps.zeros_like``).  An update is all-or-nothing: if partition
+        code raises on any block, no block changes and :class:`PSFError` carries
+        the remote traceback.  ``atomic=False`` lets each server commit on its own
+        (one round trip instead of two; a failure may then leave some servers
+        updated).
+        """
+        from ._psf_client import run_psf
+
+        names = [self.name] + [_name_of(o) for o in others]
+        b = self._binding
+        return b.run(run_psf, b, func, names, atomic)
+
     # -- dask -------------------------------------------------------------------
 
     def version_token(self) -> str:
@@ -430,6 +491,12 @@ class PSArray:
             f"<tr><th>logical bytes</th><td>{format_bytes(m.shape[0] * m.shape[1] * m.itemsize)}</td></tr>"
             f"</table><table><tr><th>server</th><th>blocks</th></tr>{rows}</table></div>"
         )
+
+
+def _name_of(arr: Any) -> str:
+    if not isinstance(arr, PSArray):
+        raise TypeError(f"arrays: expected PSArray operands, got {type(arr).__name__}")
+    return arr.name
 
 
 def _expand(plan: AxisPlan) -> np.ndarray:

@@ -160,13 +160,7 @@ class Binding:
                 )
                 for s, blocks in groups.items()
             ]
-            if len(calls) == 1:  # no task for the common single-server case
-                try:
-                    results = [await calls[0]]
-                except Exception as e:  # noqa: BLE001 - sorted out below, as with gather
-                    results = [e]
-            else:
-                results = await asyncio.gather(*calls, return_exceptions=True)
+            results = await self._watched(name, meta, list(groups), calls)
             stale: list[int] = []
             unreachable: dict[ServerId, BaseException] = {}
             for (s, blocks), r in zip(groups.items(), results, strict=True):
@@ -198,6 +192,42 @@ class Binding:
                     "blocks were not moved within daskangel.client.recovery-wait"
                 ) from err
             meta = fresh
+
+    async def _watched(
+        self, name: str, meta: ArrayMeta, servers: list[ServerId], calls: list[Any]
+    ) -> list[Any]:
+        """Run the calls; results or exceptions in order.
+
+        A call pending longer than ``daskangel.client.liveness-check`` makes us ask
+        the registry whether its server was declared lost (a hung worker never
+        closes the connection); if so the call is abandoned as unreachable.
+        """
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        pending = set(tasks)
+        check = config.get_seconds("daskangel.client.liveness-check")
+        abandoned: set[asyncio.Future[Any]] = set()
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=check)
+            if not pending:
+                break
+            fresh = await self.meta(name, refresh=True)
+            if fresh.generation == meta.generation:
+                continue
+            gone = {fresh.servers[b] for b in fresh.lost} | (set(meta.servers) - set(fresh.servers))
+            for t, s in zip(tasks, servers, strict=True):
+                if t in pending and s in gone:
+                    t.cancel()
+                    abandoned.add(t)
+                    pending.discard(t)
+        out: list[Any] = []
+        for t in tasks:
+            if t in abandoned:
+                out.append(ConnectionError("the server was declared lost during the call"))
+            elif t.cancelled():
+                out.append(asyncio.CancelledError())
+            else:
+                out.append(t.exception() or t.result())
+        return out
 
     async def _wait(self, name: str, generation: int, timeout: float) -> ArrayMeta:
         d = await self.scheduler.daskangel_wait_meta(

@@ -35,18 +35,26 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from distributed.core import error_message
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import config
-from .._wire import wrap_arrays
-from ..errors import DaskAngelError, StaleLayoutError
+from .._wire import error_reply, wrap_arrays
+from ..errors import BlockBusyError, DaskAngelError, StaleLayoutError
 from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
+from ._holds import WRITE_OPS, Holds, Prepared
 
 if TYPE_CHECKING:
     from distributed import Worker
 
-__all__ = ["PLUGIN_NAME", "PSServer", "PSServerActor", "PSWorkerPlugin", "server_op"]
+__all__ = [
+    "PLUGIN_NAME",
+    "WRITE_OPS",
+    "PSServer",
+    "PSServerActor",
+    "PSWorkerPlugin",
+    "Prepared",
+    "server_op",
+]
 
 PLUGIN_NAME = "daskangel-ps"
 
@@ -59,11 +67,19 @@ SERVER_OPS: dict[str, ServerOp] = {}
 ASYNC_OPS: dict[str, Callable[..., Awaitable[Any]]] = {}
 
 
-def server_op(name: str) -> Callable[[ServerOp], ServerOp]:
-    """Register ``fn(server, **kwargs)`` as the server operation ``name``."""
+def server_op(name: str, writes: bool = False) -> Callable[[ServerOp], ServerOp]:
+    """Register ``fn(server, **kwargs)`` as the server operation ``name``.
+
+    ``writes=True`` marks an op that changes blocks.  Such an op waits while a
+    prepared two-phase write (see :meth:`PSServer.reserve`) holds one of the blocks
+    it writes: those are ``parts[*]["block"]`` of the arrays named by the op's
+    ``written`` argument, or of ``array`` when there is none.
+    """
 
     def deco(fn: ServerOp) -> ServerOp:
         SERVER_OPS[name] = fn
+        if writes:
+            WRITE_OPS.add(name)
         return fn
 
     return deco
@@ -85,7 +101,7 @@ def server_async_op(
     return deco
 
 
-class PSServer:
+class PSServer(Holds):
     """One parameter server: the blocks it holds, its statistics, its lock."""
 
     def __init__(self, address: str, index: int) -> None:
@@ -108,6 +124,7 @@ class PSServer:
         self.staged: dict[str, list[tuple[tuple[str, int], Block]]] = {}
         self._io: ThreadPoolExecutor | None = None
         self._lock: asyncio.Lock | None = None
+        self.init_holds()
         self._executor: ThreadPoolExecutor | None = None
 
     def block(self, array: str, block: int) -> Block:
@@ -154,25 +171,38 @@ class PSServer:
             raise ValueError(f"op: unknown PS server operation {op!r}") from None
         return fn(self, **kwargs)
 
+    # -- running ops -----------------------------------------------------------
+
     async def run(self, op: str, cost: int = 0, **kwargs: Any) -> Any:
-        """Run ``op`` under the server lock: inline when cheap, else in its thread."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
+        """Run ``op`` under the server lock: inline when cheap, else in its thread.
+
+        A write op first waits (without holding the lock) while a prepared
+        two-phase write holds one of its blocks.
+        """
         async with self.locked():
-            if cost < config.get_bytes("daskangel.server.inline-bytes"):
-                return self.timed(op, cost, kwargs)
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    1, thread_name_prefix=f"daskangel-ps-{self.index}"
+            await self.wait_unreserved(op, kwargs)
+            try:
+                if cost < config.get_bytes("daskangel.server.inline-bytes"):
+                    return self.timed(op, cost, kwargs)
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(
+                        1, thread_name_prefix=f"daskangel-ps-{self.index}"
+                    )
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(
+                    self._executor, lambda: self.timed(op, cost, kwargs)
                 )
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, lambda: self.timed(op, cost, kwargs))
+            finally:
+                # a commit or abort may have freed blocks that writes wait for
+                assert self._cond is not None
+                self._cond.notify_all()
 
     @contextlib.asynccontextmanager
     async def locked(self) -> AsyncIterator[None]:
         """Hold the server lock, counting the callers queued for it."""
         if self._lock is None:
             self._lock = asyncio.Lock()
+            self._cond = asyncio.Condition(self._lock)
         self.waiting += 1
         acquired = False
         try:
@@ -197,6 +227,8 @@ class PSServer:
     def close(self) -> None:
         self.blocks.clear()
         self.shadows.clear()
+        self.reserved.clear()
+        self.txns.clear()
         for ex in (self._executor, self._io):
             if ex is not None:
                 ex.shutdown(wait=False)
@@ -232,7 +264,7 @@ def _create(server: PSServer, array: str, blocks: list[dict[str, Any]]) -> None:
     server.blocks.update(made)
 
 
-@server_op("drop")
+@server_op("drop", writes=True)
 def _drop(server: PSServer, array: str) -> int:
     keys = [k for k in server.blocks if k[0] == array]
     for k in keys:
@@ -267,7 +299,7 @@ def record_tag(server: PSServer, tag: list[Any] | None) -> None:
         seqs.popitem(last=False)
 
 
-@server_op("update")
+@server_op("update", writes=True)
 def _update(
     server: PSServer,
     array: str,
@@ -298,7 +330,7 @@ def _update(
     return True
 
 
-@server_op("fill")
+@server_op("fill", writes=True)
 def _fill(
     server: PSServer, array: str, parts: list[dict[str, Any]], value: Any, clock: int | None = None
 ) -> None:
@@ -401,7 +433,7 @@ class PSWorkerPlugin(WorkerPlugin):
         try:
             return wrap_arrays(await self._run(ps_op, server, cost, kwargs))
         except DaskAngelError as e:
-            return error_message(e, status="uncaught-error")
+            return error_reply(e)
 
     async def call_local(self, op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
         """The same call from this worker's own process: nothing is serialised."""
@@ -427,11 +459,23 @@ class PSServerActor:
         self.server = PSServer(get_worker().address, index)
 
     def call(self, op: str, kwargs: dict[str, Any]) -> Any:
+        try:
+            return self._call(op, kwargs)
+        except DaskAngelError as e:
+            return error_reply(e)
+
+    def _call(self, op: str, kwargs: dict[str, Any]) -> Any:
         if op in ASYNC_OPS:
             from distributed.utils import sync
 
             return sync(get_worker_loop(), ASYNC_OPS[op], self.server, **kwargs)
         start = time.perf_counter()
+        if self.server.blocked_until(op, kwargs) is not None:
+            # the actor thread runs one op at a time and cannot wait for a commit
+            raise BlockBusyError(
+                f"op {op!r} on array {kwargs.get('array')!r}: a block is held by a psf "
+                "update in progress; with transport='actors' writes cannot wait, retry"
+            )
         result = self.server.dispatch(op, **kwargs)
         st = self.server.op_stats[op]
         st[0] += 1

@@ -6,9 +6,15 @@ forwards scheduler events to them.  Each service registers its own comm handlers
 
 * :class:`~daskangel.scheduler._registry.ArrayRegistry`: arrays, layouts, placement;
 * :class:`~daskangel.scheduler._snapshots.SnapshotService`: snapshots, restores,
-  rebuilding blocks of lost servers.
+  rebuilding blocks of lost servers;
+* :class:`~daskangel.scheduler._clocks.ClockService`: training jobs' clock tables,
+  the only owner of time (BSP / SSP / ASP).
+* :class:`~daskangel.scheduler._groups.GroupService`: group barriers and the
+  leader's command / acknowledge mailboxes.
+* :class:`~daskangel.scheduler._status.StatusService`: server and task counters,
+  shown by ``ps.status()`` and the dashboard page (``_dashboard.py``).
 
-Services added by later parts (clocks, liveness, recovery, status) attach in
+Services added by later parts (liveness, recovery) attach in
 :meth:`DaskAngelSchedulerPlugin.start` the same way.
 
 Example
@@ -26,8 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from ._clocks import ClockService
+from ._dashboard import register_dashboard
+from ._groups import GroupService
+from ._liveness import LivenessService
 from ._registry import ArrayRegistry
 from ._snapshots import SnapshotService
+from ._status import StatusService
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -38,7 +49,7 @@ PLUGIN_NAME = "daskangel"
 
 
 class DaskAngelSchedulerPlugin(SchedulerPlugin):
-    """Registry (and, as they land, clocks and recovery) on the scheduler."""
+    """Registry, clocks, groups and status (and, as it lands, recovery) on the scheduler."""
 
     name = PLUGIN_NAME
     idempotent = True  # a second PSContext must not wipe the first one's state
@@ -47,6 +58,10 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.scheduler: Scheduler | None = None
         self.registry: ArrayRegistry | None = None
         self.snapshots: SnapshotService | None = None
+        self.liveness: LivenessService | None = None
+        self.clocks: ClockService | None = None
+        self.groups: GroupService | None = None
+        self.status: StatusService | None = None
         # {service_name: service} for every service with scheduler hooks
         self.services: dict[str, Any] = {}
 
@@ -55,15 +70,26 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.registry = ArrayRegistry(scheduler)
         self.snapshots = SnapshotService(scheduler, self.registry)
         self.registry.on_close.append(self.snapshots.forget)
+        self.liveness = LivenessService(scheduler, self.registry)
+        self.liveness.start()
         # order matters: the registry marks blocks lost before recovery looks
         self.services["registry"] = self.registry
         self.services["snapshots"] = self.snapshots
+        self.services["liveness"] = self.liveness
+        self.clocks = self.services["clocks"] = ClockService(scheduler)
+        self.groups = self.services["groups"] = GroupService(scheduler, self.clocks)
+        self.status = self.services["status"] = StatusService(scheduler, self.registry, self.clocks)
+        register_dashboard(scheduler, self.status)
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         for service in self.services.values():
             hook = getattr(service, "remove_worker", None)
             if hook is not None:
                 hook(worker)
+
+    async def close(self) -> None:
+        if self.liveness is not None:
+            self.liveness.stop()
 
     def valid_workers_downscaling(self, scheduler: Scheduler, workers: list[Any]) -> list[Any]:
         """Never scale down a worker whose PS servers hold blocks."""

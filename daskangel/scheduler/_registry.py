@@ -26,7 +26,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._wire import call_server
-from ..errors import ArrayExistsError, ArrayNotFoundError, ContextClosedError, DaskAngelError
+from ..errors import (
+    ArrayExistsError,
+    ArrayNotFoundError,
+    ContextClosedError,
+    DaskAngelError,
+    ServerLostError,
+)
 from ._placement import place_blocks
 
 if TYPE_CHECKING:
@@ -291,8 +297,11 @@ class ArrayRegistry:
     # -- server calls -------------------------------------------------------
 
     async def call(self, server: ServerId, op: str, transport: str, **kwargs: Any) -> Any:
-        """Run an operation on a PS server from the scheduler."""
+        """Run an operation on a PS server from the scheduler (a server on a worker
+        that has left fails at once instead of waiting out a connect timeout)."""
         addr, index = server
+        if addr not in self.scheduler.workers:
+            raise ServerLostError(f"PS server {addr}#{index} has left the cluster")
         return await call_server(self.scheduler.rpc, addr, index, op, transport, 0, kwargs)
 
     async def _drop_blocks(self, name: str, servers: list[ServerId], transport: str) -> None:

@@ -37,6 +37,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import dask.config
+
 from .. import _snapshot_format as fmt
 from ..errors import ContextClosedError, SnapshotError
 from ._placement import place_blocks
@@ -81,6 +83,7 @@ class SnapshotService:
                 "daskangel_snapshot": self.snapshot,
                 "daskangel_restore": self.restore,
                 "daskangel_snapshot_info": self.info,
+                "daskangel_wait_recovered": self.wait_recovered,
             }
         )
 
@@ -136,6 +139,15 @@ class SnapshotService:
     def info(self, ctx: str) -> dict[str, Any] | None:
         return self.latest.get(ctx)
 
+    async def wait_recovered(self, ctx: str, timeout: float) -> list[str]:
+        """Wait until no recovery of this context runs; return arrays still lost."""
+        tasks = [t for t in self._recovering if t.get_name() == ctx]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        return sorted(
+            n for n, m in self.registry.arrays.items() if m["ctx"] == ctx and m.get("lost")
+        )
+
     def _lock(self, ctx: str) -> asyncio.Lock:
         return self._locks.setdefault(ctx, asyncio.Lock())
 
@@ -189,6 +201,7 @@ class SnapshotService:
                 await asyncio.gather(
                     *(self._call(ctx, s, "cut_end") for s in servers), return_exceptions=True
                 )
+            _fail_at("chunks")
             manifest = {
                 "format": fmt.FORMAT,
                 "clock": clock,
@@ -204,6 +217,7 @@ class SnapshotService:
                 },
             }
             await asyncio.to_thread(fmt.write_manifest, target, manifest)
+            _fail_at("manifest")
             if not versioned:
                 return {"url": target, "clock": clock, "arrays": sorted(metas)}
             await asyncio.to_thread(fmt.write_latest, root, version)
@@ -320,8 +334,7 @@ class SnapshotService:
             there, here = _plain(info[key]), _plain(meta[key])
             if there != here:
                 raise SnapshotError(
-                    f"snapshot {url}: array {name!r} has {key} {info[key]!r} there but "
-                    f"{meta[key]!r} here"
+                    f"snapshot {url}: array {name!r} has {key} {there!r} there but {here!r} here"
                 )
         if _plain(info["layout"]) != _plain(meta["layout"]):
             raise SnapshotError(
@@ -347,6 +360,7 @@ class SnapshotService:
             for n in lost:
                 self.registry.arrays[n]["recovering"] = True
             task = asyncio.ensure_future(self._recover(ctx, policy, snap))
+            task.set_name(ctx)
             self._recovering.add(task)
             task.add_done_callback(self._recovering.discard)
 
@@ -357,10 +371,17 @@ class SnapshotService:
             servers = self.registry.ctx_servers[ctx]
             targets: dict[str, list[list[Any]]] = {}
             blocks: dict[str, list[int]] = {}
+            # {(block servers before the loss, lost blocks): new servers}: arrays that
+            # were co-partitioned (psfs, optimiser state) move their blocks together
+            moved: dict[tuple[Any, ...], list[ServerId]] = {}
             for n in names:
                 m = self.registry.arrays[n]
                 lost = sorted(m["lost"])
-                new = place_blocks([int(m["blocks"][b]["bytes"]) for b in lost], servers, load)
+                key = (tuple(tuple(s) for s in m["servers"]), tuple(lost))
+                new = moved.get(key) or place_blocks(
+                    [int(m["blocks"][b]["bytes"]) for b in lost], servers, load
+                )
+                moved[key] = new
                 tgt = [list(s) for s in m["servers"]]
                 for b, s in zip(lost, new, strict=True):
                     tgt[b] = [s[0], s[1]]
@@ -403,3 +424,13 @@ def _plain(x: Any) -> Any:
     if isinstance(x, dict):
         return {k: _plain(v) for k, v in x.items()}
     return x
+
+
+def _fail_at(stage: str) -> None:
+    """Test hook ``daskangel.snapshot.fail-at``: stop a snapshot after a stage
+    (``"chunks"`` written, ``"manifest"`` written) as a crash of the coordinator
+    would, leaving the files as they are."""
+    if dask.config.get("daskangel.snapshot.fail-at", None) == stage:
+        raise SnapshotError(
+            f"snapshot: injected failure after {stage} (daskangel.snapshot.fail-at)"
+        )

@@ -1,0 +1,132 @@
+"""psf vs pull-and-NumPy: dot / sum / axpy over a 1 x 10**8 float32 vector on 2 servers.
+
+For each operation the script times (median of ``--repeats`` runs) the psf, which
+runs next to the blocks and returns only partial results, against pulling the
+vector(s) to the caller and doing the same with NumPy (and, for axpy, pushing the
+result back).  Bytes moved are the Dask message frames the caller sends and
+receives, counted in a separate, untimed pass (``distributed.protocol.dumps`` of
+every request and reply).
+
+Run::
+
+    python benchmarks/bench_psf.py                  # 10**8 entries, 5 repeats
+    python benchmarks/bench_psf.py --n 10000000 --repeats 3
+
+Targets (issue 4): the reductions >= 10x faster than pulling, <= 1 % of the bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from distributed import Client, LocalCluster
+from distributed.protocol import dumps
+
+import daskangel as angel
+from daskangel import ops
+from daskangel._wire import wrap_arrays
+from daskangel.psarray import _binding
+
+_real_call_server = _binding.call_server
+_counted = [0]
+
+
+async def _counting_call_server(
+    rpc: Any, address: str, index: int, op: str, transport: str, cost: int, kwargs: dict[str, Any]
+) -> Any:
+    """The real call, plus the size of the request and reply frames as Dask sends them."""
+    msg = {"op": "daskangel_ps", "ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
+    _counted[0] += sum(len(memoryview(f).cast("B")) for f in dumps(msg))
+    result = await _real_call_server(rpc, address, index, op, transport, cost, kwargs)
+    _counted[0] += sum(len(memoryview(f).cast("B")) for f in dumps(wrap_arrays(result)))
+    return result
+
+
+def bytes_moved(fn: Callable[[], Any]) -> int:
+    _binding.call_server = _counting_call_server  # type: ignore[assignment]
+    _counted[0] = 0
+    try:
+        fn()
+    finally:
+        _binding.call_server = _real_call_server  # type: ignore[assignment]
+    return _counted[0]
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    fn()  # warm up (numba, comm pools)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=10**8, help="vector length (float32)")
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    n = args.n
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+        angel.PSContext(client, servers_per_worker=1) as ps,
+    ):
+        x = ps.random("x", (n,), seed=0, low=-1, high=1, dtype="float32")
+        y = ps.zeros_like(x, "y")
+        ps.psf(ops.RandomUniform(-1, 1, seed=1), y)
+        servers = {b.server for b in x.blocks}
+        alpha = 1e-3
+
+        def pull_sum() -> float:
+            return float(x.get().sum(dtype=np.float64))
+
+        def pull_dot() -> float:
+            return float(np.dot(x.get(), y.get()))
+
+        def pull_axpy() -> None:
+            yv = y.get()
+            yv += np.float32(alpha) * x.get()
+            y.set(yv)
+
+        cases = [
+            ("sum", lambda: x.psf(ops.Sum()), pull_sum),
+            ("dot", lambda: ps.psf(ops.Dot(), x, y), pull_dot),
+            ("axpy", lambda: ps.psf(ops.Axpy(alpha=alpha), x, y), pull_axpy),
+        ]
+        # the psf and the local NumPy agree before anything is timed
+        assert abs(x.psf(ops.Sum()) - pull_sum()) < 1e-3 * max(1.0, abs(pull_sum()))
+        assert abs(ps.psf(ops.Dot(), x, y) - pull_dot()) < 1e-3 * max(1.0, abs(pull_dot()))
+
+        print(
+            f"vector 1 x {n:,} float32 ({n * 4 / 2**20:,.0f} MiB) in {len(x.blocks)} blocks "
+            f"on {len(servers)} servers; median of {args.repeats} runs"
+        )
+        head = (
+            f"{'op':6} {'psf s':>9} {'pull+numpy s':>13} {'speed-up':>9} "
+            f"{'psf bytes':>11} {'pull bytes':>14} {'bytes %':>8}"
+        )
+        print(head)
+        print("-" * len(head))
+        for name, psf_fn, pull_fn in cases:
+            t_psf = median_seconds(psf_fn, args.repeats)
+            t_pull = median_seconds(pull_fn, args.repeats)
+            b_psf = bytes_moved(psf_fn)
+            b_pull = bytes_moved(pull_fn)
+            print(
+                f"{name:6} {t_psf:9.4f} {t_pull:13.4f} {t_pull / t_psf:8.1f}x "
+                f"{b_psf:11,} {b_pull:14,} {100 * b_psf / b_pull:7.4f}%"
+            )
+
+
+if __name__ == "__main__":
+    main()

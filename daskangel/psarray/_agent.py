@@ -1,0 +1,409 @@
+"""The worker-side agent (Angel's PSAgent), shared by every task in a Dask process.
+
+Reads:
+
+* a clock-aware **pull cache** (:mod:`._pullcache`): a read at clock ``c`` with
+  staleness ``s`` is served from a local copy fetched once the slowest task had
+  reached ``c - s``, and otherwise fetched;
+* **de-duplication**: a read of units that another thread is already pulling
+  (fresh enough) waits for that pull instead of sending its own;
+* **pipelined pulls**: :meth:`PSAgent.get_iter` sends the requests for many row
+  batches up front and yields batches as they arrive (Angel's Algorithm 2);
+* **pruned pulls** of a registered key set: servers keep the key list under a
+  tag, a pull sends only the tag (:mod:`._keylists`).
+
+Writes go to the shared, merged update buffer (:mod:`._pusher`).
+
+The agent knows nothing of the clock service: the training runtime passes each
+read's *floor* (``c - s``, or ``None`` under ASP / outside training) and tells
+the agent the slowest clock it learns (:meth:`PSAgent.observe_min`).  A fetched
+copy records the slowest clock known when it was sent.
+
+.. warning::
+   A read through the agent does not see the reader's own increments that are
+   still buffered (not yet pushed); ``clock()`` pushes them.
+
+Example
+-------
+>>> agent = get_agent()                                            # doctest: +SKIP
+>>> for rows, vals in agent.get_iter("W", rows=range(10_000), batch=500):
+...     consume(rows, vals)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from .. import config
+from ..errors import PSIndexError, ShapeMismatchError
+from ._agentkeys import KeySetPulls, _KeyPlan
+from ._array import PSArray
+from ._binding import Binding, get_binding
+from ._keylists import KeySet
+from ._meta import ArrayMeta
+from ._pullcache import Fetch, UnitStore, covered
+from ._pusher import UpdatePusher
+from ._routing import normalize_index
+
+__all__ = ["PSAgent", "agent_of", "get_agent"]
+
+_lock = threading.Lock()
+
+COUNTERS = ("calls", "seconds", "bytes_pulled", "bytes_pushed", "cache_hits", "joined", "units")
+
+
+class _Pending:
+    """A read being answered: cache hits now, the rest from fetches in flight."""
+
+    __slots__ = ("out", "parts", "uniq")
+
+    def __init__(self, uniq: np.ndarray, out: np.ndarray) -> None:
+        self.uniq = uniq
+        self.out = out
+        # [(fetch, positions in uniq, positions in fetch.keys)]
+        self.parts: list[tuple[Fetch, np.ndarray, np.ndarray]] = []
+
+    @property
+    def futures(self) -> list[concurrent.futures.Future[np.ndarray]]:
+        return [f.future for f, _, _ in self.parts]
+
+    def done(self) -> bool:
+        return all(f.future.done() for f, _, _ in self.parts)
+
+    def finish(self) -> np.ndarray:
+        for f, at, src in self.parts:
+            self.out[at] = f.future.result()[src]
+        return self.out
+
+
+class PSAgent(KeySetPulls):
+    """Pull cache, de-duplication, pipelined and pruned pulls, and the update buffer."""
+
+    def __init__(self, binding: Binding) -> None:
+        self.binding = binding
+        self.id = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        # {job: slowest clock known}; job None is reads outside training
+        self.known_min: dict[str | None, int] = {}
+        # {(job, array, mode): UnitStore}
+        self.stores: dict[tuple[str | None, str, str], UnitStore] = {}
+        # {tag: _KeyPlan} for key sets registered from this process
+        self.keysets: dict[str, _KeyPlan] = {}
+        # {(job, tag): Fetch} key-set pulls, cached (done) or in flight
+        self.keyset_fetches: dict[tuple[str | None, str], Fetch] = {}
+        self.pusher = UpdatePusher(binding)
+        self._merger = ThreadPoolExecutor(1, thread_name_prefix="daskangel-agent-merge")
+        # {task id or None: {counter: value}}
+        self.counters: defaultdict[Any, dict[str, float]] = defaultdict(
+            lambda: dict.fromkeys(COUNTERS, 0)
+        )
+        self.requests = 0  # pull requests sent to servers, all tasks together
+
+    # -- clocks -----------------------------------------------------------------------
+
+    def observe_min(self, job: str | None, min_clock: int | None) -> None:
+        """Record that the slowest task of ``job`` reached ``min_clock`` (None: all done)."""
+        m = 2**62 if min_clock is None else int(min_clock)
+        with self._lock:
+            if m > self.known_min.get(job, -(2**62)):
+                self.known_min[job] = m
+
+    def _count(self, task: Any, **kw: float) -> None:
+        c = self.counters[task]
+        for k, v in kw.items():
+            c[k] += v
+
+    def task_counters(self, task: Any) -> dict[str, float]:
+        with self._lock:
+            return dict(self.counters[task])
+
+    # -- reads ------------------------------------------------------------------------
+
+    def _meta(self, name: str) -> ArrayMeta:
+        return PSArray(name, binding=self.binding).meta
+
+    def _units(
+        self, m: ArrayMeta, rows: Any, cols: Any
+    ) -> tuple[str, np.ndarray, tuple[int, ...]] | None:
+        """``(mode, unit ids, output shape)`` of a cacheable read, else None."""
+        nr, nc = m.shape
+        if m.ndim == 1 or (nr == 1 and rows is None):
+            if m.ndim == 1 and rows is not None:
+                raise PSIndexError(f"rows: array {m.name!r} is 1-D; select with cols=")
+            c, scalar = normalize_index("cols", cols, nc)
+            idx = np.arange(nc, dtype=np.int64) if c is None else c
+            shape: tuple[int, ...] = () if scalar else (idx.shape[0],)
+            return "entries", idx, shape if m.ndim == 1 else (1, *shape)
+        if cols is None:
+            r, scalar = normalize_index("rows", rows, nr)
+            idx = np.arange(nr, dtype=np.int64) if r is None else r
+            return "rows", idx, (nc,) if scalar else (idx.shape[0], nc)
+        return None
+
+    def get(
+        self,
+        name: str,
+        rows: Any = None,
+        cols: Any = None,
+        *,
+        job: str | None = None,
+        floor: int | None = None,
+        task: Any = None,
+    ) -> np.ndarray:
+        """Read like :meth:`PSArray.get`, through the cache and de-duplication.
+
+        ``cols`` may be a :class:`KeySet` (pruned pull by tag).  Whole rows of a
+        matrix and entries of a vector are cached; other selections are fetched.
+        """
+        if isinstance(cols, KeySet):
+            if rows is not None:
+                raise ShapeMismatchError("rows: a key-set pull selects columns of a vector only")
+            return self.get_keys(cols, job=job, floor=floor, task=task)
+        m = self._meta(name)
+        unit = self._units(m, rows, cols)
+        if unit is None or self._too_big(m, unit):
+            t0 = time.perf_counter()
+            out = PSArray(name, binding=self.binding).get(rows, cols)
+            with self._lock:
+                self.requests += 1
+                self._count(
+                    task, calls=1, seconds=time.perf_counter() - t0, bytes_pulled=out.nbytes
+                )
+            return out
+        mode, idx, shape = unit
+        uniq, inv = np.unique(idx, return_inverse=True)
+        pending = self._request(name, m, mode, uniq, job, floor, task)
+        return pending.finish()[inv.ravel()].reshape(shape)
+
+    def _too_big(self, m: ArrayMeta, unit: tuple[str, np.ndarray, tuple[int, ...]]) -> bool:
+        width = m.shape[1] if unit[0] == "rows" else 1
+        nbytes = unit[1].shape[0] * width * m.itemsize
+        limit = config.get_bytes("daskangel.agent.cache-bytes")
+        return nbytes > limit * float(config.get("daskangel.agent.cache-max-fraction"))
+
+    def _request(
+        self,
+        name: str,
+        m: ArrayMeta,
+        mode: str,
+        uniq: np.ndarray,
+        job: str | None,
+        floor: int | None,
+        task: Any,
+    ) -> _Pending:
+        """Serve ``uniq`` units from cache, fetches in flight, and one new fetch."""
+        width = m.shape[1] if mode == "rows" else 1
+        pending = _Pending(uniq, np.empty((uniq.shape[0], width), m.dtype))
+        new: Fetch | None = None
+        with self._lock:
+            store = self.stores.get((job, name, mode))
+            if store is None:
+                store = self.stores[(job, name, mode)] = UnitStore(width, m.dtype)
+            if floor is not None:
+                hit, vals = store.lookup(uniq, floor)
+                pending.out[hit] = vals
+                need_at = np.flatnonzero(~hit)
+                self._count(task, cache_hits=int(hit.sum()))
+            else:
+                need_at = np.arange(uniq.shape[0])
+            for f in store.inflight:
+                if need_at.shape[0] == 0:
+                    break
+                if f.usable(floor):
+                    cov = covered(uniq[need_at], f)
+                    if cov.any():
+                        at = need_at[cov]
+                        pending.parts.append((f, at, np.searchsorted(f.keys, uniq[at])))
+                        need_at = need_at[~cov]
+                        self._count(task, joined=int(cov.sum()))
+            if need_at.shape[0]:
+                fresh = self.known_min.get(job) if job is not None else None
+                new = Fetch(uniq[need_at], fresh)
+                store.inflight.append(new)
+                pending.parts.append((new, need_at, np.arange(need_at.shape[0])))
+                self.requests += 1
+            self._count(task, units=int(uniq.shape[0]))
+        if new is not None:
+            self._start_fetch(name, mode, store, new, task)
+        return pending
+
+    def _start_fetch(self, name: str, mode: str, store: UnitStore, fetch: Fetch, task: Any) -> None:
+        arr = PSArray(name, binding=self.binding)
+        try:
+            if mode == "rows":
+                m, parts, places, cost, full, shape = arr._plan_get(fetch.keys, None)
+            else:
+                m, parts, places, cost, full, shape = arr._plan_get(None, fetch.keys)
+            finish = arr._assemble(m, places, full, shape)
+            b = self.binding
+            cf = b.submit(b.call_blocks, name, "get", parts, cost, {})
+        except BaseException as e:
+            self._fail_fetch(store, fetch, e)
+            raise
+        t0 = time.perf_counter()
+
+        def complete(f: concurrent.futures.Future[Any]) -> None:
+            try:
+                vals = finish(f.result()).reshape(fetch.keys.shape[0], store.width)
+            except BaseException as e:  # noqa: BLE001 - handed to the readers
+                self._fail_fetch(store, fetch, e)
+                return
+            limit = config.get_bytes("daskangel.agent.cache-bytes")
+            with self._lock:
+                if fetch.fresh is not None:
+                    store.insert(fetch.keys, vals, fetch.fresh)
+                    store.evict(limit)
+                store.inflight.remove(fetch)
+                self._count(
+                    task, calls=1, seconds=time.perf_counter() - t0, bytes_pulled=vals.nbytes
+                )
+            fetch.future.set_result(vals)
+
+        cf.add_done_callback(lambda f: self._merger.submit(complete, f))
+
+    def _fail_fetch(self, store: UnitStore, fetch: Fetch, e: BaseException) -> None:
+        with self._lock:
+            if fetch in store.inflight:
+                store.inflight.remove(fetch)
+        if not fetch.future.done():
+            fetch.future.set_exception(e)
+
+    def get_iter(
+        self,
+        name: str,
+        rows: Any,
+        batch: int,
+        *,
+        job: str | None = None,
+        floor: int | None = None,
+        task: Any = None,
+        ordered: bool = False,
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Pipelined pull of matrix rows: yield ``(row ids, values)`` batches.
+
+        The requests for many batches are sent up front (as many as fit in
+        ``daskangel.agent.pipeline-bytes``) and batches are yielded as they arrive
+        (``ordered=True``: in request order), so computing on one batch overlaps
+        pulling the next ones.  Every requested row is yielded exactly once per
+        occurrence in ``rows``.
+        """
+        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+            raise ValueError(f"batch: expected an int >= 1, got {batch!r}")
+        m = self._meta(name)
+        if m.ndim == 1:
+            raise ShapeMismatchError(
+                f"get_iter: array {name!r} is 1-D; pipelined pulls fetch rows of a matrix "
+                "(use get(cols=...) or a key set for vectors)"
+            )
+        r, _ = normalize_index("rows", rows, m.shape[0])
+        idx = np.arange(m.shape[0], dtype=np.int64) if r is None else r
+        batch = int(batch)
+        starts = range(0, idx.shape[0], batch)
+        per_batch = batch * m.shape[1] * m.itemsize
+        window = max(1, config.get_bytes("daskangel.agent.pipeline-bytes") // max(1, per_batch))
+        todo = deque(starts)
+        live: deque[tuple[np.ndarray, np.ndarray, _Pending]] = deque()
+
+        def launch() -> None:
+            while todo and len(live) < window:
+                s = todo.popleft()
+                rb = idx[s : s + batch]
+                uniq, inv = np.unique(rb, return_inverse=True)
+                live.append(
+                    (rb, inv.ravel(), self._request(name, m, "rows", uniq, job, floor, task))
+                )
+
+        launch()
+        while live:
+            at = 0
+            if not ordered:
+                ready = [i for i, x in enumerate(live) if x[2].done()]
+                if not ready:
+                    futs = [f for x in live for f in x[2].futures]
+                    concurrent.futures.wait(futs, return_when=concurrent.futures.FIRST_COMPLETED)
+                    ready = [i for i, x in enumerate(live) if x[2].done()]
+                at = ready[0] if ready else 0
+            rb, inv, pending = live[at]
+            del live[at]
+            vals = pending.finish()[inv]
+            launch()
+            yield rb, vals
+
+    # -- writes -----------------------------------------------------------------------
+
+    def increment(
+        self,
+        name: str,
+        values: Any,
+        rows: Any = None,
+        cols: Any = None,
+        *,
+        job: str | None = None,
+        clock: int | None = None,
+        task: Any = None,
+        casting: str | None = None,
+        on_nonfinite: str | None = None,
+    ) -> None:
+        """Buffer an increment (merged with other tasks'; pushed by size or on flush)."""
+        if isinstance(cols, KeySet):
+            cols = cols.cols
+        n = self.pusher.increment(
+            name,
+            values,
+            rows,
+            cols,
+            job=job,
+            clock=clock,
+            casting=casting,
+            on_nonfinite=on_nonfinite,
+        )
+        with self._lock:
+            self._count(task, bytes_pushed=n)
+
+    def flush(self) -> None:
+        """Push every buffered increment and wait until all are applied."""
+        self.pusher.flush(wait=True)
+
+    # -- housekeeping -----------------------------------------------------------------
+
+    def clear_cache(self, job: str | None = None) -> None:
+        """Forget cached copies (of one job, or all)."""
+        with self._lock:
+            for sk in [k for k in self.stores if job is None or k[0] == job]:
+                self.stores[sk].clear()
+            for fk in [k for k, f in self.keyset_fetches.items() if f.future.done()]:
+                if job is None or fk[0] == job:
+                    del self.keyset_fetches[fk]
+
+    def forget_job(self, job: str) -> None:
+        """Drop everything kept for a finished job."""
+        with self._lock:
+            for sk in [k for k in self.stores if k[0] == job]:
+                del self.stores[sk]
+            for fk in [k for k in self.keyset_fetches if k[0] == job]:
+                del self.keyset_fetches[fk]
+            self.known_min.pop(job, None)
+
+
+def get_agent(client: Any = None) -> PSAgent:
+    """The agent of this process (the worker running the task, or the client's)."""
+    return agent_of(get_binding(client))
+
+
+def agent_of(b: Binding) -> PSAgent:
+    """The agent sharing ``b``'s loop, comm pool and metadata cache."""
+    with _lock:
+        a = getattr(b, "_daskangel_agent", None)
+        if a is None:
+            a = PSAgent(b)
+            b._daskangel_agent = a  # type: ignore[attr-defined]
+    return a  # type: ignore[no-any-return]

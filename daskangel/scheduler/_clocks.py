@@ -1,0 +1,360 @@
+"""The clock service: the only owner of time, a service of the scheduler plugin.
+
+It keeps one :class:`~daskangel.scheduler._clock_rule.ClockTable` per training
+job and answers, through comm handlers with plain values only, whether a task
+may proceed.  Waiting never blocks the scheduler's event loop: a waiting task's
+request is an ``await`` on an :class:`asyncio.Event` set when the slowest clock
+(or the task's group) advances.  The task side secedes from its worker's
+thread pool while it waits (see ``daskangel.train``).
+
+The table is authoritative: a task (re)starting asks for its clock with
+``daskangel_task_start`` and resumes from it, so a lost task can be resubmitted
+under the same task id.
+
+Example
+-------
+From a task (through ``TaskContext``)::
+
+    r = await scheduler.daskangel_clock_tick(job="j", task=3, clock=7)
+    if not r["ready"]:
+        await scheduler.daskangel_clock_wait(job="j", task=3)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .. import config
+from ..errors import JobAbortedError, SyncError
+from ._clock_rule import ClockTable
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+__all__ = ["ClockService", "Job", "reports_abort"]
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reports_abort(fn: F) -> F:
+    """Make a handler answer ``{"aborted": message}`` when its job was stopped.
+
+    A stopped job is a normal outcome for the tasks still running, not a
+    scheduler error: answering (instead of raising) keeps it out of the
+    scheduler's error log.  The task side raises ``JobAbortedError`` from it.
+    """
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except JobAbortedError as e:
+                return {"aborted": str(e)}
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except JobAbortedError as e:
+            return {"aborted": str(e)}
+
+    return wrapper  # type: ignore[return-value]
+
+
+class Job:
+    """Scheduler-side state of one training job."""
+
+    def __init__(
+        self,
+        job: str,
+        n_tasks: int,
+        groups: list[int],
+        staleness: int | None,
+        array_staleness: dict[str, int | None],
+        ctx: str | None,
+        epochs: int | None,
+        on_stop: list[Callable[[str], None]] | None = None,
+    ) -> None:
+        self.id = job
+        self.table = ClockTable(n_tasks, groups)
+        self.staleness = staleness
+        # {array_name: staleness or None}: per-array overrides of the job's protocol
+        self.array_staleness = array_staleness
+        self.ctx = ctx
+        self.epochs = epochs
+        self.status = "running"  # running | failed | aborted | done
+        self.error: dict[str, Any] | None = None
+        self.started = time.time()
+        self.finished: float | None = None
+        # [{"worker", "waited", "waits", "stats", "last", "status"}] per task
+        self.info: list[dict[str, Any]] = [
+            {"worker": None, "waited": 0.0, "waits": 0, "stats": {}, "last": None, "status": "new"}
+            for _ in range(n_tasks)
+        ]
+        # {min clock needed: event set once the slowest task reaches it}
+        self.floor_events: dict[int, asyncio.Event] = {}
+        # {(group, clock): event set once every member of the group reaches clock}
+        self.group_events: dict[tuple[int, int], asyncio.Event] = {}
+        # callbacks run with the job id when the job stops (wake group waiters, ...)
+        self.on_stop: list[Callable[[str], None]] = on_stop if on_stop is not None else []
+
+    def check_alive(self) -> None:
+        if self.status in ("failed", "aborted"):
+            why = self.error or {}
+            who = (
+                f"task {why['task']} failed: {why['error']}" if "task" in why else why.get("error")
+            )
+            raise JobAbortedError(f"job {self.id!r} was stopped ({who})")
+
+    def wake(self) -> None:
+        """Set the events of every waiter whose condition now holds."""
+        t = self.table
+        m = t.min_clock
+        for f in [f for f in self.floor_events if m is None or f <= m]:
+            self.floor_events.pop(f).set()
+        for g, c in list(self.group_events):
+            gm = t.group_min(g)
+            if gm is None or gm >= c:
+                self.group_events.pop((g, c)).set()
+
+    def stop(self, status: str) -> None:
+        self.status = status
+        self.finished = time.time()
+        for ev in [*self.floor_events.values(), *self.group_events.values()]:
+            ev.set()
+        self.floor_events.clear()
+        self.group_events.clear()
+        for cb in self.on_stop:
+            cb(self.id)
+
+    def summary(self) -> dict[str, Any]:
+        t = self.table
+        return {
+            "job": self.id,
+            "ctx": self.ctx,
+            "status": self.status,
+            "staleness": self.staleness,
+            "array_staleness": dict(self.array_staleness),
+            "n_tasks": t.n,
+            "groups": list(t.group_of),
+            "clocks": list(t.clocks),
+            "done": sorted(t.done),
+            "min": t.min_clock,
+            "max_lead": t.max_lead,
+            "epochs": self.epochs,
+            "error": self.error,
+            "started": self.started,
+            "finished": self.finished,
+            "tasks": [dict(i) for i in self.info],
+        }
+
+
+class ClockService:
+    """Clock tables of training jobs, with waiting done by events on the event loop."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        # {job_id: Job}, oldest first (finished jobs are kept for status)
+        self.jobs: OrderedDict[str, Job] = OrderedDict()
+        # callbacks run with a job id when that job stops (other services hook in)
+        self.stop_listeners: list[Callable[[str], None]] = []
+        scheduler.handlers.update(
+            {
+                "daskangel_job_register": self.register,
+                "daskangel_task_start": self.task_start,
+                "daskangel_clock_tick": self.tick,
+                "daskangel_clock_wait": self.wait,
+                "daskangel_task_done": self.task_done,
+                "daskangel_job_fail": self.fail,
+                "daskangel_job_abort": self.abort,
+                "daskangel_job_close": self.close,
+                "daskangel_clock_table": self.table,
+                "daskangel_jobs": self.list_jobs,
+            }
+        )
+
+    def job(self, job: str) -> Job:
+        try:
+            return self.jobs[job]
+        except KeyError:
+            raise SyncError(f"job: no training job {job!r} is registered") from None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def register(
+        self,
+        job: str,
+        n_tasks: int,
+        groups: list[int],
+        staleness: int | None,
+        array_staleness: dict[str, int | None] | None = None,
+        ctx: str | None = None,
+        epochs: int | None = None,
+    ) -> dict[str, Any]:
+        """Create a job's clock table; registering an existing job returns its clocks."""
+        old = self.jobs.get(job)
+        if old is not None:
+            if old.table.n != n_tasks:
+                raise SyncError(
+                    f"job: {job!r} is registered with {old.table.n} tasks, not {n_tasks}"
+                )
+            return {"clocks": list(old.table.clocks), "status": old.status}
+        if staleness is not None and staleness < 0:
+            raise SyncError(f"staleness: expected >= 0 or None, got {staleness}")
+        self.jobs[job] = Job(
+            job,
+            n_tasks,
+            list(groups),
+            staleness,
+            dict(array_staleness or {}),
+            ctx,
+            epochs,
+            self.stop_listeners,
+        )
+        self._forget_old()
+        return {"clocks": [0] * n_tasks, "status": "running"}
+
+    def _forget_old(self) -> None:
+        keep = int(config.get("daskangel.clock.keep-jobs"))
+        finished = [j for j, s in self.jobs.items() if s.status != "running"]
+        for j in finished[: max(0, len(finished) - keep)]:
+            del self.jobs[j]
+
+    @reports_abort
+    def task_start(self, job: str, task: int, worker: str | None = None) -> dict[str, Any]:
+        """A task (re)starts: record where it runs; return its clock to resume from."""
+        s = self.job(job)
+        s.table.check_task(task)
+        s.check_alive()
+        info = s.info[task]
+        info.update(worker=worker, status="running", last=time.time())
+        return {"clock": s.table.clocks[task], "min": s.table.min_clock}
+
+    def task_done(self, job: str, task: int, stats: dict[str, Any] | None = None) -> None:
+        s = self.job(job)
+        s.table.finish(task)
+        info = s.info[task]
+        info.update(status="done", last=time.time())
+        if stats:
+            info["stats"] = stats
+        s.wake()
+        if s.status == "running" and len(s.table.done) == s.table.n:
+            s.stop("done")
+
+    def fail(self, job: str, task: int | None, error: str, traceback: str = "") -> bool:
+        """A task failed: stop the job and wake every waiter.  True for the first error."""
+        s = self.job(job)
+        if task is not None:
+            s.info[task]["status"] = "failed"
+        if s.status in ("failed", "aborted"):
+            return False
+        s.error = {"task": task, "error": error, "traceback": traceback, "time": time.time()}
+        s.stop("failed")
+        return True
+
+    def abort(self, job: str, reason: str = "cancelled") -> None:
+        s = self.job(job)
+        if s.status == "running":
+            s.error = {"error": reason}
+            s.stop("aborted")
+
+    def close(self, job: str) -> None:
+        s = self.jobs.get(job)
+        if s is not None and s.status == "running":
+            s.stop("done")
+        self._forget_old()
+
+    # -- clocks ---------------------------------------------------------------------
+
+    @reports_abort
+    def tick(
+        self, job: str, task: int, clock: int, stats: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Task ``task`` completed ``clock``; say whether it may run at the next one."""
+        s = self.job(job)
+        s.check_alive()
+        new = s.table.tick(task, clock)
+        info = s.info[task]
+        info["last"] = time.time()
+        if stats:
+            info["stats"] = stats
+        s.wake()
+        ready = s.table.ready(task, s.staleness)
+        if ready:
+            s.table.note_release(new)
+        return {"clock": new, "min": s.table.min_clock, "ready": ready}
+
+    @reports_abort
+    async def wait(self, job: str, task: int, floor: int | None = None) -> dict[str, Any]:
+        """Wait until ``task`` may run at its clock, or until the slowest reaches ``floor``.
+
+        Without ``floor`` this is the job's rule (protocol across groups, lockstep
+        within the task's group); with ``floor`` it waits for a read under a
+        per-array protocol.
+        """
+        s = self.job(job)
+        s.check_alive()
+        s.table.check_task(task)
+        start = time.perf_counter()
+        timeout = config.get_seconds("daskangel.clock.wait-timeout")
+        try:
+            await asyncio.wait_for(self._wait(s, task, floor), timeout)
+        except TimeoutError:
+            t = s.table
+            slow = sorted((c, i) for i, c in enumerate(t.clocks) if i not in t.done)[:5]
+            raise SyncError(
+                f"job {job!r}: task {task} waited {timeout:.0f}s (daskangel.clock.wait-timeout) "
+                f"for slower tasks; slowest (clock, task): {slow}"
+            ) from None
+        waited = time.perf_counter() - start
+        info = s.info[task]
+        info["waited"] += waited
+        info["waits"] += 1
+        return {"min": s.table.min_clock, "waited": waited}
+
+    async def _wait(self, s: Job, task: int, floor: int | None) -> None:
+        t = s.table
+        if floor is not None:
+            while not t.floor_met(floor):
+                await self._event(s.floor_events, floor).wait()
+                s.check_alive()
+            return
+        clock = t.clocks[task]
+        g = t.group_of[task]
+        while not t.ready(task, s.staleness):
+            gm = t.group_min(g)
+            if gm is not None and gm < clock:
+                await self._event(s.group_events, (g, clock)).wait()
+            else:
+                assert s.staleness is not None
+                await self._event(s.floor_events, clock - s.staleness).wait()
+            s.check_alive()
+        t.note_release(clock)
+
+    @staticmethod
+    def _event(events: dict[Any, asyncio.Event], key: Any) -> asyncio.Event:
+        ev = events.get(key)
+        if ev is None:
+            ev = events[key] = asyncio.Event()
+        return ev
+
+    # -- inspection -------------------------------------------------------------------
+
+    def table(self, job: str) -> dict[str, Any]:
+        """The job's clock table and per-task counters, as plain values."""
+        return self.job(job).summary()
+
+    def list_jobs(self, ctx: str | None = None) -> list[dict[str, Any]]:
+        return [s.summary() for s in self.jobs.values() if ctx is None or s.ctx == ctx]

@@ -1,0 +1,149 @@
+"""Group coordination: barriers and the leader's command/acknowledge mailboxes.
+
+Angel's model-parallel scheduling (its Fig. 4): inside a worker group the
+leader sends each member a command (e.g. which parameter slice to work on this
+round), every member acknowledges when done, and the leader moves to the next
+round once all acknowledgements are in.  This service holds those mailboxes on
+the scheduler, next to the clocks; waiting is an ``await`` on an event, never a
+blocked loop, and a stopped job wakes every waiter with ``JobAbortedError``.
+
+Rounds are numbered by ``seq``; each member counts its own calls, so all members
+agree on ``seq`` as long as they follow the same protocol.
+
+Example
+-------
+Leader and members, through ``TaskContext``::
+
+    await scheduler.daskangel_group_send(job="j", group=0, seq=4, commands=[{...}, {...}])
+    cmd = await scheduler.daskangel_group_recv(job="j", group=0, seq=4, rank=1)
+    await scheduler.daskangel_group_ack(job="j", group=0, seq=4, rank=1, payload=None)
+    acks = await scheduler.daskangel_group_acks(job="j", group=0, seq=4)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SyncError
+from ._clocks import ClockService, Job, reports_abort
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+__all__ = ["GroupService"]
+
+
+class _Round:
+    """One round of one group: the leader's commands and the members' replies."""
+
+    __slots__ = ("acks", "arrived", "commands", "event_acks", "event_cmd")
+
+    def __init__(self) -> None:
+        # [payload per rank] once the leader has sent them
+        self.commands: list[Any] | None = None
+        # {rank: ack payload}
+        self.acks: dict[int, Any] = {}
+        # {ranks that reached the barrier}
+        self.arrived: set[int] = set()
+        self.event_cmd = asyncio.Event()
+        self.event_acks = asyncio.Event()
+
+
+class GroupService:
+    """Barriers and mailboxes of every group of every job."""
+
+    def __init__(self, scheduler: Scheduler, clocks: ClockService) -> None:
+        self.clocks = clocks
+        # {(job, group, kind, seq): _Round}; kind is "mail" or "barrier"
+        self.rounds: dict[tuple[str, int, str, int], _Round] = {}
+        clocks.stop_listeners.append(self._wake_all)
+        scheduler.handlers.update(
+            {
+                "daskangel_group_barrier": self.barrier,
+                "daskangel_group_send": self.send,
+                "daskangel_group_recv": self.recv,
+                "daskangel_group_ack": self.ack,
+                "daskangel_group_acks": self.acks,
+            }
+        )
+
+    def _job(self, job: str, group: int) -> Job:
+        s = self.clocks.job(job)
+        s.check_alive()
+        if group not in s.table.members:
+            raise SyncError(f"group: job {job!r} has no group {group}")
+        return s
+
+    def _round(self, job: str, group: int, kind: str, seq: int) -> _Round:
+        key = (job, group, kind, seq)
+        r = self.rounds.get(key)
+        if r is None:
+            r = self.rounds[key] = _Round()
+        return r
+
+    def _wake_all(self, job: str) -> None:
+        for key, r in list(self.rounds.items()):
+            if key[0] == job:
+                r.event_cmd.set()
+                r.event_acks.set()
+                del self.rounds[key]
+
+    def _size(self, s: Job, group: int) -> int:
+        return len(s.table.members[group])
+
+    @reports_abort
+    async def barrier(self, job: str, group: int, seq: int, rank: int) -> dict[str, Any]:
+        """Return once every member of ``group`` has called the barrier ``seq``."""
+        s = self._job(job, group)
+        r = self._round(job, group, "barrier", seq)
+        r.arrived.add(rank)
+        if len(r.arrived) >= self._size(s, group):
+            r.event_acks.set()
+            self.rounds.pop((job, group, "barrier", seq), None)
+        await r.event_acks.wait()
+        s.check_alive()
+        return {}
+
+    @reports_abort
+    def send(self, job: str, group: int, seq: int, commands: list[Any]) -> dict[str, Any]:
+        """The leader posts one command per rank for round ``seq``."""
+        s = self._job(job, group)
+        size = self._size(s, group)
+        if len(commands) != size:
+            raise SyncError(f"commands: group {group} has {size} members, got {len(commands)}")
+        r = self._round(job, group, "mail", seq)
+        if r.commands is None:  # else: a retried send
+            r.commands = list(commands)
+            r.event_cmd.set()
+        return {}
+
+    @reports_abort
+    async def recv(self, job: str, group: int, seq: int, rank: int) -> dict[str, Any]:
+        """A member waits for its command of round ``seq``."""
+        s = self._job(job, group)
+        r = self._round(job, group, "mail", seq)
+        await r.event_cmd.wait()
+        s.check_alive()
+        assert r.commands is not None
+        return {"payload": r.commands[rank]}
+
+    @reports_abort
+    def ack(self, job: str, group: int, seq: int, rank: int, payload: Any = None) -> dict[str, Any]:
+        """A member reports round ``seq`` done."""
+        s = self._job(job, group)
+        r = self._round(job, group, "mail", seq)
+        r.acks[rank] = payload
+        if len(r.acks) >= self._size(s, group):
+            r.event_acks.set()
+        return {}
+
+    @reports_abort
+    async def acks(self, job: str, group: int, seq: int) -> dict[str, Any]:
+        """The leader waits for every member's acknowledgement of round ``seq``."""
+        s = self._job(job, group)
+        r = self._round(job, group, "mail", seq)
+        await r.event_acks.wait()
+        s.check_alive()
+        self.rounds.pop((job, group, "mail", seq), None)
+        return {"acks": [r.acks[i] for i in range(self._size(s, group))]}

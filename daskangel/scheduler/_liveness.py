@@ -1,0 +1,94 @@
+"""PS heartbeats: the master notices a hung PS worker and takes it out.
+
+Dask removes a worker whose connection closes at once, but a worker that hangs
+(its process stopped, its network cut without a reset) only goes after
+``distributed.scheduler.worker-ttl`` (minutes by default).  A PS server that
+holds blocks cannot wait that long, so :class:`LivenessService` pings the workers
+of every PS server each ``daskangel.heartbeat.interval``; a worker that has not
+answered for ``daskangel.heartbeat.timeout`` is removed from the cluster, which
+starts the usual recovery (``SnapshotService.remove_worker``).
+
+State: ``last_seen: {worker_address: loop time of its last answer}``.
+
+Example
+-------
+``dask.config.set({"daskangel.heartbeat.interval": "200ms",
+"daskangel.heartbeat.timeout": "2s"})`` before the scheduler starts makes tests
+detect a frozen worker in about two seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from .. import config
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+    from ._registry import ArrayRegistry
+
+__all__ = ["LivenessService"]
+
+logger = logging.getLogger(__name__)
+
+
+class LivenessService:
+    """Pings PS workers and removes the ones that stop answering."""
+
+    def __init__(self, scheduler: Scheduler, registry: ArrayRegistry) -> None:
+        self.scheduler = scheduler
+        self.registry = registry
+        self.last_seen: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._pings: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._loop())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        for t in self._pings:
+            t.cancel()
+
+    def remove_worker(self, worker: str) -> None:
+        self.last_seen.pop(worker, None)
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(config.get_seconds("daskangel.heartbeat.interval"))
+            timeout = config.get_seconds("daskangel.heartbeat.timeout")
+            now = loop.time()
+            watched = self.registry.workers_holding_blocks() & set(self.scheduler.workers)
+            for addr in watched:
+                seen = self.last_seen.setdefault(addr, now)
+                if now - seen > timeout:
+                    logger.warning(
+                        "daskangel: PS worker %s has not answered for %.1fs; removing it",
+                        addr,
+                        now - seen,
+                    )
+                    self.last_seen.pop(addr, None)
+                    await self.scheduler.remove_worker(
+                        address=addr, stimulus_id="daskangel-heartbeat", close=True
+                    )
+                    continue
+                if not any(t.get_name() == addr for t in self._pings):
+                    t = asyncio.ensure_future(self._ping(addr, timeout))
+                    t.set_name(addr)
+                    self._pings.add(t)
+                    t.add_done_callback(self._pings.discard)
+
+    async def _ping(self, addr: str, timeout: float) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                self.scheduler.rpc(addr).daskangel_ps(ps_op="ping", server=0), timeout
+            )
+            self.last_seen[addr] = asyncio.get_running_loop().time()

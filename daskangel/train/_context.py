@@ -1,0 +1,353 @@
+"""The task context: what a training function sees (``fn(ctx, partition)``).
+
+``ctx`` ties one task to its job: its clock (kept authoritatively by the
+scheduler plugin), its arrays (read and written through the worker's shared
+agent), its group, and its history.  Every wait (for slower tasks at
+``clock()``, before a read under a stricter per-array protocol, at a group
+barrier, for the leader's command) is an ``await`` on the scheduler, during which
+the task secedes from its worker's thread pool and rejoins afterwards, so a
+waiting task never holds a worker thread idle.
+
+Example
+-------
+>>> def step(ctx, part):                                            # doctest: +SKIP
+...     w = ctx.array("w")
+...     for epoch in ctx.epochs(10):
+...         grad = compute(w.get(cols=part.keys), part)
+...         w.increment(-0.1 * grad, cols=part.keys)
+...         ctx.report(loss=float(loss))
+...         ctx.clock()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed.threadpoolexecutor import thread_state as _tpe_state
+from distributed.utils import sync
+from distributed.utils import thread_state as _task_state
+
+from .. import config
+from ..errors import JobAbortedError, SyncError
+from ..psarray import KeySet, PSAgent, PSArray
+from ..psarray._binding import Binding
+from ..scheduler._clock_rule import read_floor
+from ._group import GroupChannel
+
+__all__ = ["TaskArray", "TaskContext", "TaskSpec", "seceded"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """Where a task sits in its job (sent with the task to its worker)."""
+
+    job: str
+    task: int
+    group: int
+    rank: int
+    group_size: int
+    n_groups: int
+    staleness: int | None
+    array_staleness: dict[str, int | None] = field(default_factory=dict)
+    epochs: int | None = None
+    sync: str = "BSP()"
+
+    @property
+    def n_tasks(self) -> int:
+        return self.n_groups * self.group_size
+
+
+@contextlib.contextmanager
+def seceded() -> Iterator[None]:
+    """Leave the worker's thread pool while blocked; rejoin afterwards.
+
+    Outside a Dask task thread (a thread the user started) nothing is done.
+    """
+    in_pool = getattr(_tpe_state, "proceed", False) and getattr(_task_state, "key", None)
+    if not in_pool:
+        yield
+        return
+    from distributed import rejoin, secede
+
+    secede()
+    try:
+        yield
+    finally:
+        rejoin()
+
+
+class TaskArray:
+    """A PSArray seen from a task: reads obey the job's clocks, writes are buffered.
+
+    Reads go through the worker's agent (cache, de-duplication, pipelining) after
+    waiting, if needed, until the slowest task allows a read at this task's clock
+    under the array's protocol.  ``increment`` adds to the worker's merged update
+    buffer, pushed by size and at ``ctx.clock()``.  Any other attribute
+    (``shape``, ``set``, ``psf`` ...) is the plain :class:`PSArray`'s.
+    """
+
+    def __init__(self, ctx: TaskContext, name: str) -> None:
+        self._ctx = ctx
+        self.name = name
+        self._array = PSArray(name, binding=ctx._binding)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._array, attr)
+
+    def __repr__(self) -> str:
+        return f"TaskArray<{self.name!r}, task {self._ctx.task_id}, clock {self._ctx.iteration}>"
+
+    def get(self, rows: Any = None, cols: Any = None) -> Any:
+        """Pull like :meth:`PSArray.get`; ``cols`` may be a :class:`KeySet`."""
+        c = self._ctx
+        floor = c._read_floor(self.name)
+        return c._agent.get(self.name, rows, cols, job=c.job, floor=floor, task=c._key)
+
+    def get_iter(
+        self, rows: Any = None, batch: int = 1024, *, ordered: bool = False
+    ) -> Iterator[tuple[Any, Any]]:
+        """Pipelined pull of rows (see :meth:`PSAgent.get_iter`)."""
+        c = self._ctx
+        floor = c._read_floor(self.name)
+        return c._agent.get_iter(
+            self.name, rows, batch, job=c.job, floor=floor, task=c._key, ordered=ordered
+        )
+
+    def key_set(self, cols: Any) -> KeySet:
+        """Register a key set for pruned pulls: ``get(cols=key_set)`` then sends a tag."""
+        return self._ctx._agent.key_set(self.name, cols)
+
+    def increment(
+        self,
+        values: Any,
+        rows: Any = None,
+        cols: Any = None,
+        *,
+        casting: str | None = None,
+        on_nonfinite: str | None = None,
+    ) -> None:
+        """Add to the worker's update buffer (validated now, pushed by size or at clock)."""
+        c = self._ctx
+        c._agent.increment(
+            self.name,
+            values,
+            rows,
+            cols,
+            job=c.job,
+            clock=c.iteration,
+            task=c._key,
+            casting=casting,
+            on_nonfinite=on_nonfinite,
+        )
+
+
+class TaskContext(GroupChannel):
+    """The view one training task has of its job (see the module docstring)."""
+
+    def __init__(self, spec: TaskSpec, binding: Binding, agent: PSAgent) -> None:
+        self.spec = spec
+        self._binding = binding
+        self._agent = agent
+        self._key = (spec.job, spec.task)
+        worker = binding.local_worker
+        self.worker = worker.address if worker is not None else None
+        r = self._call("daskangel_task_start", job=spec.job, task=spec.task, worker=self.worker)
+        self._clock = int(r["clock"])
+        self._start_clock = self._clock
+        agent.observe_min(spec.job, r["min"])
+        self._t0 = time.time()
+        self._waited = 0.0
+        self._metrics: dict[str, Any] = {}
+        # [{"task", "group", "clock", "time", "waited", **metrics}] one per clock()
+        self.history: list[dict[str, Any]] = []
+        GroupChannel.__init__(self)
+
+    # -- identity ---------------------------------------------------------------------
+
+    @property
+    def job(self) -> str:
+        return self.spec.job
+
+    @property
+    def task_id(self) -> int:
+        """Stable id of this task in its job (``group * group_size + rank``)."""
+        return self.spec.task
+
+    @property
+    def group(self) -> int:
+        return self.spec.group
+
+    @property
+    def rank_in_group(self) -> int:
+        return self.spec.rank
+
+    @property
+    def group_size(self) -> int:
+        return self.spec.group_size
+
+    @property
+    def n_groups(self) -> int:
+        return self.spec.n_groups
+
+    @property
+    def n_tasks(self) -> int:
+        return self.spec.n_tasks
+
+    @property
+    def is_leader(self) -> bool:
+        """True for rank 0 of the group, which schedules its members."""
+        return self.spec.rank == 0
+
+    @property
+    def iteration(self) -> int:
+        """This task's clock: the number of ``clock()`` calls completed."""
+        return self._clock
+
+    @property
+    def slowest_clock(self) -> int | None:
+        """The slowest running task's clock, as last learnt from the scheduler.
+
+        It only grows; ``iteration - slowest_clock`` is how far ahead this task
+        runs (at most the staleness).  ``None`` before anything was learnt.
+        """
+        m = self._agent.known_min.get(self.job)
+        return None if m is None or m >= 2**62 else m
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (
+            f"TaskContext<job={s.job!r}, task={s.task}, group={s.group}, rank={s.rank}/"
+            f"{s.group_size}, clock={self._clock}, {s.sync}>"
+        )
+
+    # -- scheduler calls --------------------------------------------------------------
+
+    def _call(self, handler: str, timeout: float | None = None, **kwargs: Any) -> Any:
+        b = self._binding
+        t = config.get_seconds("daskangel.client.call-timeout") if timeout is None else timeout
+        fn = getattr(b.scheduler, handler)
+        r = sync(b.loop, fn, callback_timeout=t, **kwargs)
+        if isinstance(r, dict) and "aborted" in r:
+            raise JobAbortedError(r["aborted"])
+        return r
+
+    def _wait_call(self, handler: str, **kwargs: Any) -> Any:
+        """A scheduler call that may wait for other tasks: secede while it does."""
+        t = config.get_seconds("daskangel.clock.wait-timeout") + 30.0
+        with seceded():
+            return self._call(handler, timeout=t, **kwargs)
+
+    # -- arrays and clocks ------------------------------------------------------------
+
+    def array(self, name: str) -> TaskArray:
+        """The array ``name`` as seen from this task (reads obey the clocks)."""
+        if not isinstance(name, str):
+            raise TypeError(f"name: expected an array name (str), got {name!r}")
+        return TaskArray(self, name)
+
+    def staleness(self, name: str | None = None) -> int | None:
+        """Staleness of the job, or of array ``name`` if overridden (None: ASP)."""
+        s = self.spec
+        if name is not None and name in s.array_staleness:
+            return s.array_staleness[name]
+        return s.staleness
+
+    def _read_floor(self, name: str) -> int | None:
+        """Wait until a read of ``name`` at this clock is allowed; return its floor."""
+        floor = read_floor(self._clock, self.staleness(name))
+        if floor is not None and floor > self._agent.known_min.get(self.job, -(2**62)):
+            r = self._wait_call(
+                "daskangel_clock_wait", job=self.job, task=self.task_id, floor=floor
+            )
+            self._agent.observe_min(self.job, r["min"])
+            self._waited += float(r["waited"])
+        return floor
+
+    def clock(self) -> int:
+        """End this clock: push buffered updates, advance, wait for slower tasks.
+
+        Returns the new clock.  Under SSP(s) this returns once the slowest task is
+        at most ``s`` clocks behind (and, in a group, every member caught up).
+        """
+        self._agent.flush()
+        r = self._call(
+            "daskangel_clock_tick",
+            job=self.job,
+            task=self.task_id,
+            clock=self._clock,
+            stats=self._stats(),
+        )
+        self._agent.observe_min(self.job, r["min"])
+        waited = 0.0
+        if not r["ready"]:
+            w = self._wait_call("daskangel_clock_wait", job=self.job, task=self.task_id)
+            self._agent.observe_min(self.job, w["min"])
+            waited = float(w["waited"])
+            self._waited += waited
+        done, self._clock = self._clock, int(r["clock"])
+        self._record(done, waited)
+        return self._clock
+
+    def _record(self, clock: int, waited: float) -> None:
+        row = {
+            "task": self.task_id,
+            "group": self.group,
+            "clock": clock,
+            "time": time.time() - self._t0,
+            "waited": waited,
+        }
+        row.update(self._metrics)
+        self.history.append(row)
+        self._metrics = {}
+
+    def _stats(self) -> dict[str, Any]:
+        st: dict[str, Any] = self._agent.task_counters(self._key)
+        st["waited"] = self._waited
+        return st
+
+    def epochs(self, n: int | None = None) -> Iterator[int]:
+        """Epoch numbers ``start .. n-1``, starting where a resumed task left off.
+
+        ``n`` defaults to ``train(..., epochs=)``.  A task resubmitted after a
+        failure resumes from the clock the scheduler holds for it, assuming the
+        usual one ``clock()`` per epoch.
+        """
+        n = self.spec.epochs if n is None else n
+        if n is None:
+            raise ValueError("n: give ctx.epochs(n) or train(..., epochs=n)")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n: expected an int >= 0, got {n!r}")
+        yield from range(min(self._start_clock, n), n)
+
+    def report(self, **metrics: Any) -> None:
+        """Record metrics for this clock; they land in ``TrainResult.history``."""
+        for k, v in metrics.items():
+            if k in ("task", "group", "clock", "time", "waited"):
+                raise ValueError(f"{k}: reserved history column; pick another metric name")
+            self._metrics[k] = v
+
+    def flush(self) -> None:
+        """Push every buffered increment of this worker now and wait until applied."""
+        self._agent.flush()
+
+    # -- end of task --------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        self._agent.flush()
+        if self._metrics:
+            self._record(self._clock, 0.0)
+        self._call("daskangel_task_done", job=self.job, task=self.task_id, stats=self._stats())
+
+    def _fail(self, error: str, traceback: str) -> None:
+        with contextlib.suppress(SyncError):
+            self._call(
+                "daskangel_job_fail",
+                job=self.job,
+                task=self.task_id,
+                error=error,
+                traceback=traceback,
+            )

@@ -1,0 +1,122 @@
+"""Group coordination from a task: barrier, leader commands, acknowledgements.
+
+This is what Angel's model-parallel *leader scheduling* needs (its Fig. 4): in
+each round the leader sends every member a command (e.g. the parameter slice to
+work on), each member works and acknowledges, and the leader starts the next
+round once every acknowledgement is in.  :meth:`GroupChannel.round_robin` is
+the rotation Angel shows: over ``group_size`` rounds each member visits every
+slice once and no two members hold the same slice in the same round.
+
+Payloads are plain values (numbers, strings, lists, dicts).  Every wait
+secedes from the worker's thread pool.
+
+Example
+-------
+>>> def step(ctx, part):                                            # doctest: +SKIP
+...     for epoch in ctx.epochs(5):
+...         for s in ctx.round_robin():          # slice s is this member's this round
+...             cols = slices[s]
+...             w = ctx.array("W").get(cols=cols)  ...
+...         ctx.clock()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SyncError
+
+if TYPE_CHECKING:
+    from ._context import TaskSpec
+
+__all__ = ["GroupChannel"]
+
+
+class GroupChannel:
+    """Mixin of :class:`TaskContext`: barrier and mailboxes of the task's group."""
+
+    spec: TaskSpec
+
+    def __init__(self) -> None:
+        self._barrier_seq = 0  # barriers passed
+        self._mail_seq = 0  # rounds acknowledged
+        self._received: int | None = None  # round whose command was received
+
+    def _call(self, handler: str, timeout: float | None = None, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def _wait_call(self, handler: str, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def _where(self) -> dict[str, Any]:
+        return {"job": self.spec.job, "group": self.spec.group}
+
+    def barrier(self) -> None:
+        """Return once every member of this task's group has reached this barrier."""
+        seq, self._barrier_seq = self._barrier_seq, self._barrier_seq + 1
+        if self.spec.group_size == 1:
+            return
+        self._wait_call("daskangel_group_barrier", seq=seq, rank=self.spec.rank, **self._where())
+
+    def send(self, commands: Sequence[Any] | Mapping[int, Any]) -> None:
+        """Leader only: post this round's command for every rank (itself included)."""
+        if self.spec.rank != 0:
+            raise SyncError(
+                f"send: only the group leader (rank 0) sends; this is rank {self.spec.rank}"
+            )
+        size = self.spec.group_size
+        if isinstance(commands, Mapping):
+            missing = [r for r in range(size) if r not in commands]
+            if missing:
+                raise ValueError(f"commands: no command for ranks {missing}")
+            cmds = [commands[r] for r in range(size)]
+        else:
+            cmds = list(commands)
+            if len(cmds) != size:
+                raise ValueError(f"commands: expected {size} (one per rank), got {len(cmds)}")
+        self._call("daskangel_group_send", seq=self._mail_seq, commands=cmds, **self._where())
+
+    def receive(self) -> Any:
+        """Wait for the leader's command to this task for the current round."""
+        r = self._wait_call(
+            "daskangel_group_recv", seq=self._mail_seq, rank=self.spec.rank, **self._where()
+        )
+        self._received = self._mail_seq
+        return r["payload"]
+
+    def ack(self, payload: Any = None) -> None:
+        """Report this round done (with an optional plain-value payload for the leader)."""
+        if self._received != self._mail_seq:
+            raise SyncError("ack: call receive() for this round first")
+        self._call(
+            "daskangel_group_ack", seq=self._mail_seq, rank=self.spec.rank, payload=payload,
+            **self._where(),
+        )  # fmt: skip
+        self._mail_seq += 1
+
+    def wait_acks(self) -> list[Any]:
+        """Leader only: wait for every member's ack of the round just acknowledged."""
+        if self.spec.rank != 0:
+            raise SyncError("wait_acks: only the group leader (rank 0) collects acks")
+        if self._mail_seq == 0:
+            raise SyncError("wait_acks: ack() this round's own command first")
+        r = self._wait_call("daskangel_group_acks", seq=self._mail_seq - 1, **self._where())
+        return list(r["acks"])
+
+    def round_robin(self, n_rounds: int | None = None) -> Iterator[int]:
+        """Angel's rotation: in round ``r`` rank ``k`` works on slice ``(k + r) % size``.
+
+        Yields this member's slice index each round; between rounds the leader
+        waits for every member's acknowledgement (BSP inside the group).
+        """
+        size = self.spec.group_size
+        rounds = size if n_rounds is None else n_rounds
+        for r in range(rounds):
+            if self.spec.rank == 0:
+                self.send([(k + r) % size for k in range(size)])
+            s = self.receive()
+            yield int(s)
+            self.ack(s)
+            if self.spec.rank == 0:
+                self.wait_acks()

@@ -1,0 +1,406 @@
+"""``train()`` and :class:`Trainer`: one long-running Dask future per training task.
+
+Tasks are organised in ``groups`` of ``group_size``: ``groups=N, group_size=1``
+is data parallelism, ``groups=1`` model parallelism, anything else hybrid.  Task
+``t`` is member ``t % group_size`` of group ``t // group_size``, has the stable
+key ``daskangel-train-<job>-<t>``, and is pinned to the worker holding its data
+partition.  The scheduler plugin holds the clocks and enforces ``sync`` across
+groups (BSP inside a group); ``array_sync`` overrides it per array, as Angel
+allows.
+
+``train`` shows a tqdm progress bar (clocks done; also in Jupyter), returns a
+:class:`TrainResult` with each task's return value and a history DataFrame, and
+raises the first task error as :class:`~daskangel.errors.TaskFailedError` naming
+the task, with its remote traceback, after the other tasks have stopped.
+
+Example
+-------
+>>> def step(ctx, part):                                            # doctest: +SKIP
+...     w = ctx.array("w")
+...     for _ in ctx.epochs():
+...         w.increment(part.sum(axis=0), rows=0)
+...         ctx.clock()
+>>> res = angel.train(ps, step, parts, sync=angel.SSP(staleness=2), epochs=10)
+>>> res.history.groupby("clock").time.max()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import distributed
+from distributed import Future
+
+from .. import config
+from ..errors import JobAbortedError, TaskFailedError
+from ..scheduler._clock_rule import Sync, as_sync
+from ._context import TaskContext, TaskSpec
+from ._placement import PLACEMENTS, assign
+from ._runner import run_task
+
+__all__ = ["TrainResult", "Trainer", "train"]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    """What a finished training job returns."""
+
+    job: str
+    results: list[Any]  # fn's return value, per task id
+    history: Any  # pandas.DataFrame: task, group, clock, time, waited, reported metrics
+    wall_time: float  # seconds from submission to the last task's end
+    clocks: list[int]  # final clock per task
+    max_lead: int  # largest (clock - slowest clock) any task was allowed to run at
+    waited: list[float]  # seconds each task spent waiting for slower tasks
+
+
+def _forget_job(job: str, dask_worker: Any = None) -> None:
+    """On a worker (``client.run``): drop what its agent keeps for a finished job."""
+    binding = getattr(dask_worker, "_daskangel_binding", None)
+    agent = getattr(binding, "_daskangel_agent", None)
+    if agent is not None:
+        agent.forget_job(job)
+
+
+def _check_int(name: str, v: Any, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
+    return v
+
+
+class Trainer:
+    """A training job: :meth:`start` submits it, :meth:`result` waits for it.
+
+    See :func:`train` for the parameters.
+    """
+
+    def __init__(
+        self,
+        ps: Any,
+        fn: Callable[[TaskContext, Any], Any],
+        data: Any = None,
+        *,
+        groups: int | None = None,
+        group_size: int = 1,
+        sync: Any = None,
+        array_sync: Mapping[str, Any] | None = None,
+        epochs: int | None = None,
+        placement: str | Callable[..., Any] = "replicated",
+        workers: list[str] | None = None,
+        progress: bool = True,
+        name: str | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn: expected a function fn(ctx, partition), got {fn!r}")
+        self.ps = ps
+        self.client = ps.client
+        self.fn = fn
+        self.data = data
+        self.group_size = _check_int("group_size", group_size, 1)
+        if hasattr(data, "ndim") or hasattr(data, "iloc"):
+            raise TypeError(
+                f"data: expected a sequence of partitions (one per task or per group), got a "
+                f"single {type(data).__name__}; split it first, e.g. np.array_split(X, n_tasks)"
+            )
+        if groups is None:
+            if data is None:
+                raise ValueError("groups: give groups= when data is None")
+            groups = len(getattr(data, "partitions", None) or data)  # one item per group
+        self.groups = _check_int("groups", groups, 1)
+        self.sync: Sync = as_sync(sync if sync is not None else "bsp")
+        self.array_sync = {
+            k: as_sync(v, f"array_sync[{k!r}]") for k, v in (array_sync or {}).items()
+        }
+        self.epochs = None if epochs is None else _check_int("epochs", epochs, 0)
+        if not callable(placement) and placement not in PLACEMENTS:
+            raise ValueError(
+                f"placement: expected one of {PLACEMENTS} or a function, got {placement!r}"
+            )
+        self.placement = placement
+        self.workers = workers
+        self.progress = progress
+        self.job = name or f"train-{uuid.uuid4().hex[:10]}"
+        self.futures: list[Future] = []
+        self._t0 = 0.0
+        self._scheduler: Any = cast(Any, self.client.scheduler)
+
+    @property
+    def n_tasks(self) -> int:
+        return self.groups * self.group_size
+
+    def __repr__(self) -> str:
+        return (
+            f"Trainer<job={self.job!r}, {self.groups} groups x {self.group_size}, "
+            f"{self.sync!r}, {'running' if self.futures else 'not started'}>"
+        )
+
+    def _spec(self, t: int) -> TaskSpec:
+        return TaskSpec(
+            job=self.job,
+            task=t,
+            group=t // self.group_size,
+            rank=t % self.group_size,
+            group_size=self.group_size,
+            n_groups=self.groups,
+            staleness=self.sync.staleness,
+            array_staleness={k: v.staleness for k, v in self.array_sync.items()},
+            epochs=self.epochs,
+            sync=repr(self.sync),
+        )
+
+    def start(self) -> Trainer:
+        """Register the job's clock table and submit one pinned future per task."""
+        if self.futures:
+            raise RuntimeError(f"job {self.job!r} was started already")
+        self.ps._check_open()
+        where = assign(
+            self.client, self.data, self.groups, self.group_size, self.placement, self.workers
+        )
+        self.client.sync(
+            self._scheduler.daskangel_job_register,
+            job=self.job,
+            n_tasks=self.n_tasks,
+            groups=[t // self.group_size for t in range(self.n_tasks)],
+            staleness=self.sync.staleness,
+            array_staleness={k: v.staleness for k, v in self.array_sync.items()},
+            ctx=self.ps.id,
+            epochs=self.epochs,
+        )
+        self._t0 = time.perf_counter()
+        self.futures = [
+            self.client.submit(
+                run_task,
+                self._spec(t),
+                self.fn,
+                part,
+                key=f"daskangel-train-{self.job}-{t}",
+                workers=[w],
+                allow_other_workers=False,
+                pure=False,
+            )
+            for t, (part, w) in enumerate(where)
+        ]
+        return self
+
+    def table(self) -> dict[str, Any]:
+        """The job's clock table as the scheduler holds it (clocks, groups, status ...)."""
+        return cast(
+            dict[str, Any], self.client.sync(self._scheduler.daskangel_clock_table, job=self.job)
+        )
+
+    def clocks(self) -> list[int]:
+        return list(self.table()["clocks"])
+
+    def stop(self, reason: str = "cancelled by the driver") -> None:
+        """Stop the job: every task ends at its next clock, read wait or group call."""
+        self.client.sync(self._scheduler.daskangel_job_abort, job=self.job, reason=reason)
+
+    def result(self) -> TrainResult:
+        """Wait for every task, with a progress bar; raise the first task error."""
+        if not self.futures:
+            self.start()
+        bar = self._bar()
+        pending = set(self.futures)
+        outs: dict[int, dict[str, Any]] = {}
+        failure: dict[str, Any] | None = None
+        interval = config.get_seconds("daskangel.train.progress-interval")
+        try:
+            while pending:
+                try:
+                    done, _ = distributed.wait(
+                        list(pending), timeout=interval, return_when="FIRST_COMPLETED"
+                    )
+                except distributed.TimeoutError:
+                    done = set()
+                for f in done:
+                    pending.discard(f)
+                    out = self._outcome(f)
+                    outs[out["task"]] = out
+                    if out["status"] == "error" and failure is None:
+                        failure = out
+                        self.client.sync(
+                            self._scheduler.daskangel_job_fail,
+                            job=self.job,
+                            task=out["task"],
+                            error=out["error"],
+                            traceback=out.get("traceback", ""),
+                        )
+                if bar is not None:
+                    bar.n = sum(self.clocks())
+                    bar.refresh()
+                if failure is not None and pending:
+                    self._drain(pending, outs)
+                    pending = set()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.stop("the driver was interrupted")
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        wall = time.perf_counter() - self._t0
+        table = self.table()
+        self.client.sync(self._scheduler.daskangel_job_close, job=self.job)
+        with contextlib.suppress(Exception):  # housekeeping only: caches are bounded anyway
+            self.client.run(_forget_job, self.job)
+        self._raise_failure(table, outs)
+        return self._result(table, outs, wall)
+
+    def _bar(self) -> Any:
+        if not self.progress:
+            return None
+        from tqdm.auto import tqdm
+
+        total = self.n_tasks * self.epochs if self.epochs else None
+        return tqdm(total=total, desc=f"train {self.job}", unit="clock", leave=False)
+
+    def _outcome(self, f: Future) -> dict[str, Any]:
+        t = int(str(f.key).rsplit("-", 1)[1])
+        if f.status == "finished":
+            return cast(dict[str, Any], f.result())
+        if f.status == "cancelled":
+            return {"task": t, "status": "aborted", "error": "cancelled", "history": []}
+        import traceback as tbm
+
+        exc = f.exception() if f.status == "error" else None
+        tb = f.traceback() if f.status == "error" else None
+        return {
+            "task": t,
+            "status": "error",
+            "error": f"{type(exc).__name__}: {exc}" if exc is not None else f"future {f.status}",
+            "traceback": "".join(tbm.format_tb(tb)) if tb is not None else "",
+            "exception": exc,
+            "history": [],
+        }
+
+    def _drain(self, pending: set[Future], outs: dict[int, dict[str, Any]]) -> None:
+        """After a failure, give the other tasks ``stop-timeout`` to end, then cancel them."""
+        with contextlib.suppress(distributed.TimeoutError):
+            distributed.wait(
+                list(pending), timeout=config.get_seconds("daskangel.train.stop-timeout")
+            )
+        late = [f for f in pending if f.status not in ("finished", "error")]
+        if late:
+            self.client.cancel(late)
+        for f in pending:
+            if f not in late:
+                out = self._outcome(f)
+                outs[out["task"]] = out
+
+    def _raise_failure(self, table: dict[str, Any], outs: dict[int, dict[str, Any]]) -> None:
+        """Raise the job's first task error (the one the scheduler recorded first)."""
+        err = table.get("error") or {}
+        first = err.get("task")
+        failed = {t: o for t, o in outs.items() if o["status"] == "error"}
+        if failed:
+            raise self._error(failed[first] if first in failed else failed[min(failed)])
+        if any(o["status"] != "ok" for o in outs.values()) or table["status"] in (
+            "failed",
+            "aborted",
+        ):
+            raise JobAbortedError(
+                f"job {self.job!r} was stopped: {err.get('error', 'unknown reason')}"
+            )
+
+    def _error(self, out: dict[str, Any]) -> TaskFailedError:
+        t = int(out["task"])
+        where = f"task {t} (group {t // self.group_size}, rank {t % self.group_size})"
+        msg = f"job {self.job!r}: {where} failed: {out.get('error')}"
+        tb = out.get("traceback")
+        if tb:
+            msg += f"\n\nRemote traceback of {where}:\n{tb}"
+        err = TaskFailedError(msg)
+        exc = out.get("exception")
+        if isinstance(exc, BaseException):
+            err.__cause__ = exc
+        return err
+
+    def _result(
+        self, table: dict[str, Any], outs: dict[int, dict[str, Any]], wall: float
+    ) -> TrainResult:
+        import pandas as pd
+
+        rows = [r for t in sorted(outs) for r in outs[t]["history"]]
+        cols = ["task", "group", "clock", "time", "waited"]
+        hist = pd.DataFrame(rows, columns=list(dict.fromkeys(cols + [k for r in rows for k in r])))
+        return TrainResult(
+            job=self.job,
+            results=[outs[t].get("result") for t in range(self.n_tasks)],
+            history=hist,
+            wall_time=wall,
+            clocks=list(table["clocks"]),
+            max_lead=int(table["max_lead"]),
+            waited=[float(i["waited"]) for i in table["tasks"]],
+        )
+
+
+def train(
+    ps: Any,
+    fn: Callable[[TaskContext, Any], Any],
+    data: Any = None,
+    *,
+    groups: int | None = None,
+    group_size: int = 1,
+    sync: Any = None,
+    array_sync: Mapping[str, Any] | None = None,
+    epochs: int | None = None,
+    placement: str | Callable[..., Any] = "replicated",
+    workers: list[str] | None = None,
+    progress: bool = True,
+    name: str | None = None,
+) -> TrainResult:
+    """Run ``fn(ctx, partition)`` as one Dask future per task and wait for all.
+
+    Parameters
+    ----------
+    ps
+        The :class:`~daskangel.PSContext` whose arrays the tasks use.
+    fn
+        ``fn(ctx, partition)``; ``ctx`` is a :class:`TaskContext`.  Its return
+        value lands in ``TrainResult.results[task_id]``.
+    data
+        ``None``, a sequence with one item per task (or per group), or a
+        Dataset-like object whose ``.partitions`` are Dask futures.
+    groups, group_size
+        ``groups`` groups of ``group_size`` tasks (default: one group per item).
+    sync
+        ``BSP()`` (default), ``SSP(staleness=s)`` or ``ASP()``, across groups;
+        inside a group clocks move in lockstep.
+    array_sync
+        ``{array_name: protocol}`` overrides for reads of single arrays.
+    epochs
+        Default for ``ctx.epochs()``; also the progress bar's length.
+    placement
+        How a group's item is shared by its members: ``"replicated"``,
+        ``"horizontal"`` (rows split), ``"vertical"`` (columns split) or a
+        function ``placement(item, rank, size)``.
+    workers
+        Restrict the tasks to these workers (default: all).
+    progress
+        Show a tqdm progress bar.
+    name
+        Job id (default: a fresh one).
+
+    Returns
+    -------
+    TrainResult
+    """
+    return Trainer(
+        ps,
+        fn,
+        data,
+        groups=groups,
+        group_size=group_size,
+        sync=sync,
+        array_sync=array_sync,
+        epochs=epochs,
+        placement=placement,
+        workers=workers,
+        progress=progress,
+        name=name,
+    ).result()

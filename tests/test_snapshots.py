@@ -1,0 +1,194 @@
+"""Snapshots, save and load: format, atomicity, verification, plain-zarr readability."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from distributed import Client
+
+import daskangel as angel
+from daskangel import _snapshot_format as fmt
+from daskangel.errors import SnapshotError
+from daskangel.psarray._server import SERVER_OPS, PSServer
+from tests.conftest import make_cluster
+
+
+def _fill_arrays(ps: angel.PSContext) -> dict[str, Any]:
+    w = ps.random("w", (1000,), seed=1, block_shape=(300,))
+    W = ps.random("W", (50, 8), seed=2, dist="normal", dtype="float64")
+    n = ps.full("n", (7, 9), 4, dtype="int32", block_shape=(3, 4))
+    s = ps.random("s", (2**40,), seed=3, sparse=True)  # lazily drawn keys
+    s.increment(np.ones(3, "float32"), cols=[1, 2**30, 2**39])
+    h = ps.full("h", (3, 2**33), -1.0, sparse=True, partitioner=angel.HashPartitioner(3))
+    h.set(np.arange(6, dtype="float32").reshape(3, 2), cols=[5, 2**32])
+    return {"w": w, "W": W, "n": n, "s": s, "h": h}
+
+
+def _state(arrs: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {
+        "w": arrs["w"].get(),
+        "W": arrs["W"].get(),
+        "n": arrs["n"].get(),
+        "s": arrs["s"].get(cols=[1, 7, 2**30, 2**39]),
+        "h": arrs["h"].get(cols=[5, 6, 2**32]),
+    }
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_save_load_roundtrip(client: Client, tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/model"
+    with angel.PSContext(client) as ps:
+        arrs = _fill_arrays(ps)
+        before = _state(arrs)
+        info = ps.save(url)
+        assert sorted(info["arrays"]) == ["W", "h", "n", "s", "w"]
+    with angel.PSContext(client) as ps2:
+        loaded = ps2.load(url)
+        _same(before, _state(loaded))
+        assert [b.shape for b in loaded["w"].blocks] == [(1, 300)] * 3 + [(1, 100)]
+    local = angel.load_arrays(url)
+    np.testing.assert_array_equal(local["w"], before["w"])
+    np.testing.assert_array_equal(local["W"], before["W"])
+    assert local["s"].fill_value == 0 and local["s"][2**30] == before["s"][2]
+    assert local["h"].fill_value == -1.0 and local["h"][2, 2**32] == 5.0
+    # plain zarr and dask, no daskangel
+    np.testing.assert_array_equal(zarr.open_array(f"{tmp_path}/model/n", mode="r")[:], before["n"])
+    np.testing.assert_array_equal(
+        da.from_zarr(f"{tmp_path}/model", component="W").compute(), before["W"]
+    )
+    manifest = zarr.open_group(f"{tmp_path}/model", mode="r").attrs["daskangel"]
+    assert (
+        manifest["arrays"]["w"]["storage"] == "grid"
+        and len(manifest["arrays"]["w"]["checksums"]) == 4
+    )
+
+
+def test_snapshot_versions_latest_and_keep(client: Client, tmp_path: Path) -> None:
+    root = str(tmp_path / "ckpt")
+    with angel.PSContext(client, snapshot=root, keep=2) as ps:
+        w = ps.zeros("w", (100,), dtype="int64")
+        for _i in range(4):
+            w.increment(np.ones(100, "int64"))
+            info = ps.snapshot()
+            assert fmt.read_latest(root) == info["version"]
+        assert len(fmt.list_versions(root)) == 2
+        os.makedirs(f"{root}/v000099-deadbeef")  # an unfinished version (no manifest)
+        assert fmt.read_latest(root) == info["version"]  # ignored
+        w.increment(np.ones(100, "int64"))
+        info = ps.snapshot()
+        assert (
+            "v000099-deadbeef" not in fmt.list_versions(root)[:-1]
+            or len(fmt.list_versions(root)) <= 3
+        )
+        assert angel.load_arrays(root)["w"][0] == 5
+
+
+def test_memory_filesystem() -> None:
+    with make_cluster(processes=False) as cluster, Client(cluster) as c, angel.PSContext(c) as ps:
+        w = ps.random("w", (10, 10), seed=4)
+        ps.save("memory://daskangel-test/model")
+        ref = w.get()
+        w.fill(0)
+        ps.load("memory://daskangel-test/model")
+        np.testing.assert_array_equal(w.get(), ref)
+        np.testing.assert_array_equal(angel.load_arrays("memory://daskangel-test/model")["w"], ref)
+
+
+def test_load_mismatch_changes_nothing(client: Client, tmp_path: Path) -> None:
+    url = str(tmp_path / "m")
+    with angel.PSContext(client) as ps:
+        w = ps.random("w", (1000,), seed=1, block_shape=(250,))
+        ps.save(url)
+        w.increment(np.ones(1000, "float32"))
+        ref = w.get()
+        ps.drop("w")
+        other = ps.zeros("w", (999,))
+        with pytest.raises(
+            SnapshotError, match=r"array 'w' has shape \[1, 1000\] there but \[1, 999\] here"
+        ):
+            ps.load(url)
+        ps.drop("w")
+        ps.zeros("w", (1000,), dtype="float64", block_shape=(250,))
+        with pytest.raises(SnapshotError, match="has dtype 'float32' there but 'float64' here"):
+            ps.load(url)
+        ps.drop("w")
+        ps.zeros("w", (1000,), block_shape=(100,))
+        with pytest.raises(SnapshotError, match="partitioned differently"):
+            ps.load(url)
+        ps.drop("w")
+        w = ps.from_array("w", ref, block_shape=(250,))
+        os.remove(f"{url}/w/c/2")  # a missing block reads as fill value: checksum fails
+        with pytest.raises(SnapshotError, match="block 2 of array 'w' has crc32"):
+            ps.load(url)
+        np.testing.assert_array_equal(w.get(), ref)  # nothing installed anywhere
+        with pytest.raises(SnapshotError, match=r"has no arrays \['nope'\]"):
+            ps.load(url, arrays=["nope"])
+        with pytest.raises(FileNotFoundError, match="no daskangel snapshot or model"):
+            ps.load(str(tmp_path / "nowhere"))
+        del other
+
+
+@pytest.mark.parametrize("stage", ["chunks", "manifest"])
+def test_coordinator_failure_leaves_previous_snapshot(
+    client: Client, tmp_path: Path, stage: str
+) -> None:
+    root = str(tmp_path / "ckpt")
+    with angel.PSContext(client, snapshot=root) as ps:
+        w = ps.zeros("w", (100,), dtype="int64")
+        w.increment(np.ones(100, "int64"))
+        good = ps.snapshot()
+        w.increment(np.ones(100, "int64"))
+        with (
+            dask.config.set({"daskangel.snapshot.fail-at": stage}),
+            pytest.raises(SnapshotError, match="injected"),
+        ):
+            ps.snapshot()
+        assert fmt.read_latest(root) == good["version"]
+        assert angel.load_arrays(root)["w"][0] == 1
+        after = ps.snapshot()  # the unfinished version is cleaned up
+        assert fmt.list_versions(root)[-1] == after["version"]
+        assert angel.load_arrays(root)["w"][0] == 2
+
+
+def test_consistent_cut_on_server() -> None:
+    """The copy-on-write cut at clock 5 keeps writes of clock <= 5 (even late ones)
+    and untagged writes, and leaves out writes of clock 6."""
+    s = PSServer("local", 0)
+    spec = {
+        "block": 0,
+        "kind": "dense",
+        "shape": (1, 4),
+        "dtype": "int64",
+        "row0": 0,
+        "col0": 0,
+        "n_cols": 4,
+        "init": angel.psarray.InitSpec().to_dict(),
+    }
+    s.dispatch("create", array="w", blocks=[spec])
+    s.dispatch("cut_begin", clock=5)
+
+    def push(vals: list[int], clock: int | None) -> None:
+        part = {"block": 0, "rows": None, "cols": None, "values": np.array([vals], "int64")}
+        s.dispatch("update", array="w", parts=[part], add=True, clock=clock)
+
+    push([1, 0, 0, 0], 6)  # a fast task's next clock
+    push([0, 1, 0, 0], 5)  # a slow task's clock-5 update, arriving late
+    push([0, 0, 1, 0], None)  # untagged write
+    push([0, 0, 0, 1], 7)
+    (cut,) = SERVER_OPS["cut_take"](s, array="w", parts=[{"block": 0}])
+    np.testing.assert_array_equal(cut.data, [[0, 1, 1, 0]])
+    np.testing.assert_array_equal(s.blocks[("w", 0)].data, [[1, 1, 1, 1]])
+    s.dispatch("cut_end")
+    assert not s.shadows
