@@ -9,7 +9,7 @@ Example
 
 from __future__ import annotations
 
-from . import _compat, config, errors, ops  # noqa: F401 - _compat registers serialisers
+from . import _compat, config, data, errors, ops  # noqa: F401 - _compat registers serialisers
 from .context import PSContext
 from .persist import load_arrays
 from .psarray import (
@@ -41,6 +41,7 @@ __all__ = [
     "TrainResult",
     "Trainer",
     "config",
+    "data",
     "errors",
     "ops",
     "load_arrays",

@@ -30,6 +30,7 @@ __all__ = [
     "JobAbortedError",
     "KeyListMissingError",
     "MalformedInputError",
+    "MissingDependencyError",
     "NonFiniteError",
     "NotCoPartitionedError",
     "PSFError",
@@ -136,3 +137,7 @@ class SnapshotError(DaskAngelError, OSError):
 
 class MalformedInputError(DaskAngelError, ValueError):
     """An input line could not be parsed (file, line number and reason given)."""
+
+
+class MissingDependencyError(DaskAngelError, ImportError):
+    """An optional package needed for this input (e.g. ``zstandard``) is not installed."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import (
     _keylists,  # noqa: F401 - registers the key-list server operations
+    _rank,  # noqa: F401 - registers the feature indexer's server ops
     _snapshot_ops,  # noqa: F401 - registers the snapshot server ops
 )
 from ._agent import PSAgent, agent_of, get_agent
