@@ -5,8 +5,11 @@ Dask removes a worker whose connection closes at once, but a worker that hangs
 ``distributed.scheduler.worker-ttl`` (minutes by default).  A PS server that
 holds blocks cannot wait that long, so :class:`LivenessService` pings the workers
 of every PS server each ``daskangel.heartbeat.interval``; a worker that has not
-answered for ``daskangel.heartbeat.timeout`` is removed from the cluster, which
-starts the usual recovery (``SnapshotService.remove_worker``).
+answered for ``daskangel.heartbeat.timeout`` is restarted through its nanny (which
+kills a hung process for good), or removed when it has no nanny; either way the
+usual recovery follows (``SnapshotService.remove_worker``).  Restarting rather
+than closing matters: a worker Dask closes takes its nanny with it, so a false
+alarm (a worker too busy to answer) would shrink the cluster for good.
 
 State: ``last_seen: {worker_address: loop time of its last answer}``.
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import config
 
@@ -71,20 +74,35 @@ class LivenessService:
                 seen = self.last_seen.setdefault(addr, now)
                 if now - seen > timeout:
                     logger.warning(
-                        "daskangel: PS worker %s has not answered for %.1fs; removing it",
+                        "daskangel: PS worker %s has not answered for %.1fs; restarting it",
                         addr,
                         now - seen,
                     )
                     self.last_seen.pop(addr, None)
-                    await self.scheduler.remove_worker(
-                        address=addr, stimulus_id="daskangel-heartbeat", close=True
-                    )
+                    await self._restart(addr, timeout)
                     continue
                 if not any(t.get_name() == addr for t in self._pings):
                     t = asyncio.ensure_future(self._ping(addr, timeout))
                     t.set_name(addr)
                     self._pings.add(t)
                     t.add_done_callback(self._pings.discard)
+
+    async def _restart(self, addr: str, timeout: float) -> None:
+        result: dict[str, Any]
+        try:
+            result = await self.scheduler.restart_workers(
+                [addr],
+                timeout=timeout,
+                wait_for_workers=False,
+                on_error="return",
+                stimulus_id="daskangel-heartbeat",
+            )
+        except Exception as e:  # noqa: BLE001 - fall back to removing it
+            result = {addr: repr(e)}
+        if addr in self.scheduler.workers and result.get(addr) != "OK":
+            await self.scheduler.remove_worker(
+                address=addr, stimulus_id="daskangel-heartbeat", close=False
+            )
 
     async def _ping(self, addr: str, timeout: float) -> None:
         with contextlib.suppress(Exception):

@@ -146,11 +146,13 @@ class Recovery:
             target = live[t % len(live)]
             (f,) = tr.client.scatter([self.pieces[t]], workers=[target], hash=False)
             return f, target
-        reload = getattr(tr.data, "reload_partition", None)
-        if reload is not None:
-            f = reload(part)
-            holders = tr.client.who_has([f]).get(f.key) or []
-            return f, holders[0] if holders else None
+        repair = getattr(tr.data, "repair", None)
+        parts = getattr(tr.data, "partitions", None)
+        keys = [getattr(p, "key", None) for p in parts] if parts is not None else []
+        if repair is not None and part.key in keys:
+            i = keys.index(part.key)
+            repair()  # the data layer parses the dead worker's pieces again elsewhere
+            return tr.data.partitions[i], tr.data.workers[i]
         return part, None  # let Dask recompute it from its graph, wherever
 
     # -- rollback ------------------------------------------------------------------------

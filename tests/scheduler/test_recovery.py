@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -24,7 +25,7 @@ FAST = {
     "daskangel.client.connect-timeout": "2s",
     "daskangel.client.liveness-check": "300ms",
     "daskangel.heartbeat.interval": "200ms",
-    "daskangel.heartbeat.timeout": "3s",
+    "daskangel.heartbeat.timeout": "5s",
 }
 
 
@@ -136,11 +137,12 @@ def test_hung_worker_is_detected(cluster3: Any, tmp_path: Path) -> None:
             start = time.monotonic()
             np.testing.assert_array_equal(w.get(), np.ones(900))
             took = time.monotonic() - start
-            print(f"recovered from a hung PS worker in {took:.1f}s (heartbeat timeout 3s)")
+            print(f"recovered from a hung PS worker in {took:.1f}s (heartbeat timeout 5s)")
             assert victim not in {b.server.address for b in w.blocks}
-        finally:
-            os.kill(pid, signal.SIGCONT)
-            os.kill(pid, signal.SIGKILL)
+        finally:  # the nanny has usually killed it already
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.timeout(180)
@@ -173,18 +175,25 @@ def test_soak_repeated_kill_and_recover(cluster3: Any, tmp_path: Path) -> None:
     with angel.PSContext(c, snapshot=str(tmp_path), keep=1) as ps:
         w = ps.zeros("w", (1200,), dtype="int64", block_shape=(100,))
         expected = np.zeros(1200, "int64")
+        fresh: set[str] = set()  # the replacement worker of the last cycle
         for cycle in range(10):
             w.increment(np.ones(1200, "int64"))
             expected += 1
             ps.snapshot()
             w.increment(np.ones(1200, "int64"))
             expected += 1
-            victim, lost = _victim(w)
+            # kill a PS worker that has been up a while: a nanny whose worker dies
+            # while it is still starting may not restart it, which is not ours to test
+            holders = [b.server.address for b in w.blocks if b.server.address not in fresh]
+            victim = holders[cycle % len(holders)]
+            lost = [b.id for b in w.blocks if b.server.address == victim]
+            before = set(c.scheduler_info()["workers"])
             kill_worker(c, cluster, victim)
             for b in lost:
                 expected[b * 100 : (b + 1) * 100] -= 1
             np.testing.assert_array_equal(w.get(), expected, err_msg=f"cycle {cycle}")
             c.wait_for_workers(3, timeout=120)
+            fresh = set(c.scheduler_info()["workers"]) - before
         # every block lives on exactly one live server, nothing else is held
         stats = c.run(_held_blocks)
         held = [k for blocks in stats.values() for k in blocks]
