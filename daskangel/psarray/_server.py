@@ -430,10 +430,11 @@ class PSWorkerPlugin(WorkerPlugin):
         worker.handlers["daskangel_ps"] = self.handle
 
     def teardown(self, worker: Worker) -> None:
+        # the handler stays: a request racing with the worker's shutdown then gets
+        # a clean StaleLayoutError (no block here) instead of a KeyError in Dask
         for s in self.servers.values():
             s.close()
         self.servers.clear()
-        worker.handlers.pop("daskangel_ps", None)
 
     def server(self, index: int) -> PSServer:
         s = self.servers.get(index)

@@ -206,3 +206,29 @@ def _held_blocks(dask_worker: Any) -> list[tuple[str, int]]:
     if plugin is None:
         return []
     return [k for s in plugin.servers.values() for k in s.blocks]
+
+
+@pytest.mark.timeout(180)
+def test_r3_push_in_flight_to_a_dying_server_applies_once(cluster3: Any, tmp_path: Path) -> None:
+    """R3: a push is sent while one of its servers is frozen (so that part cannot
+    be applied); the server is then killed and rebuilt from the snapshot, and the
+    push's retried part lands exactly once, while the parts the other servers
+    applied are not applied again."""
+    _cluster, c = cluster3
+    with angel.PSContext(c, snapshot=str(tmp_path)) as ps:
+        w = ps.random("w", (1200,), seed=3, dtype="float64", block_shape=(100,))
+        ps.snapshot()
+        base = w.get()
+        victim, _ = _victim(w)
+        pid = c.run(os.getpid, workers=[victim])[victim]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            push = np.arange(1200, dtype="float64") + 1.0
+            w.increment(push)  # in flight until the heartbeat replaces the frozen server
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+        got = w.get()
+        np.testing.assert_array_equal(got, base + push)  # every entry exactly once
+        assert fmt.block_checksum(got) == fmt.block_checksum(base + push)
