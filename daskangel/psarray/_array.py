@@ -187,7 +187,7 @@ class PSArray:
         check_size("get", rp.size * cp.size * m.itemsize)
         parts, places, cost = {}, {}, {}
         for b, i, j in self._grid(m, rp, cp):
-            parts[b] = {"block": b, "rows": rp.local[i], "cols": cp.local[j]}
+            parts[b] = {"block": b, "rows": _short(rp.local[i]), "cols": _short(cp.local[j])}
             places[b] = (rp.out[i], cp.out[j])
             cost[b] = self._len(rp.out[i]) * self._len(cp.out[j]) * m.itemsize
         return m, parts, places, cost, (rp.size, cp.size), shape
@@ -499,6 +499,13 @@ def _name_of(arr: Any) -> str:
     if not isinstance(arr, PSArray):
         raise TypeError(f"arrays: expected PSArray operands, got {type(arr).__name__}")
     return arr.name
+
+
+def _short(idx: np.ndarray | None) -> Any:
+    """Short index arrays travel as plain lists inside the message (no extra frame)."""
+    if idx is not None and idx.shape[0] <= 32:
+        return idx.tolist()
+    return idx
 
 
 def _expand(plan: AxisPlan) -> np.ndarray:

@@ -85,8 +85,8 @@ class Binding:
 
     def run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args)`` on this binding's loop and wait for it."""
-        timeout = config.get_seconds("daskangel.client.call-timeout")
-        return sync(self.loop, fn, *args, callback_timeout=timeout, **kwargs)  # type: ignore[no-any-return]
+        # (no callback_timeout: call_blocks enforces daskangel.client.call-timeout itself)
+        return sync(self.loop, fn, *args, **kwargs)  # type: ignore[no-any-return]
 
     def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
         """Start ``fn(*args)`` on the loop; return a ``concurrent.futures.Future``."""
@@ -196,38 +196,62 @@ class Binding:
     async def _watched(
         self, name: str, meta: ArrayMeta, servers: list[ServerId], calls: list[Any]
     ) -> list[Any]:
-        """Run the calls; results or exceptions in order.
+        """Run the calls (concurrently); results or exceptions, in order.
 
-        A call pending longer than ``daskangel.client.liveness-check`` makes us ask
-        the registry whether its server was declared lost (a hung worker never
-        closes the connection); if so the call is abandoned as unreachable.
+        No task is made for a single call: a timer fires after
+        ``daskangel.client.liveness-check`` and, while the calls are pending, asks
+        the registry whether one of their servers was declared lost (a hung worker
+        never closes its connection).  If so, or once ``daskangel.client.call-timeout``
+        has passed, the waiting is cancelled: every call is then reported
+        unreachable (and resent by the caller: writes carry tags, so resending is
+        safe) or a :class:`TimeoutError` is raised.
         """
-        tasks = [asyncio.ensure_future(c) for c in calls]
-        pending = set(tasks)
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
         check = config.get_seconds("daskangel.client.liveness-check")
-        abandoned: set[asyncio.Future[Any]] = set()
-        while pending:
-            _, pending = await asyncio.wait(pending, timeout=check)
-            if not pending:
-                break
-            fresh = await self.meta(name, refresh=True)
-            if fresh.generation == meta.generation:
-                continue
-            gone = {fresh.servers[b] for b in fresh.lost} | (set(meta.servers) - set(fresh.servers))
-            for t, s in zip(tasks, servers, strict=True):
-                if t in pending and s in gone:
-                    t.cancel()
-                    abandoned.add(t)
-                    pending.discard(t)
-        out: list[Any] = []
-        for t in tasks:
-            if t in abandoned:
-                out.append(ConnectionError("the server was declared lost during the call"))
-            elif t.cancelled():
-                out.append(asyncio.CancelledError())
+        limit = loop.time() + config.get_seconds("daskangel.client.call-timeout")
+        state: dict[str, Any] = {"why": None, "probe": None, "timer": None}
+
+        def fire() -> None:
+            state["probe"] = asyncio.ensure_future(probe())
+
+        async def probe() -> None:
+            if loop.time() > limit:
+                state["why"] = "timeout"
             else:
-                out.append(t.exception() or t.result())
-        return out
+                fresh = await self.meta(name, refresh=True)
+                gone = {fresh.servers[b] for b in fresh.lost}
+                gone |= set(meta.servers) - set(fresh.servers)
+                if not any(s in gone for s in servers):
+                    state["timer"] = loop.call_later(check, fire)
+                    return
+                state["why"] = "lost"
+            if me is not None:
+                me.cancel()
+
+        state["timer"] = loop.call_later(check, fire)
+        try:
+            if len(calls) == 1:
+                try:
+                    return [await calls[0]]
+                except Exception as e:  # noqa: BLE001 - sorted out by the caller, as with gather
+                    return [e]
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+        except asyncio.CancelledError:
+            if state["why"] is None or me is None:
+                raise
+            me.uncancel()
+            if state["why"] == "timeout":
+                raise TimeoutError(
+                    f"array {name!r}: a call to {servers} took longer than "
+                    "daskangel.client.call-timeout"
+                ) from None
+            return [ConnectionError("the server was declared lost during the call") for _ in calls]
+        finally:
+            state["timer"].cancel()
+            p = state["probe"]
+            if p is not None and not p.done() and p is not asyncio.current_task():
+                p.cancel()
 
     async def _wait(self, name: str, generation: int, timeout: float) -> ArrayMeta:
         d = await self.scheduler.daskangel_wait_meta(

@@ -273,9 +273,25 @@ def _drop(server: PSServer, array: str) -> int:
     return len(keys)
 
 
+def as_index(x: Any) -> np.ndarray | None:
+    """A part's local index: callers send short ones as plain lists (no frame)."""
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    return np.asarray(x, dtype=np.int64)
+
+
+def _plain_indices(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for p in parts:
+        for k in ("rows", "cols"):
+            if k in p and not isinstance(p[k], np.ndarray):
+                p[k] = as_index(p[k])
+    return parts
+
+
 @server_op("get")
 def _get(server: PSServer, array: str, parts: list[dict[str, Any]]) -> list[np.ndarray]:
     """Read parts of blocks (always copies, never views of live blocks)."""
+    parts = _plain_indices(parts)
     blocks = [server.block(array, int(p["block"])) for p in parts]
     for b, p in zip(blocks, parts, strict=True):
         b.check(p["rows"], p["cols"])
@@ -338,7 +354,7 @@ def _update(
 
     ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts.
     """
-    parts = unapplied(server, tag, array, parts)
+    parts = unapplied(server, tag, array, _plain_indices(parts))
     if not parts:
         return False
     blocks = [server.block(array, int(p["block"])) for p in parts]
