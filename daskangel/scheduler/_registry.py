@@ -25,6 +25,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from distributed.comm.core import CommClosedError
+
 from .._wire import call_server
 from ..errors import (
     ArrayExistsError,
@@ -302,7 +304,14 @@ class ArrayRegistry:
         addr, index = server
         if addr not in self.scheduler.workers:
             raise ServerLostError(f"PS server {addr}#{index} has left the cluster")
-        return await call_server(self.scheduler.rpc, addr, index, op, transport, 0, kwargs)
+        try:
+            return await call_server(self.scheduler.rpc, addr, index, op, transport, 0, kwargs)
+        except (OSError, CommClosedError) as e:
+            if isinstance(e, DaskAngelError):
+                raise
+            # a CommClosedError escaping a scheduler handler would make Dask drop the
+            # *caller's* connection too; report the lost server as such instead
+            raise ServerLostError(f"PS server {addr}#{index} is unreachable: {e!r}") from e
 
     async def _drop_blocks(self, name: str, servers: list[ServerId], transport: str) -> None:
         results = await asyncio.gather(

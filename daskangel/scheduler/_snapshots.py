@@ -31,6 +31,7 @@ Example
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import uuid
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import dask.config
 
 from .. import _snapshot_format as fmt
+from .. import config
 from ..errors import ContextClosedError, SnapshotError
 from ._placement import place_blocks
 
@@ -191,12 +193,19 @@ class SnapshotService:
             cut = uuid.uuid4().hex
             st.update(pending=new_clock, job=job.id, cut=cut)
             servers = self._servers(job.ctx)
-            await asyncio.gather(
-                *(
-                    self._call(job.ctx, s, "cut_begin", clock=new_clock - 1, cut=cut)
-                    for s in servers
+            # a server that fails (or hangs) here is being lost; recovery deals with it,
+            # and the task waiting for this tick must not wait for a dead server
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(
+                        *(
+                            self._call(job.ctx, s, "cut_begin", clock=new_clock - 1, cut=cut)
+                            for s in servers
+                        ),
+                        return_exceptions=True,
+                    ),
+                    config.get_seconds("daskangel.client.connect-timeout"),
                 )
-            )
         m = job.table.min_clock
         t = st["pending"]
         if t is not None and st["job"] == job.id and (m is None or m >= t):

@@ -27,12 +27,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from distributed.comm.core import CommClosedError
 from distributed.threadpoolexecutor import thread_state as _tpe_state
 from distributed.utils import sync
 from distributed.utils import thread_state as _task_state
 
 from .. import config
-from ..errors import JobAbortedError, SyncError
+from ..errors import DaskAngelError, JobAbortedError, SyncError
 from ..psarray import KeySet, PSAgent, PSArray
 from ..psarray._binding import Binding
 from ..psarray._taskclock import set_task_clock
@@ -232,7 +233,14 @@ class TaskContext(GroupChannel):
         b = self._binding
         t = config.get_seconds("daskangel.client.call-timeout") if timeout is None else timeout
         fn = getattr(b.scheduler, handler)
-        r = sync(b.loop, fn, callback_timeout=t, **kwargs)
+        try:
+            r = sync(b.loop, fn, callback_timeout=t, **kwargs)
+        except (CommClosedError, OSError) as e:
+            if isinstance(e, DaskAngelError):
+                raise
+            # a dropped connection to the scheduler is worth one more try: the clock
+            # handlers are idempotent (a repeated tick changes nothing)
+            r = sync(b.loop, fn, callback_timeout=t, **kwargs)
         if isinstance(r, dict) and "aborted" in r:
             raise JobAbortedError(r["aborted"])
         return r
