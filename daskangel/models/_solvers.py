@@ -16,8 +16,8 @@ under BSP / SSP and a resubmitted task resumes at its epoch and round.
   pushes its model delta weighted by its share of the round's rows, so the
   servers end the round holding the average of the local models.
 
-At the start of every epoch a task evaluates the global model it pulled on its
-validation rows and adds the sums to the epoch's row of the metrics array; rows
+At the start of every epoch a task evaluates the global model (under BSP the
+copy it pulled; under SSP / ASP the servers' newest values) on its validation rows and adds the sums to the epoch's row of the metrics array; rows
 that every task has finished (known from the clock rule, so all tasks read the
 same figures) feed ``ctx.report`` and early stopping.
 
@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..psarray import PSArray
 from ._kernels import batch_keys, eval_stats, grad_rows, local_sgd
 from ._metrics import OFFSET, finish, row_width, should_stop
 from ._task import Plan, TaskData, prepare, pull, push
@@ -67,6 +68,14 @@ class Monitor:
         s = ctx.staleness(plan.metrics)
         self.staleness = s
         self.width = row_width(plan.nbins)
+
+    def latest(self, keys: np.ndarray) -> np.ndarray:
+        """The weights of ``keys`` as the servers hold them now (not the task's view).
+
+        Under SSP / ASP a task trains on a copy up to ``staleness`` clocks old;
+        the validation figures are of the newest model instead.
+        """
+        return pull(PSArray(self.plan.weights), keys, self.plan.n_outputs)
 
     def add_train(self, epoch: int, loss: float, n: int) -> None:
         if n:
@@ -139,7 +148,7 @@ class SGDTask:
                 loss_sum, loss_n = 0.0, 0
                 if epoch > 0:
                     W0 = pull(w, d.keys, K, ks, not p.prune)
-                    mon.evaluate(epoch - 1, W0)
+                    mon.evaluate(epoch - 1, W0 if mon.staleness == 0 else mon.latest(d.keys))
                 if mon.stop(c):
                     stopped = True
                     break
@@ -181,5 +190,5 @@ class SGDTask:
             ctx.clock()
             c = ctx.iteration
         if not stopped and c >= total and total:
-            mon.evaluate(p.epochs - 1, pull(w, d.keys, K, ks, not p.prune))
+            mon.evaluate(p.epochs - 1, mon.latest(d.keys))
         return {"epochs": c // p.rounds if p.rounds else 0, "stopped": stopped}
