@@ -214,7 +214,8 @@ def _predict(a: argparse.Namespace, client: Any, ps: Any) -> int:
     from . import models
 
     est = models.load(a.model_path, ps=ps)
-    ds = _read(a.data, a.format, est.n_features_in_).persist(client)
+    # one partition: predictions come out in the file's row order
+    ds = _read(a.data, a.format, est.n_features_in_).persist(client, n_partitions=1)
     pred = np.asarray(est.predict(ds).compute())
     cols = [pred.astype(np.float64).reshape(-1, 1)]
     if hasattr(est, "predict_proba"):

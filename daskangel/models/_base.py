@@ -25,6 +25,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 import warnings
 import weakref
@@ -51,8 +52,15 @@ SERVER_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam")
 
 
 def _close(ps: PSContext) -> None:
-    with contextlib.suppress(Exception):
-        ps.close()
+    """Free a garbage-collected model's context (from a thread: GC may run on the loop)."""
+    if ps.closed or getattr(ps.client, "status", None) != "running":
+        return
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            ps.close()
+
+    threading.Thread(target=run, name="daskangel-model-close", daemon=True).start()
 
 
 class LinearModel(BaseEstimator):

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArrayExistsError, SnapshotError
+from ..errors import ArrayNotFoundError, SnapshotError
 
 __all__ = ["FORMAT", "MODEL_FILE", "load", "save_model"]
 
@@ -91,6 +91,14 @@ def _read(url: str) -> dict[str, Any]:
     return doc
 
 
+def _exists(ps: Any, name: str) -> bool:
+    try:
+        ps.get_array(name)
+    except ArrayNotFoundError:
+        return False
+    return True
+
+
 def load(url: str, client: Any = None, ps: Any = None) -> Any:
     """A model saved with ``model.save(url)``, its weights on a new (or the given) PS context."""
     import pandas as pd
@@ -116,10 +124,10 @@ def load(url: str, client: Any = None, ps: Any = None) -> Any:
     ctx = est._context(client if ps is None else ps.client)
     arrays = doc["arrays"]
     names = [arrays["weights"], *arrays["state"].values()]
-    try:
+    if not any(_exists(ctx, n) for n in names):
         ctx.load(url, arrays=names)
         est._arrays = {"weights": arrays["weights"], "state": dict(arrays["state"]), "rule": arrays["rule"]}
-    except ArrayExistsError:  # the saved model is loaded already: same values, fresh names
+    else:  # the saved model is loaded already: same values, fresh names
         values = load_arrays(url, arrays=names)
         tag = uuid.uuid4().hex[:6]
         new = {n: f"{n}-{tag}" for n in names}
