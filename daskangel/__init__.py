@@ -23,6 +23,8 @@ from .psarray import (
 )
 from .train import ASP, BSP, SSP, TaskContext, Trainer, TrainResult, train
 
+from . import models  # noqa: E402 - models sit above the context and the runtime
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -45,5 +47,6 @@ __all__ = [
     "errors",
     "ops",
     "load_arrays",
+    "models",
     "train",
 ]

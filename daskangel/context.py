@@ -64,6 +64,7 @@ STATUS_COLUMNS = (
     "latency_ms",
     "queue",
     "cache_hits",
+    "metrics",
 )
 
 

@@ -15,6 +15,7 @@ Example
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,12 +58,17 @@ def load_into(ps: PSContext, url: str, arrays: list[str] | None = None) -> dict[
         raise SnapshotError(f"arrays: {url!r} has no arrays {missing} (it has {sorted(stored)})")
     existing = set(ps.arrays())
     created = []
+    # {(layout json, sparse): first array created with it}: arrays saved with one
+    # layout are created co-placed (block i on one server), as zeros_like made them,
+    # so psfs over them (optimiser steps, Axpy ...) still work after loading
+    placed: dict[tuple[str, bool], str] = {}
     try:
         for n in names:
             if n in existing:
                 continue
             info = stored[n]
             shape = (info["shape"][1],) if info["ndim"] == 1 else tuple(info["shape"])
+            key = (json.dumps(info["layout"], sort_keys=True), bool(info["sparse"]))
             ps._create(
                 n,
                 shape,
@@ -70,7 +76,9 @@ def load_into(ps: PSContext, url: str, arrays: list[str] | None = None) -> dict[
                 InitSpec.from_dict(info["init"]),
                 bool(info["sparse"]),
                 partitioner=_StoredLayout(info["layout"]),
+                like=placed.get(key),
             )
+            placed.setdefault(key, n)
             created.append(n)
         ps.client.sync(ps._scheduler.daskangel_restore, ctx=ps.id, url=version_url, arrays=names)
     except BaseException:

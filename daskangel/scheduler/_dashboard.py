@@ -56,6 +56,7 @@ _TASK_COLUMNS = [
     ("calls", "calls"),
     ("latency_ms", "latency (ms)"),
     ("cache_hits", "cache hits"),
+    ("metrics", "reported metrics"),
 ]
 _SERVER_COLUMNS = [
     ("id", "server"),

@@ -31,7 +31,7 @@ from ._registry import ArrayRegistry
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
-__all__ = ["WRITE_OPS", "StatusService", "server_row", "task_rows"]
+__all__ = ["WRITE_OPS", "StatusService", "format_metrics", "server_row", "task_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,11 @@ def server_row(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def format_metrics(metrics: dict[str, float] | None) -> str:
+    """The metrics a task reported last, as ``"k=v k=v"`` (4 significant digits)."""
+    return " ".join(f"{k}={v:.4g}" for k, v in (metrics or {}).items())
+
+
 def task_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
     """One status row per task of a job summary (see ``Job.summary``)."""
     rows = []
@@ -93,6 +98,7 @@ def task_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
                 "calls": calls,
                 "latency_ms": 1000.0 * float(st.get("seconds", 0.0)) / calls if calls else 0.0,
                 "cache_hits": int(st.get("cache_hits", 0)),
+                "metrics": format_metrics(st.get("metrics")),
             }
         )
     return rows

@@ -165,6 +165,7 @@ class TaskContext(GroupChannel):
         self._t0 = time.time()
         self._waited = 0.0
         self._metrics: dict[str, Any] = {}
+        self._last_metrics: dict[str, float] = {}  # newest numeric reports, ride on ticks
         # [{"task", "group", "clock", "time", "waited", **metrics}] one per clock()
         self.history: list[dict[str, Any]] = []
         GroupChannel.__init__(self)
@@ -318,6 +319,8 @@ class TaskContext(GroupChannel):
     def _stats(self) -> dict[str, Any]:
         st: dict[str, Any] = self._agent.task_counters(self._key)
         st["waited"] = self._waited
+        if self._last_metrics:
+            st["metrics"] = dict(self._last_metrics)
         return st
 
     def epochs(self, n: int | None = None) -> Iterator[int]:
@@ -335,11 +338,17 @@ class TaskContext(GroupChannel):
         yield from range(min(self._start_clock, n), n)
 
     def report(self, **metrics: Any) -> None:
-        """Record metrics for this clock; they land in ``TrainResult.history``."""
+        """Record metrics for this clock; they land in ``TrainResult.history``.
+
+        Numeric values also ride on the next clock tick to the scheduler, so the
+        progress bar, ``ps.status()`` and the dashboard show the newest ones.
+        """
         for k, v in metrics.items():
             if k in ("task", "group", "clock", "time", "waited"):
                 raise ValueError(f"{k}: reserved history column; pick another metric name")
             self._metrics[k] = v
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self._last_metrics[k] = float(v)
 
     def flush(self) -> None:
         """Push every buffered increment of this worker now and wait until applied."""

@@ -238,6 +238,9 @@ class Trainer:
                         )
                 if bar is not None:
                     bar.n = sum(table["clocks"])
+                    post = _mean_metrics(table)
+                    if post:
+                        bar.set_postfix(post, refresh=False)
                     bar.refresh()
                 if failure is not None and pending:
                     self._drain(pending, outs)
@@ -342,6 +345,15 @@ class Trainer:
             restarts=self.recovery.restarts,
             rollbacks=self.recovery.rollbacks,
         )
+
+
+def _mean_metrics(table: dict[str, Any]) -> dict[str, str]:
+    """Mean over tasks of the numeric metrics they reported last (for the bar)."""
+    sums: dict[str, list[float]] = {}
+    for info in table.get("tasks", []):
+        for k, v in ((info.get("stats") or {}).get("metrics") or {}).items():
+            sums.setdefault(k, []).append(float(v))
+    return {k: f"{sum(v) / len(v):.4g}" for k, v in sums.items()}
 
 
 def train(

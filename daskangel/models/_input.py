@@ -1,0 +1,152 @@
+"""What a linear model accepts as data, turned into a persisted data-layer Dataset.
+
+numpy arrays, ``scipy.sparse`` matrices and pandas frames are checked like
+scikit-learn checks them (finite, 2-D, numeric) and spread over the workers
+with :func:`daskangel.data.from_array`; dask arrays and dataframes go there
+without being computed on the driver; a daskangel ``Dataset`` (e.g.
+``angel.data.read_libsvm(...)``) is used as it is (persisted if it is not).
+
+Classifier labels given with ``X`` are encoded on the driver (``classes_`` may
+be strings); a Dataset's labels are numbers and are their own classes.
+
+Example
+-------
+>>> import numpy as np
+>>> classes, y = encode_labels(np.array(["b", "a", "b"]), None)
+>>> classes.tolist(), y.tolist()
+(['a', 'b'], [1.0, 0.0, 1.0])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..data import Dataset, from_array
+
+__all__ = ["Prepared", "as_dataset", "dataset_classes", "encode_labels", "is_dask"]
+
+
+def is_dask(x: Any) -> bool:
+    return hasattr(x, "dask") and hasattr(x, "__dask_graph__")
+
+
+def encode_labels(y: np.ndarray, classes: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, y as class indices)``; labels outside given ``classes`` raise."""
+    y = np.asarray(y)
+    if classes is None:
+        classes, inv = np.unique(y, return_inverse=True)
+        return classes, inv.astype(np.float64)
+    classes = np.asarray(classes)
+    idx = np.clip(np.searchsorted(classes, y), 0, len(classes) - 1)
+    bad = classes[idx] != y
+    if bad.any():
+        raise ValueError(
+            f"y: label {y[bad][0]!r} is not one of the classes {classes.tolist()} "
+            "(pass every class to the first partial_fit as classes=)"
+        )
+    return classes, idx.astype(np.float64)
+
+
+class Prepared:
+    """A persisted Dataset for training or prediction, and whether we made it."""
+
+    def __init__(
+        self,
+        ds: Dataset,
+        owned: bool,
+        classes: np.ndarray | None,
+        encoded: bool = False,
+        native: bool = False,
+    ) -> None:
+        self.ds = ds
+        self.owned = owned
+        self.classes = classes  # the classes found (or given), in label order
+        self.encoded = encoded  # True: the rows carry class indices, not the labels
+        self.native = native  # True: the input was a daskangel Dataset
+
+    def release(self) -> None:
+        if self.owned:
+            self.ds.release()
+
+
+def _check_local(est: Any, X: Any, y: Any, classifier: bool, reset: bool) -> tuple[Any, Any]:
+    from sklearn.utils.validation import check_array, check_X_y
+
+    if y is None:
+        raise ValueError(
+            f"y: {type(est).__name__} needs labels with X (only a daskangel Dataset carries its own)"
+        )
+    X, y = check_X_y(
+        X,
+        y,
+        accept_sparse="csr",
+        dtype=[np.float64, np.float32],
+        y_numeric=not classifier,
+        multi_output=False,
+    )
+    check_array(X, accept_sparse="csr")
+    return X, y
+
+
+def dataset_classes(ds: Dataset) -> np.ndarray:
+    """Sorted distinct labels of a persisted Dataset (computed on its workers)."""
+
+    def labels(p: Any) -> np.ndarray:
+        return np.unique(p.csr().labels)
+
+    parts = ds.client.gather(ds.map_partitions(labels)) if ds.partitions else []  # type: ignore[union-attr]
+    if not parts:
+        return np.zeros(0)
+    return np.unique(np.concatenate(parts)).astype(np.float64)
+
+
+def as_dataset(
+    est: Any,
+    X: Any,
+    y: Any,
+    client: Any,
+    n_tasks: int,
+    *,
+    classifier: bool,
+    classes: np.ndarray | None,
+) -> Prepared:
+    """Turn ``X, y`` into a persisted Dataset with ``n_tasks`` partitions."""
+    if isinstance(X, Dataset):
+        if y is not None:
+            raise ValueError("y: a daskangel Dataset carries its own labels; pass y=None")
+        owned = not X.persisted
+        ds = X.persist(client, n_partitions=n_tasks) if owned else X
+        found = dataset_classes(ds) if classifier else None
+        if classifier and classes is not None and found is not None:
+            extra = sorted(set(found.tolist()) - {float(c) for c in classes})
+            if extra:
+                raise ValueError(
+                    f"y: labels {extra} of the Dataset are not among the classes "
+                    f"{np.asarray(classes).tolist()}"
+                )
+            found = np.asarray(classes)
+        return Prepared(ds, owned, found, native=True)
+    if hasattr(X, "to_dask_array"):  # dask DataFrame / Series
+        X = X.to_dask_array(lengths=True)
+    if y is not None and hasattr(y, "to_dask_array"):
+        y = y.to_dask_array(lengths=True)
+    if is_dask(X) or is_dask(y):
+        if y is None:
+            raise ValueError(f"y: {type(est).__name__} needs labels with X")
+        found = None
+        if classifier:
+            import dask.array as da
+
+            yd = y if is_dask(y) else da.from_array(np.asarray(y))
+            found, _ = encode_labels(np.asarray(da.unique(yd).compute()), classes)
+            y = yd.map_blocks(lambda b, c=found: np.searchsorted(c, b).astype(np.float64))
+        ds = from_array(X, y).persist(client, n_partitions=n_tasks)
+        return Prepared(ds, True, found, encoded=classifier)
+    X, y = _check_local(est, X, y, classifier, True)
+    found = None
+    if classifier:
+        found, y = encode_labels(y, classes)
+    ds = from_array(X, np.asarray(y, np.float64)).persist(client, n_partitions=n_tasks)
+    return Prepared(ds, True, found, encoded=classifier)

@@ -1,0 +1,316 @@
+"""Compiled hot loops of the linear models: CSR margins, minibatch gradients, local SGD.
+
+Every kernel takes one partition's rows as CSR arrays whose column indices are
+*local*: positions in the partition's sorted key list (Angel's pruned keys), so
+the weights a task works on are a dense ``(n_keys, K)`` float64 array ``W``
+pulled for those keys only.  With ``has_bias`` the last row of ``W`` is the
+intercept (a feature that is 1 in every row and is never regularised).
+
+Losses (``kind``): ``LOGISTIC`` (labels ±1), ``HINGE``, ``SQ_HINGE`` (±1),
+``SQUARED`` and ``HUBER`` (real targets, ``eps`` = Huber's threshold) with
+``K = 1``, and ``SOFTMAX`` (labels are class indices, ``K`` classes).
+
+All kernels are ``numba.njit(nogil=True)``: tasks of one worker run them in
+parallel threads.
+
+Example
+-------
+>>> import numpy as np
+>>> ip, ix, dx = np.array([0, 1, 2]), np.array([0, 1]), np.array([1.0, 1.0])
+>>> W = np.array([[2.0], [-1.0], [0.5]])        # two features and the bias
+>>> margins(ip, ix, dx, W, True).ravel().tolist()
+[2.5, -0.5]
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "HINGE",
+    "HUBER",
+    "KINDS",
+    "LOGISTIC",
+    "SOFTMAX",
+    "SQUARED",
+    "SQ_HINGE",
+    "N_STATS",
+    "batch_keys",
+    "eval_stats",
+    "grad_rows",
+    "local_sgd",
+    "margins",
+]
+
+LOGISTIC, HINGE, SQ_HINGE, SQUARED, HUBER, SOFTMAX = 0, 1, 2, 3, 4, 5
+KINDS = {
+    "logistic": LOGISTIC,
+    "hinge": HINGE,
+    "squared_hinge": SQ_HINGE,
+    "squared": SQUARED,
+    "huber": HUBER,
+    "softmax": SOFTMAX,
+}
+# eval_stats columns: rows, loss, correct, squared error, absolute error, log-loss
+N_STATS = 6
+# AUC histograms bin the margin on [-AUC_RANGE, AUC_RANGE]
+AUC_RANGE = 16.0
+
+
+@njit(nogil=True, cache=True)
+def _dloss(kind: int, m: float, y: float, eps: float) -> tuple[float, float]:  # pragma: no cover
+    """(loss, d loss / d margin) of one row for the scalar losses."""
+    if kind == LOGISTIC:
+        z = y * m
+        if z > 0:
+            e = math.exp(-z)
+            return math.log1p(e), -y * e / (1.0 + e)
+        e = math.exp(z)
+        return -z + math.log1p(e), -y / (1.0 + e)
+    if kind == HINGE:
+        z = y * m
+        if z < 1.0:
+            return 1.0 - z, -y
+        return 0.0, 0.0
+    if kind == SQ_HINGE:
+        z = 1.0 - y * m
+        if z > 0.0:
+            return z * z, -2.0 * y * z
+        return 0.0, 0.0
+    r = m - y
+    if kind == SQUARED:
+        return 0.5 * r * r, r
+    a = abs(r)  # HUBER
+    if a <= eps:
+        return 0.5 * r * r, r
+    return eps * a - 0.5 * eps * eps, eps if r > 0 else -eps
+
+
+@njit(nogil=True, cache=True)
+def _row_margin(indptr, indices, data, W, has_bias, r, k):  # type: ignore[no-untyped-def]  # pragma: no cover
+    s = W[W.shape[0] - 1, k] if has_bias else 0.0
+    for q in range(indptr[r], indptr[r + 1]):
+        s += W[indices[q], k] * data[q]
+    return s
+
+
+@njit(nogil=True, cache=True)
+def _softmax_d(m, y):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Cross-entropy loss of margins ``m`` for class ``y``; ``m`` becomes p - onehot."""
+    mx = m.max()
+    s = 0.0
+    for k in range(m.shape[0]):
+        m[k] = math.exp(m[k] - mx)
+        s += m[k]
+    yi = int(y)
+    loss = -math.log(max(m[yi] / s, 1e-300))
+    for k in range(m.shape[0]):
+        m[k] /= s
+    m[yi] -= 1.0
+    return loss
+
+
+@njit(nogil=True, cache=True)
+def _row_d(kind, m, y, eps):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Loss of one row with margins ``m``; ``m`` becomes d loss / d margins.
+
+    ``K > 1`` with a scalar loss is one-vs-rest: column ``k`` sees label +1 for
+    class ``k`` and -1 otherwise.
+    """
+    if kind == SOFTMAX:
+        return _softmax_d(m, y)
+    K = m.shape[0]
+    if K == 1:
+        lv, d = _dloss(kind, m[0], y, eps)
+        m[0] = d
+        return lv
+    loss = 0.0
+    yi = int(y)
+    for k in range(K):
+        lv, d = _dloss(kind, m[k], 1.0 if k == yi else -1.0, eps)
+        loss += lv
+        m[k] = d
+    return loss
+
+
+@njit(nogil=True, cache=True)
+def margins(indptr, indices, data, W, has_bias):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """``X @ W[:-1] + W[-1]`` (or without the bias row) as an ``(n_rows, K)`` array."""
+    n = indptr.shape[0] - 1
+    K = W.shape[1]
+    out = np.empty((n, K))
+    for r in range(n):
+        for k in range(K):
+            out[r, k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
+    return out
+
+
+@njit(nogil=True, cache=True)
+def batch_keys(indptr, indices, rows, mark, stamp):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Sorted distinct local keys of ``rows`` (``mark`` is scratch, ``stamp`` unique per call)."""
+    out = np.empty(64, np.int64)
+    n = 0
+    for r in rows:
+        for q in range(indptr[r], indptr[r + 1]):
+            j = indices[q]
+            if mark[j] != stamp:
+                mark[j] = stamp
+                if n == out.shape[0]:
+                    bigger = np.empty(2 * n, np.int64)
+                    bigger[:n] = out[:n]
+                    out = bigger
+                out[n] = j
+                n += 1
+    return np.sort(out[:n])
+
+
+@njit(nogil=True, cache=True)
+def grad_rows(indptr, indices, data, y, rows, W, kind, eps, has_bias, G):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Add the loss gradient of ``rows`` to ``G`` (same shape as ``W``); return the loss sum."""
+    K = W.shape[1]
+    nb = W.shape[0] - 1
+    m = np.empty(K)
+    loss = 0.0
+    for r in rows:
+        for k in range(K):
+            m[k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
+        loss += _row_d(kind, m, y[r], eps)
+        for q in range(indptr[r], indptr[r + 1]):
+            j = indices[q]
+            x = data[q]
+            for k in range(K):
+                G[j, k] += m[k] * x
+        if has_bias:
+            for k in range(K):
+                G[nb, k] += m[k]
+    return loss
+
+
+@njit(nogil=True, cache=True)
+def _catch_up(W, last, j, t, decay, shrink):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Apply the L2 decay and L1 shrinkage of steps ``last[j] .. t-1`` to key ``j``."""
+    gap = t - last[j]
+    if gap <= 0:
+        return
+    f = decay**gap
+    c = shrink * gap
+    for k in range(W.shape[1]):
+        w = W[j, k] * f
+        if c > 0.0:
+            if w > c:
+                w -= c
+            elif w < -c:
+                w += c
+            else:
+                w = 0.0
+        W[j, k] = w
+    last[j] = t
+
+
+@njit(nogil=True, cache=True)
+def local_sgd(  # type: ignore[no-untyped-def]  # pragma: no cover
+    indptr, indices, data, y, order, W, kind, eps, has_bias, eta, alpha, l1, batch
+):
+    """Local minibatch SGD over ``order`` (MA-SGD's inner loop), in place on ``W``.
+
+    Regularisation is lazy (Bottou): a key's L2 decay ``(1 - eta alpha)`` and L1
+    shrinkage ``eta l1`` of the steps since it was last touched are applied when a
+    row touches it again and once at the end, so a step costs the row's nnz, not
+    the model size.  Returns ``(loss sum, steps)``.
+    """
+    K = W.shape[1]
+    nk = W.shape[0]
+    nf = nk - 1 if has_bias else nk
+    decay = max(0.0, 1.0 - eta * alpha)
+    shrink = eta * l1
+    last = np.zeros(nk, np.int64)
+    mark = np.full(nk, -1, np.int64)
+    touched = np.empty(nk, np.int64)
+    gbuf = np.zeros((nk, K))
+    m = np.empty(K)
+    loss = 0.0
+    t = 0
+    n = order.shape[0]
+    i = 0
+    while i < n:
+        end = min(i + batch, n)
+        nt = 0
+        for p in range(i, end):
+            r = order[p]
+            for q in range(indptr[r], indptr[r + 1]):
+                _catch_up(W, last, indices[q], t, decay, shrink)
+            for k in range(K):
+                m[k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
+            loss += _row_d(kind, m, y[r], eps)
+            for q in range(indptr[r], indptr[r + 1]):
+                j = indices[q]
+                if mark[j] != t:
+                    mark[j] = t
+                    touched[nt] = j
+                    nt += 1
+                x = data[q]
+                for k in range(K):
+                    gbuf[j, k] += m[k] * x
+            if has_bias:
+                for k in range(K):
+                    gbuf[nk - 1, k] += m[k]
+        step = eta / (end - i)
+        for u in range(nt):
+            j = touched[u]
+            for k in range(K):
+                W[j, k] -= step * gbuf[j, k]
+                gbuf[j, k] = 0.0
+        if has_bias:
+            for k in range(K):
+                W[nk - 1, k] -= step * gbuf[nk - 1, k]
+                gbuf[nk - 1, k] = 0.0
+        t += 1
+        i = end
+    for j in range(nf):
+        _catch_up(W, last, j, t, decay, shrink)
+    return loss, t
+
+
+@njit(nogil=True, cache=True)
+def eval_stats(indptr, indices, data, y, W, kind, eps, has_bias, nbins):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Validation sums over all rows, and AUC histograms of the margin by class.
+
+    Returns ``(stats, hist)``: ``stats`` = rows, loss sum, correct, squared
+    error, absolute error, log-loss sum; ``hist`` is ``(2, nbins)``: counts of
+    negatives and positives per margin bin on ``[-16, 16]`` (binary only).
+    """
+    n = indptr.shape[0] - 1
+    K = W.shape[1]
+    st = np.zeros(N_STATS)
+    hist = np.zeros((2, nbins))
+    m = np.empty(K)
+    width = 2.0 * AUC_RANGE / nbins
+    for r in range(n):
+        for k in range(K):
+            m[k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
+        st[0] += 1.0
+        if K > 1:
+            pred = np.argmax(m)
+            st[2] += 1.0 if pred == int(y[r]) else 0.0
+            lv = _row_d(kind, m, y[r], eps)
+            st[1] += lv
+            st[5] += lv
+            continue
+        lv, _d = _dloss(kind, m[0], y[r], eps)
+        st[1] += lv
+        if kind == SQUARED or kind == HUBER:
+            e = m[0] - y[r]
+            st[3] += e * e
+            st[4] += abs(e)
+            continue
+        pos = y[r] > 0
+        st[2] += 1.0 if (m[0] > 0) == pos else 0.0
+        ll, _d2 = _dloss(LOGISTIC, m[0], y[r], 0.0)
+        st[5] += ll
+        b = int((min(max(m[0], -AUC_RANGE), AUC_RANGE) + AUC_RANGE) / width)
+        b = min(b, nbins - 1)
+        hist[1 if pos else 0, b] += 1.0
+    return st, hist

@@ -1,0 +1,95 @@
+"""Margins of a fitted linear model on any input: local in, local out; dask in, dask out.
+
+* numpy / ``scipy.sparse`` / pandas: checked like scikit-learn checks them and
+  computed here (``X @ W[:-1] + W[-1]``);
+* a dask array or dataframe: a lazy dask array, one block per row chunk
+  (the weights travel once, as one graph key);
+* a daskangel Dataset: each partition is scored on the worker holding it and
+  the result is a dask array over those futures (rows in partition order).
+
+Example
+-------
+>>> import numpy as np
+>>> W = np.array([[1.0], [2.0], [0.5]])
+>>> local_margins(np.array([[1.0, 0.0], [0.0, 1.0]]), W).ravel().tolist()
+[1.5, 2.5]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..data import Dataset
+from ._input import is_dask
+
+__all__ = ["local_margins", "map_rows", "margins_of"]
+
+
+def local_margins(X: Any, W: np.ndarray) -> np.ndarray:
+    """``X @ W[:-1] + W[-1]`` for a numpy or scipy.sparse ``X`` (float64, ``(n, K)``)."""
+    out = X @ W[:-1]
+    return np.asarray(out, np.float64).reshape(X.shape[0], -1) + W[-1]
+
+
+def _partition_margins(part: Any, W: np.ndarray) -> np.ndarray:
+    X = part.csr().to_scipy()
+    n = min(X.shape[1], W.shape[0] - 1)
+    if X.shape[1] != n:
+        X = X[:, :n]
+    return local_margins(X, np.vstack([W[:n], W[-1:]]))
+
+
+def map_rows(m: Any, fn: Any, dtype: Any, two_d: bool) -> Any:
+    """``fn`` applied to margin blocks of a numpy or dask ``(n, K)`` array."""
+    if not is_dask(m):
+        return fn(m)
+    if two_d:
+        return m.map_blocks(fn, dtype=dtype)
+    return m.map_blocks(fn, drop_axis=1, dtype=dtype)
+
+
+def margins_of(est: Any, X: Any, W: np.ndarray) -> Any:
+    """Margins ``(n, K)`` of ``X`` under weights ``W`` (see the module docstring)."""
+    K = W.shape[1]
+    if isinstance(X, Dataset):
+        import dask
+        import dask.array as da
+
+        ds = X if X.persisted else X.persist()
+        client = ds.client
+        assert client is not None
+        [wf] = client.scatter([W], broadcast=True)
+        futs = ds.map_partitions(_partition_margins, wf)
+        blocks = [
+            da.from_delayed(dask.delayed(f), shape=(info.n_rows, K), dtype=np.float64)
+            for f, info in zip(futs, ds.info, strict=True)
+        ]
+        if not blocks:
+            return da.zeros((0, K), chunks=((0,), (K,)))
+        return da.concatenate(blocks, axis=0)
+    if hasattr(X, "to_dask_array"):
+        X = X.to_dask_array(lengths=True)
+    if is_dask(X):
+        import dask
+
+        if X.ndim != 2 or X.shape[1] != est.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[-1] if X.ndim else 0} features, but {type(est).__name__} "
+                f"is expecting {est.n_features_in_} features as input"
+            )
+        Xr = X.rechunk({1: -1})
+        wd = dask.delayed(W, pure=True)
+        return Xr.map_blocks(
+            local_margins, wd, dtype=np.float64, chunks=(Xr.chunks[0], (K,))
+        )
+    from sklearn.utils.validation import check_array
+
+    X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
+    if X.shape[1] != est.n_features_in_:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but {type(est).__name__} is expecting "
+            f"{est.n_features_in_} features as input"
+        )
+    return local_margins(X, W)

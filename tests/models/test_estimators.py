@@ -1,0 +1,149 @@
+"""Each estimator recovers a planted model; each solver converges under BSP and SSP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from distributed import Client
+
+import daskangel as angel
+from daskangel import models
+
+from .conftest import planted
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.corrcoef(np.ravel(a), np.ravel(b))[0, 1])
+
+
+def test_logistic_regression_recovers_planted_model(client: Client) -> None:
+    X, y, w = planted()
+    clf = models.LogisticRegression(max_iter=8).fit(X, y)
+    assert clf.coef_.shape == (1, 20) and clf.intercept_.shape == (1,)
+    assert _corr(clf.coef_, w) > 0.99
+    assert clf.score(X, y) > 0.96
+    proba = clf.predict_proba(X[:5])
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    h = clf.history_
+    assert list(h.epoch) == list(range(1, len(h) + 1))
+    assert {"train_loss", "val_loss", "val_accuracy", "val_logloss", "val_auc"} <= set(h)
+    assert h.val_auc.iloc[-1] > 0.99
+    assert h.train_loss.iloc[-1] < h.train_loss.iloc[0]
+
+
+def test_softmax_recovers_planted_classes(client: Client) -> None:
+    X, y, _ = planted(kind="multiclass")
+    clf = models.SoftmaxRegression(max_iter=8).fit(X, y)
+    assert clf.coef_.shape == (3, 20)
+    assert clf.score(X, y) > 0.93
+    assert clf.predict_proba(X[:3]).shape == (3, 3)
+    lr = models.LogisticRegression(max_iter=8).fit(X, y)  # > 2 classes: multinomial
+    assert lr.score(X, y) > 0.93
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_linear_svc_recovers_planted_separator(client: Client, loss: str) -> None:
+    X, y, w = planted()
+    svc = models.LinearSVC(loss=loss, max_iter=8).fit(X, y)
+    assert svc.score(X, y) > 0.95
+    assert _corr(svc.coef_, w) > 0.98
+    assert svc.decision_function(X[:4]).shape == (4,)
+
+
+def test_regressors_recover_planted_coefficients(client: Client) -> None:
+    X, y, w = planted(kind="regression")
+    for est in (models.LinearRegression(max_iter=10), models.Ridge(alpha=1e-4, max_iter=10)):
+        est.fit(X, y)
+        assert np.abs(est.coef_ - w).max() < 0.05, type(est).__name__
+        assert est.intercept_ == pytest.approx(0.3, abs=0.05)
+        assert est.score(X, y) > 0.99
+        assert {"val_rmse", "val_mae"} <= set(est.history_)
+
+
+def test_huber_is_robust_to_outliers(client: Client) -> None:
+    X, y, w = planted(kind="regression")
+    y = y.copy()
+    y[::20] += 50.0  # 5 % gross outliers
+    hub = models.HuberRegressor(max_iter=10, validation_fraction=0.0).fit(X, y)
+    sq = models.LinearRegression(max_iter=10, validation_fraction=0.0).fit(X, y)
+    err_h = np.abs(hub.coef_ - w).max()
+    assert err_h < 0.1
+    assert err_h < np.abs(sq.coef_ - w).max()
+
+
+def test_l1_models_find_the_sparse_support(client: Client) -> None:
+    X, y, w = planted(kind="regression", sparse_w=True)
+    lasso = models.Lasso(l1=0.05, max_iter=60).fit(X, y)
+    assert (np.abs(lasso.coef_[5:]) < 1e-12).all()  # OWL-QN: exact zeros
+    assert (np.abs(lasso.coef_[:5]) > 0.1).all()
+    Xb, yb, _ = planted(sparse_w=True, seed=1)
+    sparse_lr = models.LogisticRegression(solver="ftrl", l1=1.0, learning_rate=0.5, max_iter=5)
+    sparse_lr.fit(Xb, yb)
+    assert (sparse_lr.coef_ == 0).sum() >= 5
+    assert sparse_lr.score(Xb, yb) > 0.9
+
+
+SOLVER_KW = {
+    "ma-sgd": {},
+    "sgd": {"batch_size": 128, "learning_rate": 0.5},
+    "ftrl": {"batch_size": 128, "learning_rate": 0.5},
+    "lbfgs": {"max_iter": 30},
+    "owlqn": {"max_iter": 30, "l1": 1e-4},
+}
+
+
+@pytest.mark.parametrize("sync", ["bsp", "ssp:1"])
+@pytest.mark.parametrize("solver", list(SOLVER_KW))
+def test_each_solver_converges_under_bsp_and_ssp(client: Client, solver: str, sync: str) -> None:
+    X, y, w = planted(n=1600, seed=2)
+    kw = {"max_iter": 6, **SOLVER_KW[solver]}
+    clf = models.LogisticRegression(solver=solver, sync=sync, early_stopping=False, **kw)
+    clf.fit(X, y)
+    assert clf.score(X, y) > 0.94, clf.history_
+    assert _corr(clf.coef_, w) > 0.97
+    loss = clf.history_.train_loss
+    assert loss.iloc[-1] < loss.iloc[0]
+    res = clf.train_result_
+    assert res.max_lead <= (0 if sync == "bsp" or solver in ("lbfgs", "owlqn") else 1)
+
+
+def test_early_stopping_stops_every_task_at_the_same_epoch(client: Client) -> None:
+    X, y, _ = planted(n=1200, seed=3)
+    clf = models.LogisticRegression(max_iter=40, tol=1e-2, n_iter_no_change=2, sync="ssp:1")
+    clf.fit(X, y)
+    assert clf.n_iter_ < 40
+    epochs = {r["epochs"] for r in clf.train_result_.results}
+    assert epochs == {clf.n_iter_}
+    assert len(clf.history_) == clf.n_iter_
+
+
+def test_metrics_reach_status_and_history_of_the_job(client: Client) -> None:
+    X, y, _ = planted(n=800)
+    with angel.PSContext(client) as ps:
+        clf = models.LogisticRegression(max_iter=3, ps=ps, early_stopping=False).fit(X, y)
+        st = ps.status()
+        tasks = st[st.kind == "task"]
+        assert tasks.metrics.str.contains("val_auc=").all()
+        hist = clf.train_result_.history
+        assert "val_loss" in hist
+        assert clf.ps_array.shape == (21,)
+        clf.close()
+        with pytest.raises(AttributeError, match="no weights on a PS"):
+            clf.ps_array  # noqa: B018
+        assert clf.score(X, y) > 0.9  # pulled before closing
+
+
+def test_bad_parameters_name_the_argument(client: Client) -> None:
+    X, y, _ = planted(n=100)
+    with pytest.raises(ValueError, match="solver"):
+        models.LogisticRegression(solver="newton").fit(X, y)
+    with pytest.raises(ValueError, match="learning_rate"):
+        models.LogisticRegression(learning_rate=-1).fit(X, y)
+    with pytest.raises(ValueError, match="sync"):
+        models.LogisticRegression(sync="ssp:x").fit(X, y)
+    with pytest.raises(ValueError, match="owlqn"):
+        models.LogisticRegression(solver="lbfgs", l1=0.1).fit(X, y)
+    with pytest.raises(ValueError, match="2 classes"):
+        models.LogisticRegression().fit(X, np.zeros(100))

@@ -1,0 +1,135 @@
+"""The compiled kernels against plain numpy (no cluster)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.metrics import roc_auc_score
+
+from daskangel.models._kernels import (
+    HINGE,
+    HUBER,
+    LOGISTIC,
+    SOFTMAX,
+    SQ_HINGE,
+    SQUARED,
+    batch_keys,
+    eval_stats,
+    grad_rows,
+    local_sgd,
+    margins,
+)
+from daskangel.models._metrics import auc_from_hist, should_stop
+from daskangel.models._task import split_rows
+from daskangel.data._batch import CSRBatch
+
+
+def _csr(n: int = 40, d: int = 12, seed: int = 0) -> sp.csr_matrix:
+    rng = np.random.default_rng(seed)
+    return sp.random(n, d, density=0.3, format="csr", random_state=rng, dtype=np.float64)
+
+
+def _loss_np(kind: int, m: np.ndarray, y: np.ndarray, eps: float = 1.0) -> np.ndarray:
+    if kind == LOGISTIC:
+        return np.logaddexp(0, -y * m)
+    if kind == HINGE:
+        return np.maximum(0, 1 - y * m)
+    if kind == SQ_HINGE:
+        return np.maximum(0, 1 - y * m) ** 2
+    r = m - y
+    if kind == SQUARED:
+        return 0.5 * r * r
+    return np.where(np.abs(r) <= eps, 0.5 * r * r, eps * np.abs(r) - 0.5 * eps * eps)
+
+
+@pytest.mark.parametrize("kind", [LOGISTIC, HINGE, SQ_HINGE, SQUARED, HUBER])
+def test_grad_rows_matches_finite_differences(kind: int) -> None:
+    X = _csr()
+    rng = np.random.default_rng(1)
+    y = rng.choice([-1.0, 1.0], X.shape[0]) if kind <= SQ_HINGE else rng.normal(size=X.shape[0])
+    W = rng.normal(size=(X.shape[1] + 1, 1)) * 0.3
+    rows = np.arange(X.shape[0])
+    G = np.zeros_like(W)
+    loss = grad_rows(X.indptr, X.indices, X.data, y, rows, W, kind, 1.0, True, G)
+    m = X @ W[:-1, 0] + W[-1, 0]
+    assert loss == pytest.approx(_loss_np(kind, m, y).sum())
+    h = 1e-6
+    for j in [0, 3, X.shape[1]]:
+        Wp, Wm = W.copy(), W.copy()
+        Wp[j] += h
+        Wm[j] -= h
+        fp = _loss_np(kind, X @ Wp[:-1, 0] + Wp[-1, 0], y).sum()
+        fm = _loss_np(kind, X @ Wm[:-1, 0] + Wm[-1, 0], y).sum()
+        assert G[j, 0] == pytest.approx((fp - fm) / (2 * h), rel=1e-4, abs=1e-6)
+
+
+def test_softmax_gradient_and_margins() -> None:
+    X = _csr()
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 3, X.shape[0]).astype(np.float64)
+    W = rng.normal(size=(X.shape[1] + 1, 3))
+    M = margins(X.indptr, X.indices, X.data, W, True)
+    np.testing.assert_allclose(M, X @ W[:-1] + W[-1])
+    G = np.zeros_like(W)
+    loss = grad_rows(X.indptr, X.indices, X.data, y, np.arange(X.shape[0]), W, SOFTMAX, 0.0, True, G)
+    P = np.exp(M - M.max(1, keepdims=True))
+    P /= P.sum(1, keepdims=True)
+    assert loss == pytest.approx(-np.log(P[np.arange(len(y)), y.astype(int)]).sum())
+    P[np.arange(len(y)), y.astype(int)] -= 1
+    np.testing.assert_allclose(G[:-1], X.T @ P, rtol=1e-10)
+    np.testing.assert_allclose(G[-1], P.sum(0), rtol=1e-10)
+
+
+def test_local_sgd_lazy_l2_equals_eager_updates() -> None:
+    """Per-row SGD with lazy regularisation gives the weights of the eager loop."""
+    X = _csr(30, 8, 3)
+    rng = np.random.default_rng(3)
+    y = rng.choice([-1.0, 1.0], X.shape[0])
+    W = rng.normal(size=(9, 1)) * 0.1
+    order = rng.permutation(X.shape[0])
+    eta, alpha = 0.1, 0.05
+    lazy = W.copy()
+    local_sgd(X.indptr, X.indices, X.data, y, order, lazy, LOGISTIC, 0.0, True, eta, alpha, 0.0, 1)
+    eager = W.copy()
+    for r in order:
+        x = X[r].toarray().ravel()
+        m = x @ eager[:-1, 0] + eager[-1, 0]
+        d = -y[r] / (1 + np.exp(y[r] * m))
+        eager[:-1, 0] -= eta * d * x
+        eager[-1, 0] -= eta * d
+        eager[:-1, 0] *= 1 - eta * alpha  # the step's decay (bias not regularised)
+    np.testing.assert_allclose(lazy, eager, rtol=1e-9, atol=1e-12)
+
+
+def test_batch_keys_and_split_rows() -> None:
+    X = _csr(10, 20, 4)
+    mark = np.full(20, -1, np.int64)
+    keys = batch_keys(X.indptr, X.indices, np.array([1, 4]), mark, 0)
+    assert keys.tolist() == sorted(set(X[1].indices) | set(X[4].indices))
+    rows = CSRBatch.from_arrays(X.indptr, X.indices, X.data, np.arange(10), 20)
+    d = split_rows(rows, index=0, fraction=0.3, seed=0, n_features=20, has_bias=True)
+    assert d.train.n_rows == 7 and d.val.n_rows == 3
+    assert d.keys[-1] == 20
+    back = d.keys[d.train.indices]
+    orig = np.concatenate([X[int(r)].indices for r in d.y_train])
+    assert sorted(back.tolist()) == sorted(orig.tolist())
+
+
+def test_auc_from_histograms_matches_sklearn() -> None:
+    rng = np.random.default_rng(5)
+    X = _csr(400, 10, 5)
+    y = rng.choice([-1.0, 1.0], 400)
+    W = rng.normal(size=(11, 1))
+    st, hist = eval_stats(X.indptr, X.indices, X.data, y, W, LOGISTIC, 0.0, True, 4096)
+    m = X @ W[:-1, 0] + W[-1, 0]
+    assert st[0] == 400
+    assert st[2] == ((m > 0) == (y > 0)).sum()
+    assert auc_from_hist(hist[0], hist[1]) == pytest.approx(roc_auc_score(y > 0, m), abs=2e-3)
+
+
+def test_should_stop_rule() -> None:
+    h = [{"val_loss": v} for v in (1.0, 0.5, 0.49995, 0.4999, 0.49999)]
+    assert should_stop(h, "val_loss", 1e-3, 3)
+    assert not should_stop(h, "val_loss", 1e-6, 3)
+    assert not should_stop(h[:3], "val_loss", 1e-3, 3)
