@@ -9,7 +9,14 @@ Example
 
 from __future__ import annotations
 
-from . import _compat, config, data, errors, ops  # noqa: F401 - _compat registers serialisers
+from . import (  # noqa: F401 - _compat registers serialisers
+    _compat,
+    config,
+    data,
+    errors,
+    models,
+    ops,
+)
 from .context import PSContext
 from .persist import load_arrays
 from .psarray import (
@@ -22,8 +29,6 @@ from .psarray import (
     RangePartitioner,
 )
 from .train import ASP, BSP, SSP, TaskContext, Trainer, TrainResult, train
-
-from . import models  # noqa: E402 - models sit above the context and the runtime
 
 __version__ = "0.1.0"
 

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from distributed.protocol import to_serialize
 
+from .errors import InvalidArgumentError
+
 __all__ = ["TRANSPORTS", "actor_key", "call_server", "error_reply", "wrap_arrays"]
 
 _ERROR_KEY = "__daskangel_error__"
@@ -86,4 +88,4 @@ async def call_server(
             exc = resp["exception"]
             raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
         return _raise_if_error(resp["result"])
-    raise ValueError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")
+    raise InvalidArgumentError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")

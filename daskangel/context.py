@@ -30,7 +30,7 @@ from distributed import Client, default_client
 
 from . import config
 from ._wire import TRANSPORTS, actor_key
-from .errors import ContextClosedError, ShapeMismatchError
+from .errors import ContextClosedError, InvalidArgumentError, InvalidTypeError, ShapeMismatchError
 from .psarray import PSArray
 from .psarray._binding import Binding, get_binding
 from .psarray._blocks import InitSpec
@@ -88,7 +88,7 @@ def _dtype(dtype: Any) -> np.dtype:
     except TypeError:
         dt = None
     if dt is None or dt.name not in DTYPES:
-        raise TypeError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
+        raise InvalidTypeError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
     return dt
 
 
@@ -142,7 +142,7 @@ class PSContext:
         self.client = client if client is not None else default_client()
         self.transport = transport or config.get("daskangel.transport")
         if self.transport not in TRANSPORTS:
-            raise ValueError(f"transport: expected one of {TRANSPORTS}, got {self.transport!r}")
+            raise InvalidArgumentError(f"transport: expected one of {TRANSPORTS}, got {self.transport!r}")
         self.id = f"ctx-{uuid.uuid4().hex[:12]}"
         self.closed = False
         self._actors: list[Any] = []
@@ -170,7 +170,7 @@ class PSContext:
         self.servers = [ServerId(str(a), int(i)) for a, i in servers]
         every_clocks, every_seconds = _every(snapshot_every)
         if snapshot is None and snapshot_every is not None:
-            raise ValueError("snapshot_every: needs snapshot=<url> to write to")
+            raise InvalidArgumentError("snapshot_every: needs snapshot=<url> to write to")
         self.snapshot_url = snapshot
         self.snapshot_every_clocks = every_clocks
         self.recovery = recovery
@@ -238,7 +238,7 @@ class PSContext:
     ) -> PSArray:
         self._check_open()
         if not isinstance(name, str) or not _NAME.match(name):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"name: expected letters, digits, '_', '-' or '.' (not starting with '.'), "
                 f"got {name!r}"
             )
@@ -246,7 +246,7 @@ class PSContext:
         dt = _dtype(dtype)
         two_d = (1, shp[0]) if len(shp) == 1 else (shp[0], shp[1])
         if block_shape is not None and partitioner is not None:
-            raise ValueError("block_shape, partitioner: pass one or the other")
+            raise InvalidArgumentError("block_shape, partitioner: pass one or the other")
         if block_shape is not None:
             bs = _shape(block_shape)
             partitioner = BlockPartitioner((1, bs[0]) if len(bs) == 1 else (bs[0], bs[1]))
@@ -292,7 +292,7 @@ class PSContext:
         """A new array with every entry ``fill_value`` (missing sparse keys read it too)."""
         dt = _dtype(dtype)
         if dt.kind in "iu" and float(fill_value) != int(fill_value):
-            raise TypeError(f"fill_value: {fill_value!r} is not an integer, the array is {dt}")
+            raise InvalidTypeError(f"fill_value: {fill_value!r} is not an integer, the array is {dt}")
         return self._create(
             name, shape, dt, InitSpec("const", float(fill_value)), sparse, block_shape, partitioner
         )
@@ -324,7 +324,7 @@ class PSContext:
         elif dist == "normal":
             init = InitSpec("normal", float(loc), float(scale), int(seed), lazy=sparse)
         else:
-            raise ValueError(f"dist: expected 'uniform' or 'normal', got {dist!r}")
+            raise InvalidArgumentError(f"dist: expected 'uniform' or 'normal', got {dist!r}")
         return self._create(name, shape, dtype, init, sparse, block_shape, partitioner)
 
     def zeros_like(self, arr: PSArray, name: str | None = None, dtype: Any = None) -> PSArray:
@@ -343,7 +343,7 @@ class PSContext:
         shape = (m.shape[1],) if m.ndim == 1 else m.shape
         dt = _dtype(dtype or m.dtype)
         if dt.kind in "iu" and float(fill_value) != int(fill_value):
-            raise TypeError(f"fill_value: {fill_value!r} is not an integer, the array is {dt}")
+            raise InvalidTypeError(f"fill_value: {fill_value!r} is not an integer, the array is {dt}")
         name = name or f"{m.name}-like-{uuid.uuid4().hex[:8]}"
         part = _SameLayout(m)
         init = InitSpec("const", float(fill_value))
@@ -361,14 +361,14 @@ class PSContext:
         """
         self._check_open()
         if not arrays:
-            raise ValueError("arrays: expected at least one PSArray")
+            raise InvalidArgumentError("arrays: expected at least one PSArray")
         return arrays[0].psf(func, *arrays[1:], atomic=atomic)
 
     def psf_async(self, func: Any, *arrays: PSArray, atomic: bool = True) -> Any:
         """Start :meth:`psf`; return a :class:`~daskangel.psarray.PSFuture`."""
         self._check_open()
         if not arrays:
-            raise ValueError("arrays: expected at least one PSArray")
+            raise InvalidArgumentError("arrays: expected at least one PSArray")
         return arrays[0].psf_async(func, *arrays[1:], atomic=atomic)
 
     def from_array(
@@ -504,14 +504,14 @@ def _every(value: int | float | str | None) -> tuple[int | None, float | None]:
     if value is None:
         return None, None
     if isinstance(value, bool):
-        raise TypeError(f"snapshot_every: expected clocks (int) or seconds, got {value!r}")
+        raise InvalidTypeError(f"snapshot_every: expected clocks (int) or seconds, got {value!r}")
     if isinstance(value, (int, np.integer)):
         if value < 1:
-            raise ValueError(f"snapshot_every: expected >= 1 clocks, got {value}")
+            raise InvalidArgumentError(f"snapshot_every: expected >= 1 clocks, got {value}")
         return int(value), None
     seconds = parse_timedelta(value, default="seconds")
     if seconds is None or seconds <= 0:
-        raise ValueError(f"snapshot_every: expected a positive duration, got {value!r}")
+        raise InvalidArgumentError(f"snapshot_every: expected a positive duration, got {value!r}")
     return None, float(seconds)
 
 

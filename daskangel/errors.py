@@ -27,6 +27,9 @@ __all__ = [
     "CastingError",
     "ContextClosedError",
     "DaskAngelError",
+    "InvalidArgumentError",
+    "InvalidStateError",
+    "InvalidTypeError",
     "JobAbortedError",
     "KeyListMissingError",
     "MalformedInputError",
@@ -43,6 +46,7 @@ __all__ = [
     "StaleLayoutError",
     "SyncError",
     "TaskFailedError",
+    "UnknownNameError",
 ]
 
 
@@ -51,6 +55,22 @@ class DaskAngelError(Exception):
 
     def __str__(self) -> str:  # KeyError would otherwise print the repr
         return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class InvalidArgumentError(DaskAngelError, ValueError):
+    """An argument has a value outside what the function accepts (the message names it)."""
+
+
+class InvalidTypeError(DaskAngelError, TypeError):
+    """An argument has the wrong type (the message names it and the type that came)."""
+
+
+class InvalidStateError(DaskAngelError, RuntimeError):
+    """The object is not in a state that allows the call (e.g. a lazy Dataset read)."""
+
+
+class UnknownNameError(DaskAngelError, KeyError):
+    """A name (optimiser, psf, rule) is not registered."""
 
 
 class PSIndexError(DaskAngelError, IndexError):

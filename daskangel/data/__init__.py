@@ -29,17 +29,22 @@ from ._readers import (
     read_text,
 )
 from ._report import BadLine
+from ._synthetic import CTRSpec, ctr_chunk, ctr_coef, make_ctr
 from ._tabular import hash_keys
 
 __all__ = [
     "BadLine",
     "CSRBatch",
+    "CTRSpec",
     "Dataset",
     "FeatureIndexer",
     "Partition",
     "PartitionInfo",
+    "ctr_chunk",
+    "ctr_coef",
     "from_array",
     "hash_keys",
+    "make_ctr",
     "read_csv",
     "read_dense",
     "read_docword",

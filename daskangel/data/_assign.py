@@ -22,6 +22,7 @@ import heapq
 from collections.abc import Sequence
 
 from .. import config
+from ..errors import InvalidArgumentError
 
 __all__ = ["assign", "task_workers"]
 
@@ -29,9 +30,9 @@ __all__ = ["assign", "task_workers"]
 def task_workers(workers: Sequence[str], n_tasks: int) -> list[str]:
     """Spread ``n_tasks`` tasks round-robin over ``workers`` (sorted)."""
     if not workers:
-        raise ValueError("workers: the cluster has no workers to hold the partitions")
+        raise InvalidArgumentError("workers: the cluster has no workers to hold the partitions")
     if n_tasks < 1:
-        raise ValueError(f"n_partitions: expected a positive integer, got {n_tasks}")
+        raise InvalidArgumentError(f"n_partitions: expected a positive integer, got {n_tasks}")
     ws = sorted(workers)
     return [ws[i % len(ws)] for i in range(n_tasks)]
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
+from ..errors import InvalidArgumentError, InvalidStateError
 from ..psarray import HashPartitioner, PSArray
 from ._batch import CSRBatch
 from ._dataset import Dataset
@@ -143,7 +144,7 @@ class FeatureIndexer:
 
     def _need(self, state: str) -> None:
         if self.state != state:
-            raise RuntimeError(
+            raise InvalidStateError(
                 f"FeatureIndexer {self.name!r} is in state {self.state}; this needs {state}"
             )
 
@@ -190,7 +191,7 @@ class FeatureIndexer:
         """
         self._need("WRITE")
         if int(min_count) < 1:
-            raise ValueError(f"min_count: expected an integer >= 1, got {min_count!r}")
+            raise InvalidArgumentError(f"min_count: expected an integer >= 1, got {min_count!r}")
         b = self.ps.binding
         n_blocks = self.counts.meta.layout.n_blocks
         parts = {blk: {"block": blk} for blk in range(n_blocks)}

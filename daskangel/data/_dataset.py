@@ -23,7 +23,7 @@ from typing import Any
 from distributed import Client, Future, default_client
 
 from .. import config
-from ..errors import MalformedInputError
+from ..errors import InvalidArgumentError, InvalidStateError, MalformedInputError
 from ._assign import assign, task_workers
 from ._build import BuildSpec, combine, describe, finalize
 from ._report import ERROR_MODES, BadLine, SplitReport, resolve_lines, total_counts
@@ -74,9 +74,9 @@ class Dataset:
         header_lines: int = 0,
     ) -> None:
         if storage not in LEVELS:
-            raise ValueError(f"storage: expected one of {LEVELS}, got {storage!r}")
+            raise InvalidArgumentError(f"storage: expected one of {LEVELS}, got {storage!r}")
         if errors not in ERROR_MODES:
-            raise ValueError(f"errors: expected one of {ERROR_MODES}, got {errors!r}")
+            raise InvalidArgumentError(f"errors: expected one of {ERROR_MODES}, got {errors!r}")
         self.source = source
         self.storage = storage
         self.memory_budget = budget_bytes(storage, memory_budget)
@@ -139,7 +139,7 @@ class Dataset:
         ):
             return self  # already on the workers as asked
         if self.persisted and isinstance(self.source, Derived):
-            raise ValueError(
+            raise InvalidArgumentError(
                 "persist: a dataset rewritten on the workers (e.g. by FeatureIndexer) "
                 "cannot be re-read with other partitions or storage; persist its input "
                 "that way and rewrite again"
@@ -147,7 +147,7 @@ class Dataset:
         client = client or default_client()
         storage = storage or self.storage
         if storage not in LEVELS:
-            raise ValueError(f"storage: expected one of {LEVELS}, got {storage!r}")
+            raise InvalidArgumentError(f"storage: expected one of {LEVELS}, got {storage!r}")
         if memory_budget is None and storage == "memory_disk" and self.memory_budget:
             memory_budget = self.memory_budget
         budget = budget_bytes(storage, memory_budget)
@@ -262,7 +262,7 @@ class Dataset:
         if not lost:
             return []
         if self._recipe is None or isinstance(self.source, Derived):
-            raise RuntimeError(
+            raise InvalidStateError(
                 f"repair: partitions {lost} lost their worker and this dataset cannot be "
                 "rebuilt from its input here (a dask-collection source or a rewritten "
                 "dataset); persist its input again"
@@ -272,7 +272,7 @@ class Dataset:
         pieces, plan, spec, shift, nf = self._recipe
         live = sorted(client.scheduler_info(n_workers=-1)["workers"])
         if not live:
-            raise RuntimeError("repair: the cluster has no workers")
+            raise InvalidStateError("repair: the cluster has no workers")
         count = {w: 0 for w in live}
         for i, w in enumerate(self._workers):
             if i not in lost and w in count:
@@ -332,7 +332,7 @@ class Dataset:
 
     def _check(self) -> None:
         if not self.persisted:
-            raise RuntimeError("Dataset is lazy: call .persist() to read it onto the workers")
+            raise InvalidStateError("Dataset is lazy: call .persist() to read it onto the workers")
 
     @property
     def workers(self) -> list[str]:

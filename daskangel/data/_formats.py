@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from ._batch import CSRBatch, index_dtype
 from ._kernels import parse_libsvm
 from ._numbers import INDEX_RANGE, NEGATIVE_INDEX
@@ -64,7 +65,7 @@ def transform_labels(y: np.ndarray, how: str | None) -> np.ndarray:
         return (y + 1).astype(np.float32)
     if how == "sub1":
         return (y - 1).astype(np.float32)
-    raise ValueError(f"label_transform: expected one of {LABEL_TRANSFORMS}, got {how!r}")
+    raise InvalidArgumentError(f"label_transform: expected one of {LABEL_TRANSFORMS}, got {how!r}")
 
 
 @dataclass(slots=True)

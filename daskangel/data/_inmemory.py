@@ -24,6 +24,7 @@ import pandas as pd
 from distributed import Client, Future
 
 from .. import config
+from ..errors import InvalidArgumentError, UnknownNameError
 from ._batch import CSRBatch
 from ._build import BuildSpec, PieceResult, new_sink
 from ._dataset import Dataset, Piece
@@ -241,12 +242,12 @@ def from_array(
         )
         for c in (label, *num, *cat, *[c for pair in cross for c in pair]):
             if c is not None and c not in cols:
-                raise KeyError(f"column {c!r} is not in the frame (columns: {cols})")
+                raise UnknownNameError(f"column {c!r} is not in the frame (columns: {cols})")
         table = Table(label, num, cat, tuple(tuple(p) for p in cross), seed)
         return Dataset(ArraySource(X, None, table.n_features, table), **kwargs)
     if getattr(X, "ndim", 2) != 2:
-        raise ValueError(f"X: expected a 2-D array, got {getattr(X, 'ndim', '?')}-D")
+        raise InvalidArgumentError(f"X: expected a 2-D array, got {getattr(X, 'ndim', '?')}-D")
     if y is not None and len(y) != X.shape[0]:
-        raise ValueError(f"y: expected {X.shape[0]} labels (one per row of X), got {len(y)}")
+        raise InvalidArgumentError(f"y: expected {X.shape[0]} labels (one per row of X), got {len(y)}")
     nf = int(X.shape[1]) if n_features is None else int(n_features)
     return Dataset(ArraySource(X, y, nf), **kwargs)

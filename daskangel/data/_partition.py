@@ -28,6 +28,7 @@ import numpy as np
 from dask.sizeof import sizeof
 
 from .. import config
+from ..errors import InvalidArgumentError
 from ._batch import CSRBatch, concat, rebatch
 from ._storage import Chunk, DiskChunk, load_chunk
 
@@ -165,7 +166,7 @@ class Partition:
            key (read on the worker).
         """
         if batch_size < 1:
-            raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+            raise InvalidArgumentError(f"batch_size: expected a positive integer, got {batch_size!r}")
         return rebatch(self._pieces(int(batch_size), shuffle, seed, epoch, window), int(batch_size))
 
     # -- rewriting ------------------------------------------------------------------------

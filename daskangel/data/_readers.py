@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import MalformedInputError
+from ..errors import InvalidArgumentError, MalformedInputError, UnknownNameError
 from ._dataset import Dataset, FileSource
 from ._formats import LABEL_TRANSFORMS, Dense, Docword, Libsvm, Ratings, Tokens
 from ._source import list_files, read_head
@@ -39,7 +39,7 @@ __all__ = [
 def _common(kw: dict[str, Any]) -> dict[str, Any]:
     lt = kw.get("label_transform")
     if lt not in LABEL_TRANSFORMS:
-        raise ValueError(f"label_transform: expected one of {LABEL_TRANSFORMS}, got {lt!r}")
+        raise InvalidArgumentError(f"label_transform: expected one of {LABEL_TRANSFORMS}, got {lt!r}")
     return kw
 
 
@@ -48,14 +48,14 @@ def _base(zero_based: Any) -> int:
         return -1
     if isinstance(zero_based, bool):
         return 0 if zero_based else 1
-    raise ValueError(f"zero_based: expected True, False or 'auto', got {zero_based!r}")
+    raise InvalidArgumentError(f"zero_based: expected True, False or 'auto', got {zero_based!r}")
 
 
 def _n_features(n: Any) -> int:
     if n is None:
         return -1
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n_features: expected a positive integer or None, got {n!r}")
+        raise InvalidArgumentError(f"n_features: expected a positive integer or None, got {n!r}")
     return n
 
 
@@ -259,7 +259,7 @@ def read_csv(
     files = tuple(list_files(paths, compression, storage_options))
     if names is None:
         if not header:
-            raise ValueError("names: pass the column names when header=False")
+            raise InvalidArgumentError("names: pass the column names when header=False")
         first = read_head(files[0], 1 << 16).split(b"\n", 1)[0].rstrip(b"\r")
         names = [n.strip().strip('"') for n in first.decode("utf-8", "replace").split(sep)]
     names = [str(n) for n in names]
@@ -273,7 +273,7 @@ def read_csv(
     )
     for c in (lab, *num, *cat, *[c for p in crs for c in p]):
         if c is not None and c not in names:
-            raise KeyError(f"column {c!r} is not among the CSV columns {names}")
+            raise UnknownNameError(f"column {c!r} is not among the CSV columns {names}")
     table = Table(lab, num, cat, crs, int(seed))
     fmt = Csv(tuple(names), table, sep)
     h = int(bool(header))

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from dask.utils import parse_bytes
 from distributed import Client, Future
 
+from ..errors import InvalidArgumentError
 from ._build import BuildSpec, build_piece
 from ._source import FileInfo, Split, make_splits
 from ._storage import release_dataset
@@ -105,10 +106,10 @@ def budget_bytes(storage: str, memory_budget: Any) -> int:
     if storage != "memory_disk":
         return 0
     if memory_budget is None:
-        raise ValueError("memory_budget: storage='memory_disk' needs a budget in bytes per worker")
+        raise InvalidArgumentError("memory_budget: storage='memory_disk' needs a budget in bytes per worker")
     b = parse_bytes(memory_budget) if isinstance(memory_budget, str) else int(memory_budget)
     if b < 0:
-        raise ValueError(f"memory_budget: expected a non-negative size, got {memory_budget!r}")
+        raise InvalidArgumentError(f"memory_budget: expected a non-negative size, got {memory_budget!r}")
     return int(b)
 
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
+from ..errors import InvalidArgumentError
 from ._batch import CSRBatch
 
 __all__ = [
@@ -139,7 +140,7 @@ class ChunkSink:
         self, level: str, dataset_id: str, name: str, chunk_bytes: int | None = None
     ) -> None:
         if level not in LEVELS:
-            raise ValueError(f"storage: expected one of {LEVELS}, got {level!r}")
+            raise InvalidArgumentError(f"storage: expected one of {LEVELS}, got {level!r}")
         self.level = level
         self.dataset_id = dataset_id
         self.name = name

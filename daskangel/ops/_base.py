@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import config
-from ..errors import PSFNotAllowedError
+from ..errors import InvalidArgumentError, PSFNotAllowedError
 from ..psarray import ArrayMeta, Partition, psf_name, register_psf
 from ..psarray._psf_server import importable
 
@@ -118,7 +118,7 @@ class PSFunc:
         lo, hi = self.arity
         if not lo <= len(metas) <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
-            raise ValueError(f"arrays: {type(self).__name__} takes {want} arrays, got {len(metas)}")
+            raise InvalidArgumentError(f"arrays: {type(self).__name__} takes {want} arrays, got {len(metas)}")
 
     def split(self, metas: list[ArrayMeta]) -> dict[int, dict[str, Any]]:
         """``{block_id: params}`` of the blocks to run on (default: all, no params)."""

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from ..psarray import ArrayMeta, Partition
 from . import _kernels as K
 from ._maps import refuse_lazy
@@ -52,7 +53,7 @@ class Dot(Reduce):
         if self.rows is None:
             return
         if self.axis is not None:
-            raise ValueError("rows, axis: pass one or the other")
+            raise InvalidArgumentError("rows, axis: pass one or the other")
         i, j = (int(r) for r in self.rows)
         lay, n = metas[0].layout, metas[0].shape[0]
         for r in (i, j):
@@ -60,7 +61,7 @@ class Dot(Reduce):
                 raise IndexError(f"rows: row {r} is out of range [0, {n})")
         bi, bj = lay.row_block_of(np.array([i, j]))
         if bi != bj:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"rows: rows {i} and {j} are in different row blocks ({lay.describe()}); "
                 "a row dot needs both in one block"
             )

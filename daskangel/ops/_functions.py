@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import UnknownNameError
+
 __all__ = ["FUNCTIONS", "get_function", "register_function"]
 
 Fn = Callable[..., Any]
@@ -53,7 +55,7 @@ def get_function(name: str) -> Fn:
             importlib.import_module(name.partition(":")[0])
         fn = FUNCTIONS.get(name)
     if fn is None:
-        raise KeyError(
+        raise UnknownNameError(
             f"func: no registered function {name!r}; built-ins are {sorted(FUNCTIONS)}, "
             "add yours with ops.register_function('your.module:name')"
         )

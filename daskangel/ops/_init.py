@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..psarray import ArrayMeta, InitSpec, Partition
 from ..psarray._layout import hash_columns
 from ._base import UpdateFunc
@@ -45,7 +46,7 @@ __all__ = [
 
 def _cast_scalar(p: Partition, value: float) -> Any:
     if p.dtype.kind in "iu" and float(value) != int(value):
-        raise TypeError(f"value: {value!r} is not an integer, array {p.name!r} is {p.dtype}")
+        raise InvalidTypeError(f"value: {value!r} is not an integer, array {p.name!r} is {p.dtype}")
     return p.dtype.type(value)
 
 
@@ -157,7 +158,7 @@ class KaimingUniform(_Fan):
     def check(self, metas: list[ArrayMeta]) -> None:
         super().check(metas)
         if self.mode not in ("fan_in", "fan_out"):
-            raise ValueError(f"mode: expected 'fan_in' or 'fan_out', got {self.mode!r}")
+            raise InvalidArgumentError(f"mode: expected 'fan_in' or 'fan_out', got {self.mode!r}")
 
     def partition_update(self, *parts: Partition, **params: Any) -> None:
         fi, fo = self.fans(parts[0])
@@ -178,7 +179,7 @@ class KaimingNormal(_Fan):
     def check(self, metas: list[ArrayMeta]) -> None:
         super().check(metas)
         if self.mode not in ("fan_in", "fan_out"):
-            raise ValueError(f"mode: expected 'fan_in' or 'fan_out', got {self.mode!r}")
+            raise InvalidArgumentError(f"mode: expected 'fan_in' or 'fan_out', got {self.mode!r}")
 
     def partition_update(self, *parts: Partition, **params: Any) -> None:
         fi, fo = self.fans(parts[0])
@@ -238,7 +239,7 @@ class Diag(UpdateFunc):
         m = metas[0]
         n = m.shape[0]
         if v.ndim != 1 or v.shape[0] != n:
-            raise ValueError(f"values: expected {n} values (one per row), got shape {v.shape}")
+            raise InvalidArgumentError(f"values: expected {n} values (one per row), got shape {v.shape}")
 
     def split(self, metas: list[ArrayMeta]) -> dict[int, dict[str, Any]]:
         v = np.asarray(self.values)

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..psarray import ArrayMeta, Partition
 from ._base import UpdateFunc
 from ._functions import get_function
@@ -56,7 +57,7 @@ def refuse_lazy(parts: list[Partition]) -> None:
     """Raise for sparse blocks with lazy random init (their unstored keys vary)."""
     for p in parts:
         if p.lazy:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"array {p.name!r} is sparse with lazy random initialisation: its unstored "
                 "entries are not one value, so this psf is undefined on them; touch the "
                 "keys first (get/increment) or use a dense array"
@@ -83,12 +84,12 @@ def zip_apply(
         return
     dense = [p.name for p in ins if not p.sparse]
     if dense:
-        raise TypeError(
+        raise InvalidTypeError(
             f"array {out.name!r} is sparse but input {dense[0]!r} is dense; "
             "write the result into a dense array"
         )
     if with_index:
-        raise TypeError(
+        raise InvalidTypeError(
             f"array {out.name!r} is sparse: a map with indices is undefined on its "
             "unstored entries; use a dense array"
         )
@@ -115,7 +116,7 @@ class _Apply(UpdateFunc):
     def check(self, metas: list[ArrayMeta]) -> None:
         n = self.n_inputs
         if len(metas) not in (n, n + 1):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"arrays: {type(self).__name__} takes {n} input arrays and optionally an "
                 f"output array, got {len(metas)} arrays"
             )
@@ -167,7 +168,7 @@ class RowMap(UpdateFunc):
         super().check(metas)
         lay = metas[0].layout
         if lay.col_mode != "range" or lay.n_col_blocks != 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"arrays: {type(self).__name__} maps whole rows, but {metas[0].name!r} cuts "
                 f"rows into column blocks ({lay.describe()}); use RangePartitioner"
             )

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ..errors import InvalidArgumentError, UnknownNameError
 from ..psarray import ArrayMeta, Partition, PSArray, PSFuture, psf_name
 from ..psarray._array import _coo_parts, _is_sparse_input
 from ..psarray._psf_server import importable
@@ -109,7 +110,7 @@ def _rule(name: str, hyper: dict[str, Any]) -> Optimizer:
         importlib.import_module(name.partition(":")[0])
         cls = OPTIMIZERS.get(name)
     if cls is None:
-        raise KeyError(f"rule: {name!r} is not a registered optimiser")
+        raise UnknownNameError(f"rule: {name!r} is not a registered optimiser")
     return cls(**hyper)  # type: ignore[no-any-return]
 
 
@@ -178,15 +179,15 @@ def plan_gradient(
     ver: np.ndarray | None = None
     if _is_sparse_input(grad):
         if rows is not None or cols is not None:
-            raise ValueError("grad: a sparse matrix carries its own coordinates; drop rows=/cols=")
+            raise InvalidArgumentError("grad: a sparse matrix carries its own coordinates; drop rows=/cols=")
         r, c, g, gshape = _coo_parts(grad)
         if gshape not in (shape, meta.shape):
-            raise ValueError(f"grad: expected a sparse matrix of shape {shape}, got {gshape}")
+            raise InvalidArgumentError(f"grad: expected a sparse matrix of shape {shape}, got {gshape}")
         if versions is not None:
             ver = np.asarray(versions, dtype=np.int64).reshape(-1)
     else:
         if meta.ndim == 1 and rows is not None:
-            raise ValueError(f"rows: array {meta.name!r} is 1-D; select with cols=")
+            raise InvalidArgumentError(f"rows: array {meta.name!r} is 1-D; select with cols=")
         ri, _ = normalize_index("rows", rows, meta.shape[0])
         ci, _ = normalize_index("cols", cols, meta.shape[1])
         nr = meta.shape[0] if ri is None else ri.shape[0]
@@ -194,13 +195,13 @@ def plan_gradient(
         want = (nc,) if meta.ndim == 1 else (nr, nc)
         g2 = np.asarray(grad)
         if g2.shape != want:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"grad: expected shape {want} (the rows x cols selected), got {g2.shape}"
             )
         if versions is not None:
             v2 = np.asarray(versions)
             if v2.shape != want or v2.dtype.kind not in "iu":
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"versions: expected integers of shape {want}, got {v2.dtype} {v2.shape}"
                 )
             ver = np.asarray(v2.reshape(nr, nc), dtype=np.int64)
@@ -243,7 +244,7 @@ def _coo_plan(
     meta: ArrayMeta, r: np.ndarray, c: np.ndarray, g: np.ndarray, ver: np.ndarray | None
 ) -> dict[int, dict[str, Any]]:
     if ver is not None and ver.shape != g.shape:
-        raise ValueError(f"versions: expected {g.shape[0]} versions, got {ver.shape[0]}")
+        raise InvalidArgumentError(f"versions: expected {g.shape[0]} versions, got {ver.shape[0]}")
     flat = r * meta.shape[1] + c
     uniq, inv = np.unique(flat, return_inverse=True)
     if uniq.shape[0] != flat.shape[0]:
@@ -328,7 +329,7 @@ class BoundOptimizer:
         on_nonfinite: str | None,
     ) -> OptimizerStep:
         if self.optimizer.needs_versions and versions is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"versions: {type(self.optimizer).__name__} needs the versions the gradient "
                 "was computed against, as returned by opt.pull()"
             )

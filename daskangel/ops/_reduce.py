@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from ..psarray import ArrayMeta, Partition
 from . import _kernels as K
 from ._base import GetFunc
@@ -91,21 +92,21 @@ class Reduce(GetFunc):
         axis = getattr(self, "axis", None)
         if metas[0].ndim == 1:
             if axis not in (None, 0, -1):
-                raise ValueError(f"axis: a 1-D array reduces with axis None or 0, got {axis!r}")
+                raise InvalidArgumentError(f"axis: a 1-D array reduces with axis None or 0, got {axis!r}")
             return None
         if axis is None:
             return None
         if axis not in (0, 1, -1, -2):
-            raise ValueError(f"axis: expected None, 0 or 1, got {axis!r}")
+            raise InvalidArgumentError(f"axis: expected None, 0 or 1, got {axis!r}")
         return int(axis) % 2
 
     def check(self, metas: list[ArrayMeta]) -> None:
         if len(metas) != self.n_inputs:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"arrays: {type(self).__name__} takes {self.n_inputs} arrays, got {len(metas)}"
             )
         if self._axis(metas) == 0 and metas[0].layout.col_mode == "hash":
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"axis: per-column reductions of hash-partitioned {metas[0].name!r} would "
                 "return one partial per global column; reduce with axis=1 or None"
             )
@@ -302,7 +303,7 @@ class Norm(Reduce):
     def check(self, metas: list[ArrayMeta]) -> None:
         super().check(metas)
         if self.ord not in (1, 2):
-            raise ValueError(f"ord: expected 1 or 2, got {self.ord!r}")
+            raise InvalidArgumentError(f"ord: expected 1 or 2, got {self.ord!r}")
 
     def transform(self, *values: np.ndarray) -> np.ndarray:
         v = np.abs(values[0].astype(np.float64))

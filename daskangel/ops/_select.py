@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..psarray import ArrayMeta, Partition
 from ..psarray._layout import hash_columns
 from ..psarray._routing import check_size, normalize_index, plan_axis
@@ -120,7 +121,7 @@ class Argmax(_Ranked):
         super().check(metas)
         ok = (None, 0, -1) if metas[0].ndim == 1 else (None, 1, -1)
         if self.axis not in ok:
-            raise ValueError(f"axis: expected one of {ok} for this array, got {self.axis!r}")
+            raise InvalidArgumentError(f"axis: expected one of {ok} for this array, got {self.axis!r}")
 
     def merge(self, partials: dict[int, Any], metas: list[ArrayMeta]) -> Any:
         vals, cols = self.gather(partials, metas)
@@ -154,7 +155,7 @@ class TopK(_Ranked):
     def check(self, metas: list[ArrayMeta]) -> None:
         super().check(metas)
         if int(self.k) < 1:
-            raise ValueError(f"k: expected a positive integer, got {self.k!r}")
+            raise InvalidArgumentError(f"k: expected a positive integer, got {self.k!r}")
         check_size("TopK", metas[0].shape[0] * int(self.k) * 16)
 
     def merge(self, partials: dict[int, Any], metas: list[ArrayMeta]) -> Any:
@@ -317,9 +318,9 @@ class UpdateCols(_Cols, UpdateFunc):
         want = (n,) if m.ndim == 1 else (m.shape[0], n)
         v = np.asarray(self.values)
         if v.shape != want:
-            raise ValueError(f"values: expected shape {want} (rows x cols), got {v.shape}")
+            raise InvalidArgumentError(f"values: expected shape {want} (rows x cols), got {v.shape}")
         if v.dtype.kind not in "biuf" or not np.can_cast(v.dtype, m.dtype, "same_kind"):
-            raise TypeError(f"values: cannot cast {v.dtype} to the array's {m.dtype}")
+            raise InvalidTypeError(f"values: cannot cast {v.dtype} to the array's {m.dtype}")
         return v.reshape(m.shape[0], n)
 
     def check(self, metas: list[ArrayMeta]) -> None:

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ..errors import PSIndexError, ShapeMismatchError
+from ..errors import InvalidArgumentError, PSIndexError, ShapeMismatchError
 from ._agentkeys import KeySetPulls, _KeyPlan
 from ._array import PSArray
 from ._binding import Binding, get_binding
@@ -297,7 +297,7 @@ class PSAgent(KeySetPulls):
         occurrence in ``rows``.
         """
         if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
-            raise ValueError(f"batch: expected an int >= 1, got {batch!r}")
+            raise InvalidArgumentError(f"batch: expected an int >= 1, got {batch!r}")
         m = self._meta(name)
         if m.ndim == 1:
             raise ShapeMismatchError(

@@ -27,7 +27,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.utils import format_bytes
 
-from ..errors import ContextClosedError, PSIndexError, ShapeMismatchError
+from ..errors import ContextClosedError, InvalidTypeError, PSIndexError, ShapeMismatchError
 from ._binding import Binding, get_binding
 from ._keylists import KeySet
 from ._meta import ArrayMeta, BlockInfo
@@ -497,7 +497,7 @@ class PSArray:
 
 def _name_of(arr: Any) -> str:
     if not isinstance(arr, PSArray):
-        raise TypeError(f"arrays: expected PSArray operands, got {type(arr).__name__}")
+        raise InvalidTypeError(f"arrays: expected PSArray operands, got {type(arr).__name__}")
     return arr.name
 
 

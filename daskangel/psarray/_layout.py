@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import config
-from ..errors import ShapeMismatchError
+from ..errors import InvalidArgumentError, ShapeMismatchError
 
 __all__ = [
     "AutoPartitioner",
@@ -214,7 +214,7 @@ class HashPartitioner:
     def layout(self, shape: tuple[int, int], itemsize: int, n_servers: int, sparse: bool) -> Layout:
         _check_shape(shape)
         if not sparse:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "partitioner: HashPartitioner spreads columns by hash and needs "
                 "sparse=True storage; use ColumnRangePartitioner for dense arrays"
             )
@@ -222,7 +222,7 @@ class HashPartitioner:
             1, n_servers * int(config.get("daskangel.partition.blocks-per-server"))
         )
         if n < 1:
-            raise ValueError(f"n_blocks: expected a positive integer, got {n}")
+            raise InvalidArgumentError(f"n_blocks: expected a positive integer, got {n}")
         rb = _even_bounds(shape[0], self.block_rows or shape[0])
         return Layout(shape, rb, "hash", (), int(n))
 

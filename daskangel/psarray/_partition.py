@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ..errors import PSIndexError, ShapeMismatchError
+from ..errors import InvalidTypeError, PSIndexError, ShapeMismatchError
 from . import _kernels as K
 from ._blocks import DenseBlock, InitSpec, SparseBlock
 
@@ -46,7 +46,7 @@ _KEEP: Any = object()
 def _cast(name: str, values: Any, dtype: np.dtype) -> np.ndarray:
     v = np.asarray(values)
     if v.dtype != dtype and not np.can_cast(v.dtype, dtype, casting="same_kind"):
-        raise TypeError(f"{name}: psf produced {v.dtype} values for a {dtype} array")
+        raise InvalidTypeError(f"{name}: psf produced {v.dtype} values for a {dtype} array")
     return v.astype(dtype, copy=False)
 
 
@@ -104,7 +104,7 @@ class Partition:
     def _need(self, sparse: bool) -> None:
         if self.sparse != sparse:
             want = "a sparse" if sparse else "a dense"
-            raise TypeError(f"array {self.name!r}: this needs {want} block, it is not")
+            raise InvalidTypeError(f"array {self.name!r}: this needs {want} block, it is not")
 
     # -- geometry ------------------------------------------------------------------
 

@@ -46,7 +46,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import BlockBusyError, NotCoPartitionedError, PSFError, ShapeMismatchError
+from ..errors import (
+    BlockBusyError,
+    InvalidTypeError,
+    NotCoPartitionedError,
+    PSFError,
+    ShapeMismatchError,
+)
 from ._meta import ArrayMeta
 
 if TYPE_CHECKING:
@@ -109,7 +115,7 @@ async def run_psf(
     """Run ``func`` over the arrays ``names`` (co-partitioned); see the module docstring."""
     kind = getattr(func, "psf_kind", None)
     if kind not in ("get", "update"):
-        raise TypeError(
+        raise InvalidTypeError(
             f"func: expected a psf (an ops.GetFunc or ops.UpdateFunc), got {type(func).__name__}"
         )
     metas = [await binding.meta(n) for n in names]

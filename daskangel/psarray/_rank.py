@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidTypeError
 from ._blocks import SparseBlock
 from ._server import PSServer, server_op
 
@@ -46,7 +47,7 @@ __all__: list[str] = []
 def _selected(b: Any, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """``(keys, mask)`` of a sparse block's stored entries (keys sorted)."""
     if not isinstance(b, SparseBlock):
-        raise TypeError("count_selected/rank_into: the array must use sparse storage")
+        raise InvalidTypeError("count_selected/rank_into: the array must use sparse storage")
     keys = b.keys[: b.n]
     return keys, b.vals[: b.n] >= threshold
 

@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ..errors import CastingError, NonFiniteError, PSIndexError, RequestTooLargeError
+from ..errors import (
+    CastingError,
+    InvalidArgumentError,
+    NonFiniteError,
+    PSIndexError,
+    RequestTooLargeError,
+)
 from . import _kernels as K
 from ._layout import Layout
 
@@ -177,7 +183,7 @@ def check_values(
     casting = casting or config.get("daskangel.client.casting")
     on_nonfinite = on_nonfinite or config.get("daskangel.client.on-nonfinite")
     if on_nonfinite not in ("raise", "skip"):
-        raise ValueError(f"on_nonfinite: expected 'raise' or 'skip', got {on_nonfinite!r}")
+        raise InvalidArgumentError(f"on_nonfinite: expected 'raise' or 'skip', got {on_nonfinite!r}")
     if values.dtype.kind not in "biuf":
         raise CastingError(f"values: expected numbers, got dtype {values.dtype}")
     if not np.can_cast(values.dtype, dtype, casting=casting):  # type: ignore[arg-type]

@@ -39,7 +39,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import config
 from .._wire import error_reply, wrap_arrays
-from ..errors import BlockBusyError, DaskAngelError, StaleLayoutError
+from ..errors import BlockBusyError, DaskAngelError, InvalidArgumentError, StaleLayoutError
 from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
 from ._holds import WRITE_OPS, Holds, Prepared
 
@@ -169,7 +169,7 @@ class PSServer(Holds):
         try:
             fn = SERVER_OPS[op]
         except KeyError:
-            raise ValueError(f"op: unknown PS server operation {op!r}") from None
+            raise InvalidArgumentError(f"op: unknown PS server operation {op!r}") from None
         return fn(self, **kwargs)
 
     # -- running ops -----------------------------------------------------------

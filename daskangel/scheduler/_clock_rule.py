@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InvalidArgumentError
+
 __all__ = [
     "ASP",
     "BSP",
@@ -59,7 +61,7 @@ class SSP:
     def __post_init__(self) -> None:
         s = self.staleness
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise ValueError(f"staleness: expected an int >= 0, got {s!r}")
+            raise InvalidArgumentError(f"staleness: expected an int >= 0, got {s!r}")
 
     def __repr__(self) -> str:
         return f"SSP(staleness={self.staleness})"
@@ -106,7 +108,7 @@ def as_sync(value: Any, name: str = "sync") -> Sync:
             return ASP()
         if v.startswith("ssp:") and v[4:].isdigit():
             return SSP(int(v[4:]))
-    raise ValueError(
+    raise InvalidArgumentError(
         f"{name}: expected BSP(), SSP(staleness=s), ASP(), 'bsp', 'asp', 'ssp:<s>' "
         f"or a staleness >= 0, got {value!r}"
     )
@@ -141,15 +143,15 @@ class ClockTable:
         self, tasks: int, groups: Sequence[int] | None = None, start: Sequence[int] | None = None
     ) -> None:
         if tasks < 1:
-            raise ValueError(f"tasks: expected >= 1, got {tasks}")
+            raise InvalidArgumentError(f"tasks: expected >= 1, got {tasks}")
         groups = list(groups) if groups is not None else list(range(tasks))
         if len(groups) != tasks:
-            raise ValueError(f"groups: expected {tasks} entries, got {len(groups)}")
+            raise InvalidArgumentError(f"groups: expected {tasks} entries, got {len(groups)}")
         self.n = tasks
         # [clock of task t]
         self.clocks: list[int] = list(start) if start is not None else [0] * tasks
         if len(self.clocks) != tasks or any(c < 0 for c in self.clocks):
-            raise ValueError(f"start: expected {tasks} clocks >= 0, got {start!r}")
+            raise InvalidArgumentError(f"start: expected {tasks} clocks >= 0, got {start!r}")
         # {task ids that finished}
         self.done: set[int] = set()
         # [group of task t]
@@ -190,7 +192,7 @@ class ClockTable:
 
     def check_task(self, task: int) -> None:
         if not 0 <= task < self.n:
-            raise ValueError(f"task: expected a task id in [0, {self.n}), got {task}")
+            raise InvalidArgumentError(f"task: expected a task id in [0, {self.n}), got {task}")
 
     def tick(self, task: int, clock: int) -> int:
         """Task ``task`` completed clock ``clock``; return its new clock.

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["place_blocks"]
 
 S = TypeVar("S", bound=Hashable)
@@ -24,7 +26,7 @@ def place_blocks(block_bytes: Sequence[int], servers: Sequence[S], load: dict[S,
     ``load`` (``{server: bytes}``) is read as the starting load and updated.
     """
     if not servers:
-        raise ValueError("servers: expected at least one PS server, got none")
+        raise InvalidArgumentError("servers: expected at least one PS server, got none")
     order = sorted(range(len(block_bytes)), key=lambda b: (-block_bytes[b], b))
     rank = {s: i for i, s in enumerate(servers)}
     last_used = dict.fromkeys(servers, -1)

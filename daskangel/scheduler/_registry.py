@@ -33,6 +33,7 @@ from ..errors import (
     ArrayNotFoundError,
     ContextClosedError,
     DaskAngelError,
+    InvalidArgumentError,
     ServerLostError,
 )
 from ._placement import place_blocks
@@ -93,21 +94,21 @@ class ArrayRegistry:
     ) -> list[list[Any]]:
         """Choose the PS servers of a new context and start them (by pinging)."""
         if servers_per_worker < 1:
-            raise ValueError(f"servers_per_worker: expected >= 1, got {servers_per_worker}")
+            raise InvalidArgumentError(f"servers_per_worker: expected >= 1, got {servers_per_worker}")
         known = self.scheduler.workers
         if workers:
             missing = [w for w in workers if w not in known]
             if missing:
-                raise ValueError(f"workers: not workers of this cluster: {missing}")
+                raise InvalidArgumentError(f"workers: not workers of this cluster: {missing}")
             chosen = list(workers)
         elif resource:
             chosen = [a for a, ws in known.items() if ws.resources.get(resource, 0) > 0]
             if not chosen:
-                raise ValueError(f"resource: no worker carries the resource {resource!r}")
+                raise InvalidArgumentError(f"resource: no worker carries the resource {resource!r}")
         else:
             chosen = sorted(known)
         if not chosen:
-            raise ValueError("client: the cluster has no workers to run PS servers on")
+            raise InvalidArgumentError("client: the cluster has no workers to run PS servers on")
         servers = [(a, i) for a in chosen for i in range(servers_per_worker)]
         if transport == "handlers":  # actors are started by the client afterwards
             await asyncio.gather(*(self.call(s, "ping", transport) for s in servers))
@@ -167,7 +168,7 @@ class ArrayRegistry:
             if like is not None:
                 other = await self.meta(like)
                 if len(other["servers"]) != len(blocks):
-                    raise ValueError(f"like: array {like!r} has a different number of blocks")
+                    raise InvalidArgumentError(f"like: array {like!r} has a different number of blocks")
                 placed = [(s[0], int(s[1])) for s in other["servers"]]
             else:
                 placed = place_blocks([int(b["bytes"]) for b in blocks], servers, self.load())

@@ -42,7 +42,7 @@ import dask.config
 
 from .. import _snapshot_format as fmt
 from .. import config
-from ..errors import ContextClosedError, SnapshotError
+from ..errors import ContextClosedError, InvalidArgumentError, SnapshotError
 from ._placement import place_blocks
 
 if TYPE_CHECKING:
@@ -108,9 +108,9 @@ class SnapshotService:
         recovery: str = "continue",
     ) -> None:
         if recovery not in RECOVERY_MODES:
-            raise ValueError(f"recovery: expected one of {RECOVERY_MODES}, got {recovery!r}")
+            raise InvalidArgumentError(f"recovery: expected one of {RECOVERY_MODES}, got {recovery!r}")
         if keep < 1:
-            raise ValueError(f"keep: expected >= 1 snapshots to keep, got {keep}")
+            raise InvalidArgumentError(f"keep: expected >= 1 snapshots to keep, got {keep}")
         self.policies[ctx] = Policy(url, every_clocks, every_seconds, keep, recovery)
         if url is not None:
             latest = fmt.read_latest(url)

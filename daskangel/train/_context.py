@@ -33,7 +33,13 @@ from distributed.utils import sync
 from distributed.utils import thread_state as _task_state
 
 from .. import config
-from ..errors import DaskAngelError, JobAbortedError, SyncError
+from ..errors import (
+    DaskAngelError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    JobAbortedError,
+    SyncError,
+)
 from ..psarray import KeySet, PSAgent, PSArray
 from ..psarray._binding import Binding
 from ..psarray._taskclock import set_task_clock
@@ -257,7 +263,7 @@ class TaskContext(GroupChannel):
     def array(self, name: str) -> TaskArray:
         """The array ``name`` as seen from this task (reads obey the clocks)."""
         if not isinstance(name, str):
-            raise TypeError(f"name: expected an array name (str), got {name!r}")
+            raise InvalidTypeError(f"name: expected an array name (str), got {name!r}")
         return TaskArray(self, name)
 
     def staleness(self, name: str | None = None) -> int | None:
@@ -332,9 +338,9 @@ class TaskContext(GroupChannel):
         """
         n = self.spec.epochs if n is None else n
         if n is None:
-            raise ValueError("n: give ctx.epochs(n) or train(..., epochs=n)")
+            raise InvalidArgumentError("n: give ctx.epochs(n) or train(..., epochs=n)")
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"n: expected an int >= 0, got {n!r}")
+            raise InvalidArgumentError(f"n: expected an int >= 0, got {n!r}")
         yield from range(min(self._start_clock, n), n)
 
     def report(self, **metrics: Any) -> None:
@@ -345,7 +351,7 @@ class TaskContext(GroupChannel):
         """
         for k, v in metrics.items():
             if k in ("task", "group", "clock", "time", "waited"):
-                raise ValueError(f"{k}: reserved history column; pick another metric name")
+                raise InvalidArgumentError(f"{k}: reserved history column; pick another metric name")
             self._metrics[k] = v
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 self._last_metrics[k] = float(v)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SyncError
+from ..errors import InvalidArgumentError, SyncError
 
 if TYPE_CHECKING:
     from ._context import TaskSpec
@@ -69,12 +69,12 @@ class GroupChannel:
         if isinstance(commands, Mapping):
             missing = [r for r in range(size) if r not in commands]
             if missing:
-                raise ValueError(f"commands: no command for ranks {missing}")
+                raise InvalidArgumentError(f"commands: no command for ranks {missing}")
             cmds = [commands[r] for r in range(size)]
         else:
             cmds = list(commands)
             if len(cmds) != size:
-                raise ValueError(f"commands: expected {size} (one per rank), got {len(cmds)}")
+                raise InvalidArgumentError(f"commands: expected {size} (one per rank), got {len(cmds)}")
         self._call("daskangel_group_send", seq=self._mail_seq, commands=cmds, **self._where())
 
     def receive(self) -> Any:

@@ -31,6 +31,8 @@ from typing import Any
 
 from distributed import Client, Future
 
+from ..errors import InvalidArgumentError, InvalidTypeError
+
 __all__ = ["PLACEMENTS", "assign", "split_piece", "task_pieces"]
 
 PLACEMENTS = ("replicated", "horizontal", "vertical")
@@ -54,7 +56,7 @@ def split_piece(item: Any, rank: int, size: int, placement: str | Callable[..., 
     ndim = getattr(item, "ndim", None)
     if ndim is None:
         if axis == 1:
-            raise ValueError(f"placement: 'vertical' needs 2-D parts, got {type(item).__name__}")
+            raise InvalidArgumentError(f"placement: 'vertical' needs 2-D parts, got {type(item).__name__}")
         n = len(item)
     elif axis == 1 and ndim < 2:
         return item  # labels and other 1-D parts stay whole in a vertical split
@@ -70,7 +72,7 @@ def _partitions(data: Any) -> list[Any] | None:
     parts = list(parts)
     bad = [type(p).__name__ for p in parts if not isinstance(p, Future)]
     if bad:
-        raise TypeError(f"data: .partitions must be Dask futures, got {bad[:3]}")
+        raise InvalidTypeError(f"data: .partitions must be Dask futures, got {bad[:3]}")
     return parts
 
 
@@ -101,7 +103,7 @@ def assign(
     n_tasks = n_groups * group_size
     pool = list(workers) if workers else sorted(client.scheduler_info()["workers"])
     if not pool:
-        raise ValueError("client: the cluster has no workers to train on")
+        raise InvalidArgumentError("client: the cluster has no workers to train on")
     if data is None:
         return [(None, pool[t % len(pool)]) for t in range(n_tasks)]
     futures = _partitions(data)
@@ -111,7 +113,7 @@ def assign(
     elif len(items) == n_groups:
         per_task = [(items[t // group_size], t % group_size) for t in range(n_tasks)]
     else:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"data: expected one item per task ({n_tasks}) or per group ({n_groups}), "
             f"got {len(items)}"
         )

@@ -36,7 +36,13 @@ from typing import Any, cast
 from distributed import Future
 
 from .. import config
-from ..errors import JobAbortedError, TaskFailedError
+from ..errors import (
+    InvalidArgumentError,
+    InvalidStateError,
+    InvalidTypeError,
+    JobAbortedError,
+    TaskFailedError,
+)
 from ..scheduler._clock_rule import Sync, as_sync
 from ._context import TaskContext, TaskSpec
 from ._placement import PLACEMENTS, assign, task_pieces
@@ -63,7 +69,7 @@ class TrainResult:
 
 def _check_int(name: str, v: Any, lo: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
+        raise InvalidArgumentError(f"{name}: expected an int >= {lo}, got {v!r}")
     return v
 
 
@@ -90,20 +96,20 @@ class Trainer:
         name: str | None = None,
     ) -> None:
         if not callable(fn):
-            raise TypeError(f"fn: expected a function fn(ctx, partition), got {fn!r}")
+            raise InvalidTypeError(f"fn: expected a function fn(ctx, partition), got {fn!r}")
         self.ps = ps
         self.client = ps.client
         self.fn = fn
         self.data = data
         self.group_size = _check_int("group_size", group_size, 1)
         if hasattr(data, "ndim") or hasattr(data, "iloc"):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"data: expected a sequence of partitions (one per task or per group), got a "
                 f"single {type(data).__name__}; split it first, e.g. np.array_split(X, n_tasks)"
             )
         if groups is None:
             if data is None:
-                raise ValueError("groups: give groups= when data is None")
+                raise InvalidArgumentError("groups: give groups= when data is None")
             groups = len(getattr(data, "partitions", None) or data)  # one item per group
         self.groups = _check_int("groups", groups, 1)
         self.sync: Sync = as_sync(sync if sync is not None else "bsp")
@@ -112,7 +118,7 @@ class Trainer:
         }
         self.epochs = None if epochs is None else _check_int("epochs", epochs, 0)
         if not callable(placement) and placement not in PLACEMENTS:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"placement: expected one of {PLACEMENTS} or a function, got {placement!r}"
             )
         self.placement = placement
@@ -151,7 +157,7 @@ class Trainer:
     def start(self) -> Trainer:
         """Register the job's clock table and submit one pinned future per task."""
         if self.futures:
-            raise RuntimeError(f"job {self.job!r} was started already")
+            raise InvalidStateError(f"job {self.job!r} was started already")
         self.ps._check_open()
         where = assign(
             self.client, self.data, self.groups, self.group_size, self.placement, self.workers
