@@ -81,12 +81,15 @@ class DenseBlock:
     """A dense block: ``data`` is the ``(rows, cols)`` array."""
 
     kind = "dense"
-    __slots__ = ("col0", "data", "n_cols", "row0", "version")
+    __slots__ = ("col0", "data", "lent", "n_cols", "row0", "version")
 
     def __init__(self, data: np.ndarray, row0: int = 0, col0: int = 0, n_cols: int = 0) -> None:
         self.data = np.ascontiguousarray(data)
         self.row0, self.col0, self.n_cols = row0, col0, n_cols or data.shape[1]
         self.version = 0
+        # True while ``data`` itself may be on its way to a reader (``get(lend=True)``):
+        # the next write then works on a copy, so the lent array never changes
+        self.lent = False
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -104,9 +107,19 @@ class DenseBlock:
         _check_local("rows", rows, self.data.shape[0])
         _check_local("cols", cols, self.data.shape[1])
 
-    def get(self, rows: np.ndarray | None, cols: np.ndarray | None) -> np.ndarray:
+    def get(
+        self, rows: np.ndarray | None, cols: np.ndarray | None, lend: bool = False
+    ) -> np.ndarray:
+        """The selected entries, always a new array, except that a whole-block read
+        with ``lend=True`` returns the block's own array: the block then copies it
+        before its next write (copy-on-write), so the reader's array stays as read.
+        Only a reader that never writes into the result may ask to borrow (the comm
+        handler, which serialises it)."""
         d = self.data
         if rows is None and cols is None:
+            if lend:
+                self.lent = True
+                return d
             return d.copy()
         if cols is None:
             return d[rows]
@@ -117,7 +130,7 @@ class DenseBlock:
     def update(
         self, rows: np.ndarray | None, cols: np.ndarray | None, values: np.ndarray, add: bool
     ) -> None:
-        d = self.data
+        d = self.own()
         values = values.astype(d.dtype, copy=False)
         if rows is None and cols is None:
             if add:
@@ -131,11 +144,19 @@ class DenseBlock:
         self.version += 1
 
     def update_coo(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray, add: bool) -> None:
-        K.scatter_coo(self.data, rows, cols, values.astype(self.data.dtype, copy=False), add)
+        d = self.own()
+        K.scatter_coo(d, rows, cols, values.astype(d.dtype, copy=False), add)
         self.version += 1
 
+    def own(self) -> np.ndarray:
+        """The block's array, safe to change in place (a copy if it was lent)."""
+        if self.lent:
+            self.data = self.data.copy()
+            self.lent = False
+        return self.data
+
     def fill(self, value: Any) -> None:
-        self.data.fill(value)
+        self.own().fill(value)
         self.version += 1
 
     def copy(self) -> DenseBlock:

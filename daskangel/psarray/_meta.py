@@ -84,7 +84,9 @@ class ArrayMeta:
     ) -> ArrayMeta:
         two_d = (1, int(shape[0])) if len(shape) == 1 else (int(shape[0]), int(shape[1]))
         if transport not in TRANSPORTS:
-            raise InvalidArgumentError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")
+            raise InvalidArgumentError(
+                f"transport: expected one of {TRANSPORTS}, got {transport!r}"
+            )
         return cls(
             name, two_d, len(shape), np.dtype(dtype), sparse, layout, init, transport=transport
         )

@@ -353,7 +353,7 @@ class Partition:
             if self._data is not None:
                 blk.data = self._data if own else self._data.copy()
             for r, c, v in self._writes:
-                K.scatter_coo(blk.data, r, c, v, False)
+                K.scatter_coo(blk.own(), r, c, v, False)
             blk.version += 1
             return
         if self._reset is not None:

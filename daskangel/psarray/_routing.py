@@ -183,7 +183,9 @@ def check_values(
     casting = casting or config.get("daskangel.client.casting")
     on_nonfinite = on_nonfinite or config.get("daskangel.client.on-nonfinite")
     if on_nonfinite not in ("raise", "skip"):
-        raise InvalidArgumentError(f"on_nonfinite: expected 'raise' or 'skip', got {on_nonfinite!r}")
+        raise InvalidArgumentError(
+            f"on_nonfinite: expected 'raise' or 'skip', got {on_nonfinite!r}"
+        )
     if values.dtype.kind not in "biuf":
         raise CastingError(f"values: expected numbers, got dtype {values.dtype}")
     if not np.can_cast(values.dtype, dtype, casting=casting):  # type: ignore[arg-type]

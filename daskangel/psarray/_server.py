@@ -289,12 +289,23 @@ def _plain_indices(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @server_op("get")
-def _get(server: PSServer, array: str, parts: list[dict[str, Any]]) -> list[np.ndarray]:
-    """Read parts of blocks (always copies, never views of live blocks)."""
+def _get(
+    server: PSServer, array: str, parts: list[dict[str, Any]], lend: bool = False
+) -> list[np.ndarray]:
+    """Read parts of blocks: new arrays, never views of live blocks.  With ``lend``
+    (the comm handler, which only serialises the reply) a whole dense block is
+    sent as is and copied before its next write instead (``DenseBlock.get``)."""
     parts = _plain_indices(parts)
     blocks = [server.block(array, int(p["block"])) for p in parts]
     for b, p in zip(blocks, parts, strict=True):
         b.check(p["rows"], p["cols"])
+    if lend:
+        return [
+            b.get(p["rows"], p["cols"], lend=True)  # type: ignore[call-arg]
+            if isinstance(b, DenseBlock)
+            else b.get(p["rows"], p["cols"])
+            for b, p in zip(blocks, parts, strict=True)
+        ]
     return [b.get(p["rows"], p["cols"]) for b, p in zip(blocks, parts, strict=True)]
 
 
@@ -469,11 +480,14 @@ class PSWorkerPlugin(WorkerPlugin):
     async def handle(self, ps_op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
         """The ``daskangel_ps`` comm handler: run ``ps_op`` and frame its arrays.
 
-        Replies always carry copies: Dask's TCP comm returns from ``write`` before
-        the bytes leave, so a view of a block could change on the wire.  Expected
-        errors (bad index, stale layout) go back to the caller without an error
-        log on the worker.
+        Replies never carry views of live blocks: Dask's TCP comm returns from
+        ``write`` before the bytes leave, so a view of a block could change on the
+        wire.  A whole dense block is *lent* instead of copied (``get``'s ``lend``):
+        the block copies itself before its next write.  Expected errors (bad index,
+        stale layout) go back to the caller without an error log on the worker.
         """
+        if ps_op == "get":
+            kwargs["lend"] = True
         try:
             return wrap_arrays(await self._run(ps_op, server, cost, kwargs))
         except DaskAngelError as e:

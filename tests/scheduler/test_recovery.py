@@ -192,7 +192,14 @@ def test_soak_repeated_kill_and_recover(cluster3: Any, tmp_path: Path) -> None:
             for b in lost:
                 expected[b * 100 : (b + 1) * 100] -= 1
             np.testing.assert_array_equal(w.get(), expected, err_msg=f"cycle {cycle}")
-            c.wait_for_workers(3, timeout=120)
+            try:
+                c.wait_for_workers(3, timeout=120)
+            except TimeoutError as e:  # say which nanny did not bring its worker back
+                nannies = {
+                    name: (str(n.status), getattr(n.process, "status", None))
+                    for name, n in cluster.workers.items()
+                }
+                raise AssertionError(f"cycle {cycle}: nannies {nannies}") from e
             fresh = set(c.scheduler_info()["workers"]) - before
         # every block lives on exactly one live server, nothing else is held
         stats = c.run(_held_blocks)
