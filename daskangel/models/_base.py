@@ -359,6 +359,7 @@ class LinearModel(BaseEstimator):
             optimizer=self._bound(),
             decay_grad=solver == "sgd" and self.optimizer in ("sgd", "momentum"),
             memory=int(self.memory),
+            average=bool(getattr(self, "average", False)) and not self.l1,
         )
         if solver not in ("lbfgs", "owlqn") and train_rows:
             per = _per_round(plan)
