@@ -408,11 +408,6 @@ class LinearModel(BaseEstimator):
 
         return margins_of(self, X, self._weights())
 
-    def decision_function(self, X: Any) -> Any:
-        """``X @ coef_.T + intercept_``: ``(n,)`` for one output, ``(n, K)`` else."""
-        m = self._margins(X)
-        return m[:, 0] if m.shape[1] == 1 else m
-
     def __getstate__(self) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             self._pull()

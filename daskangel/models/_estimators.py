@@ -111,6 +111,14 @@ def _init(self: Any, kw: dict[str, Any]) -> None:
 class _Classifier(ClassifierMixin, LinearModel):
     _task = "classifier"
 
+    def decision_function(self, X: Any) -> Any:
+        """``X @ coef_.T + intercept_``: ``(n,)`` for one output, ``(n, K)`` else.
+
+        (Classifiers only: scikit-learn's regressors have no decision function.)
+        """
+        m = self._margins(X)
+        return m[:, 0] if m.shape[1] == 1 else m
+
     def predict(self, X: Any) -> Any:
         """Class labels (a dask array for a dask / Dataset input)."""
         m = self._margins(X)
