@@ -75,6 +75,15 @@ def logloss(y: np.ndarray, margin: np.ndarray) -> float:
 
 
 def peak_rss_gib() -> float:
+    """This process's peak RSS (``VmHWM``: unlike ``ru_maxrss`` it is not inherited
+    by a worker forked from a parent that had already grown)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
