@@ -359,6 +359,7 @@ class LinearModel(BaseEstimator):
             optimizer=self._bound(),
             decay_grad=solver == "sgd" and self.optimizer in ("sgd", "momentum"),
             memory=int(self.memory),
+            average=bool(getattr(self, "average", False)) and not self.l1,
         )
         if solver not in ("lbfgs", "owlqn") and train_rows:
             per = _per_round(plan)
@@ -406,11 +407,6 @@ class LinearModel(BaseEstimator):
         from ._predict import margins_of
 
         return margins_of(self, X, self._weights())
-
-    def decision_function(self, X: Any) -> Any:
-        """``X @ coef_.T + intercept_``: ``(n,)`` for one output, ``(n, K)`` else."""
-        m = self._margins(X)
-        return m[:, 0] if m.shape[1] == 1 else m
 
     def __getstate__(self) -> dict[str, Any]:
         with contextlib.suppress(Exception):

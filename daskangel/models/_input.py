@@ -76,7 +76,8 @@ def _check_local(est: Any, X: Any, y: Any, classifier: bool, reset: bool) -> tup
 
     if y is None:
         raise ValueError(
-            f"y: {type(est).__name__} needs labels with X (only a daskangel Dataset carries its own)"
+            f"y: {type(est).__name__} requires y to be passed, but the target y is None "
+            "(only a daskangel Dataset carries its own labels)"
         )
     X, y = check_X_y(
         X,
@@ -87,6 +88,10 @@ def _check_local(est: Any, X: Any, y: Any, classifier: bool, reset: bool) -> tup
         multi_output=False,
     )
     check_array(X, accept_sparse="csr")
+    if classifier:
+        from sklearn.utils.multiclass import check_classification_targets
+
+        check_classification_targets(y)  # a continuous y: "Unknown label type: continuous"
     return X, y
 
 
@@ -134,7 +139,9 @@ def as_dataset(
         y = y.to_dask_array(lengths=True)
     if is_dask(X) or is_dask(y):
         if y is None:
-            raise ValueError(f"y: {type(est).__name__} needs labels with X")
+            raise ValueError(
+                f"y: {type(est).__name__} requires y to be passed, but the target y is None"
+            )
         found = None
         if classifier:
             import dask.array as da

@@ -42,6 +42,7 @@ __all__ = [
     "eval_stats",
     "grad_rows",
     "local_sgd",
+    "localise",
     "margins",
 ]
 
@@ -149,6 +150,30 @@ def margins(indptr, indices, data, W, has_bias):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
+def localise(indices, n_features):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """``(keys, local)``: the sorted distinct column indices and each entry's position
+    among them, in O(nnz + n_features) (no sort: a mark per feature)."""
+    pos = np.full(n_features, -1, np.int32)
+    for q in range(indices.shape[0]):
+        pos[indices[q]] = 0
+    n = 0
+    for j in range(n_features):
+        if pos[j] == 0:
+            n += 1
+    keys = np.empty(n, np.int64)
+    n = 0
+    for j in range(n_features):
+        if pos[j] == 0:
+            pos[j] = n
+            keys[n] = j
+            n += 1
+    local = np.empty(indices.shape[0], np.int32)
+    for q in range(indices.shape[0]):
+        local[q] = pos[indices[q]]
+    return keys, local
+
+
+@njit(nogil=True, cache=True)
 def batch_keys(indptr, indices, rows, mark, stamp):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Sorted distinct local keys of ``rows`` (``mark`` is scratch, ``stamp`` unique per call)."""
     out = np.empty(64, np.int64)
@@ -190,14 +215,23 @@ def grad_rows(indptr, indices, data, y, rows, W, kind, eps, has_bias, G):  # typ
 
 
 @njit(nogil=True, cache=True)
-def _catch_up(W, last, j, t, decay, shrink):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """Apply the L2 decay and L1 shrinkage of steps ``last[j] .. t-1`` to key ``j``."""
+def _catch_up(W, last, j, t, powt, geot, shrink, S):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Apply the L2 decay and L1 shrinkage of steps ``last[j] .. t-1`` to key ``j``.
+
+    ``powt[g]`` is ``decay ** g`` and ``geot[g]`` is ``decay + ... + decay ** g``
+    (tables: a power per touched key was the kernel's hot spot).  With a
+    non-empty ``S`` (averaging, L2 only) the iterates of those steps,
+    ``w geot[gap]``, are added to the running sums ``S[j]``.
+    """
     gap = t - last[j]
     if gap <= 0:
         return
-    f = decay**gap
+    f = powt[gap]
     c = shrink * gap
+    avg = S.shape[0] > 0
     for k in range(W.shape[1]):
+        if avg:
+            S[j, k] += W[j, k] * geot[gap]
         w = W[j, k] * f
         if c > 0.0:
             if w > c:
@@ -211,15 +245,32 @@ def _catch_up(W, last, j, t, decay, shrink):  # type: ignore[no-untyped-def]  # 
 
 
 @njit(nogil=True, cache=True)
-def local_sgd(  # type: ignore[no-untyped-def]  # pragma: no cover
-    indptr, indices, data, y, order, W, kind, eps, has_bias, eta, alpha, l1, batch
+def _decay_tables(decay, n):  # type: ignore[no-untyped-def]  # pragma: no cover
+    powt = np.empty(n + 1)
+    geot = np.empty(n + 1)
+    powt[0] = 1.0
+    geot[0] = 0.0
+    for g in range(1, n + 1):
+        powt[g] = powt[g - 1] * decay
+        geot[g] = geot[g - 1] + powt[g]
+    return powt, geot
+
+
+@njit(nogil=True, cache=True)
+def _local_sgd_lazy(  # type: ignore[no-untyped-def]  # pragma: no cover
+    indptr, indices, data, y, order, W, kind, eps, has_bias, eta, alpha, l1, batch, average
 ):
     """Local minibatch SGD over ``order`` (MA-SGD's inner loop), in place on ``W``.
 
     Regularisation is lazy (Bottou): a key's L2 decay ``(1 - eta alpha)`` and L1
     shrinkage ``eta l1`` of the steps since it was last touched are applied when a
     row touches it again and once at the end, so a step costs the row's nnz, not
-    the model size.  Returns ``(loss sum, steps)``.
+    the model size.  With ``average`` (ignored when ``l1 > 0``: an average of
+    iterates is not sparse) ``W`` ends as the mean of the iterates after each
+    step of the second half of the pass (tail-averaged SGD: Polyak-Ruppert
+    averaging without the drag of the first, far-off iterates), kept lazily
+    too: a key's untouched steps add a geometric sum.  Returns
+    ``(loss sum, steps)``.
     """
     K = W.shape[1]
     nk = W.shape[0]
@@ -230,18 +281,29 @@ def local_sgd(  # type: ignore[no-untyped-def]  # pragma: no cover
     mark = np.full(nk, -1, np.int64)
     touched = np.empty(nk, np.int64)
     gbuf = np.zeros((nk, K))
+    avg = average and l1 == 0.0
+    S = np.zeros((nk if avg else 0, K))  # sums of the iterates since step t0
+    none = np.zeros((0, K))
+    n = order.shape[0]
+    n_steps = (n + batch - 1) // batch
+    powt, geot = _decay_tables(decay, n_steps)
+    t0 = n_steps // 2 if avg else -1  # averaging starts at step t0
+    Sa = none
     m = np.empty(K)
     loss = 0.0
     t = 0
-    n = order.shape[0]
     i = 0
     while i < n:
+        if t == t0:  # bring every key to step t0, then start summing
+            for j in range(nf):
+                _catch_up(W, last, j, t, powt, geot, shrink, none)
+            Sa = S
         end = min(i + batch, n)
         nt = 0
         for p in range(i, end):
             r = order[p]
             for q in range(indptr[r], indptr[r + 1]):
-                _catch_up(W, last, indices[q], t, decay, shrink)
+                _catch_up(W, last, indices[q], t, powt, geot, shrink, Sa)
             for k in range(K):
                 m[k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
             loss += _row_d(kind, m, y[r], eps)
@@ -267,11 +329,163 @@ def local_sgd(  # type: ignore[no-untyped-def]  # pragma: no cover
             for k in range(K):
                 W[nk - 1, k] -= step * gbuf[nk - 1, k]
                 gbuf[nk - 1, k] = 0.0
+                if Sa.shape[0] > 0:
+                    Sa[nk - 1, k] += W[nk - 1, k]  # the intercept is never decayed
         t += 1
         i = end
     for j in range(nf):
-        _catch_up(W, last, j, t, decay, shrink)
+        _catch_up(W, last, j, t, powt, geot, shrink, Sa)
+    if Sa.shape[0] > 0 and t > t0:
+        for j in range(nk):
+            for k in range(K):
+                W[j, k] = S[j, k] / (t - t0)
     return loss, t
+
+
+@njit(nogil=True, cache=True)
+def _local_sgd_scaled(  # type: ignore[no-untyped-def]  # pragma: no cover
+    indptr, indices, data, y, order, W, kind, eps, has_bias, eta, alpha, batch, average
+):
+    """L2-only local SGD with the weights kept as ``s * V`` (Bottou / Shalev-Shwartz).
+
+    A step's decay is one multiplication of the scalar ``s``; a step touches only
+    its rows' keys, with no per-key catch-up.  The tail average uses running
+    scalars (as Xu 2011 / ``SGDClassifier(average=True)``): with ``C`` the sum
+    of the scales since averaging started and ``P[j]`` the sum of each change of
+    ``V[j]`` times the ``C`` before it, the sum of the iterates is
+    ``R + C V - P`` (``R`` collects it whenever ``s`` is renormalised).
+    """
+    K = W.shape[1]
+    nk = W.shape[0]
+    nf = nk - 1 if has_bias else nk
+    decay = max(0.0, 1.0 - eta * alpha)
+    n = order.shape[0]
+    n_steps = (n + batch - 1) // batch
+    t0 = n_steps // 2 if average else n_steps + 1
+    V = W.copy()
+    sc = 1.0
+    C = 0.0
+    P = np.zeros((nk if average else 0, K))
+    R = np.zeros((nk if average else 0, K))
+    bsum = np.zeros(K)
+    mark = np.full(nk if batch > 1 else 0, -1, np.int64)
+    touched = np.empty(nk if batch > 1 else 0, np.int64)
+    gbuf = np.zeros((nk if batch > 1 else 0, K))
+    m = np.empty(K)
+    loss = 0.0
+    t = 0
+    i = 0
+    while i < n:
+        on = t >= t0
+        if sc < 1e-9 or decay == 0.0:  # renormalise V (rare); the sums so far go to R
+            for j in range(nf):
+                for k in range(K):
+                    if on:
+                        R[j, k] += C * V[j, k] - P[j, k]
+                        P[j, k] = 0.0
+                    V[j, k] *= sc
+            C = 0.0
+            sc = 1.0
+        end = min(i + batch, n)
+        if batch == 1:
+            r = order[i]
+            for k in range(K):
+                mm = V[nk - 1, k] if has_bias else 0.0
+                acc = 0.0
+                for q in range(indptr[r], indptr[r + 1]):
+                    acc += V[indices[q], k] * data[q]
+                m[k] = mm + sc * acc
+            loss += _row_d(kind, m, y[r], eps)
+            for q in range(indptr[r], indptr[r + 1]):
+                j = indices[q]
+                x = data[q]
+                for k in range(K):
+                    dv = -eta * m[k] * x / sc
+                    V[j, k] += dv
+                    if on:
+                        P[j, k] += dv * C
+            if has_bias:
+                for k in range(K):
+                    V[nk - 1, k] -= eta * m[k]
+        else:
+            nt = 0
+            for p in range(i, end):
+                r = order[p]
+                for k in range(K):
+                    mm = V[nk - 1, k] if has_bias else 0.0
+                    acc = 0.0
+                    for q in range(indptr[r], indptr[r + 1]):
+                        acc += V[indices[q], k] * data[q]
+                    m[k] = mm + sc * acc
+                loss += _row_d(kind, m, y[r], eps)
+                for q in range(indptr[r], indptr[r + 1]):
+                    j = indices[q]
+                    if mark[j] != t:
+                        mark[j] = t
+                        touched[nt] = j
+                        nt += 1
+                    for k in range(K):
+                        gbuf[j, k] += m[k] * data[q]
+                if has_bias:
+                    for k in range(K):
+                        gbuf[nk - 1, k] += m[k]
+            step = eta / (end - i)
+            for u in range(nt):
+                j = touched[u]
+                for k in range(K):
+                    dv = -step * gbuf[j, k] / sc
+                    V[j, k] += dv
+                    if on:
+                        P[j, k] += dv * C
+                    gbuf[j, k] = 0.0
+            if has_bias:
+                for k in range(K):
+                    V[nk - 1, k] -= step * gbuf[nk - 1, k]
+                    gbuf[nk - 1, k] = 0.0
+        sc *= decay
+        if on:
+            C += sc
+            if has_bias:
+                for k in range(K):
+                    bsum[k] += V[nk - 1, k]
+        t += 1
+        i = end
+    if average and t > t0:
+        for j in range(nf):
+            for k in range(K):
+                W[j, k] = (R[j, k] + C * V[j, k] - P[j, k]) / (t - t0)
+        if has_bias:
+            for k in range(K):
+                W[nk - 1, k] = bsum[k] / (t - t0)
+    else:
+        for j in range(nf):
+            for k in range(K):
+                W[j, k] = sc * V[j, k]
+        if has_bias:
+            for k in range(K):
+                W[nk - 1, k] = V[nk - 1, k]
+    return loss, t
+
+
+@njit(nogil=True, cache=True)
+def local_sgd(  # type: ignore[no-untyped-def]  # pragma: no cover
+    indptr, indices, data, y, order, W, kind, eps, has_bias, eta, alpha, l1, batch, average
+):
+    """Local minibatch SGD over ``order`` (MA-SGD's inner loop), in place on ``W``.
+
+    Without L1 the weights are kept scaled (:func:`_local_sgd_scaled`: a step
+    costs its rows' nnz, the L2 decay is one scalar product); with ``l1 > 0``
+    regularisation is lazy (:func:`_local_sgd_lazy`).  With ``average`` (L2
+    only) ``W`` ends as the mean of the iterates after the steps of the second
+    half of the pass (tail-averaged SGD).  Returns ``(loss sum, steps)``.
+    """
+    if l1 == 0.0:
+        return _local_sgd_scaled(
+            indptr, indices, data, y, order, W, kind, eps, has_bias, eta, alpha, batch, average
+        )
+    return _local_sgd_lazy(
+        indptr, indices, data, y, order, W, kind, eps, has_bias, eta, alpha, l1, batch, average
+    )
 
 
 @njit(nogil=True, cache=True)

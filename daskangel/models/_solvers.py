@@ -160,7 +160,7 @@ class SGDTask:
                 W = W0.copy()
                 loss, _steps = local_sgd(
                     t.indptr, t.indices, t.data, d.y_train, rows, W, p.kind, p.eps,
-                    p.has_bias, eta, p.alpha, p.l1, p.batch,
+                    p.has_bias, eta, p.alpha, p.l1, p.batch, p.average,
                 )  # fmt: skip
                 push(w, d.keys, (W - W0) * round_share(p, ctx.task_id, rnd), K)
                 loss_sum += loss

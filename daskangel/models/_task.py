@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..data._batch import CSRBatch
+from ._kernels import localise
 
 __all__ = ["Plan", "TaskData", "labels_for", "prepare", "pull", "push", "split_rows"]
 
@@ -65,6 +66,7 @@ class Plan:
     optimizer: Any = None  # BoundOptimizer (solvers 'sgd', 'ftrl')
     decay_grad: bool = False  # scale gradients by the lr schedule (plain server SGD)
     memory: int = 10  # L-BFGS pairs
+    average: bool = False  # 'ma-sgd': push the mean of the local iterates (L2 only)
 
     @property
     def binary(self) -> bool:
@@ -114,11 +116,11 @@ def split_rows(
     order = np.random.default_rng([int(seed) & 0xFFFFFFFF, 7919, int(index)]).permutation(n)
     val_rows, train_rows = np.sort(order[:n_val]), np.sort(order[n_val:])
     lo, hi = int(rows.indptr[0]), int(rows.indptr[-1])
-    used = np.unique(rows.indices[lo:hi]).astype(np.int64)
+    used, local_ix = localise(rows.indices[lo:hi], n_features)
     keys = np.append(used, n_features) if has_bias else used
     local = CSRBatch(
         rows.indptr - lo,
-        np.searchsorted(used, rows.indices[lo:hi]).astype(np.int32),
+        local_ix,
         rows.data[lo:hi],
         rows.labels,
         keys.shape[0],

@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn.metrics import roc_auc_score
 
+from daskangel.data._batch import CSRBatch
 from daskangel.models._kernels import (
     HINGE,
     HUBER,
@@ -22,7 +23,6 @@ from daskangel.models._kernels import (
 )
 from daskangel.models._metrics import auc_from_hist, should_stop
 from daskangel.models._task import split_rows
-from daskangel.data._batch import CSRBatch
 
 
 def _csr(n: int = 40, d: int = 12, seed: int = 0) -> sp.csr_matrix:
@@ -72,7 +72,9 @@ def test_softmax_gradient_and_margins() -> None:
     M = margins(X.indptr, X.indices, X.data, W, True)
     np.testing.assert_allclose(M, X @ W[:-1] + W[-1])
     G = np.zeros_like(W)
-    loss = grad_rows(X.indptr, X.indices, X.data, y, np.arange(X.shape[0]), W, SOFTMAX, 0.0, True, G)
+    loss = grad_rows(
+        X.indptr, X.indices, X.data, y, np.arange(X.shape[0]), W, SOFTMAX, 0.0, True, G
+    )
     P = np.exp(M - M.max(1, keepdims=True))
     P /= P.sum(1, keepdims=True)
     assert loss == pytest.approx(-np.log(P[np.arange(len(y)), y.astype(int)]).sum())
@@ -90,7 +92,9 @@ def test_local_sgd_lazy_l2_equals_eager_updates() -> None:
     order = rng.permutation(X.shape[0])
     eta, alpha = 0.1, 0.05
     lazy = W.copy()
-    local_sgd(X.indptr, X.indices, X.data, y, order, lazy, LOGISTIC, 0.0, True, eta, alpha, 0.0, 1)
+    local_sgd(
+        X.indptr, X.indices, X.data, y, order, lazy, LOGISTIC, 0.0, True, eta, alpha, 0.0, 1, False
+    )
     eager = W.copy()
     for r in order:
         x = X[r].toarray().ravel()
@@ -100,6 +104,51 @@ def test_local_sgd_lazy_l2_equals_eager_updates() -> None:
         eager[-1, 0] -= eta * d
         eager[:-1, 0] *= 1 - eta * alpha  # the step's decay (bias not regularised)
     np.testing.assert_allclose(lazy, eager, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_local_sgd_lazy_average_equals_eager_mean_of_iterates(batch: int) -> None:
+    """``average=True`` ends at the mean of the iterates after the steps of the
+    second half of the pass (L2 applied lazily)."""
+    X = _csr(30, 8, 3)
+    rng = np.random.default_rng(4)
+    y = rng.choice([-1.0, 1.0], X.shape[0])
+    W = rng.normal(size=(9, 1)) * 0.1
+    order = rng.permutation(X.shape[0])
+    eta, alpha = 0.1, 0.05
+    lazy = W.copy()
+    _loss, steps = local_sgd(
+        X.indptr,
+        X.indices,
+        X.data,
+        y,
+        order,
+        lazy,
+        LOGISTIC,
+        0.0,
+        True,
+        eta,
+        alpha,
+        0.0,
+        batch,
+        True,
+    )
+    eager = W[:, 0].copy()
+    total = np.zeros_like(eager)
+    n_steps = -(-len(order) // batch)
+    t0 = n_steps // 2
+    for t, i in enumerate(range(0, len(order), batch)):
+        rows = order[i : i + batch]
+        Xb = X[rows].toarray()
+        m = Xb @ eager[:-1] + eager[-1]
+        d = -y[rows] / (1 + np.exp(y[rows] * m))
+        eager[:-1] -= eta * (Xb.T @ d) / len(rows)
+        eager[-1] -= eta * d.sum() / len(rows)
+        eager[:-1] *= 1 - eta * alpha
+        if t >= t0:
+            total += eager
+    assert steps == n_steps
+    np.testing.assert_allclose(lazy[:, 0], total / (n_steps - t0), rtol=1e-9, atol=1e-12)
 
 
 def test_batch_keys_and_split_rows() -> None:
