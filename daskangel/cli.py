@@ -90,7 +90,16 @@ def _exists(url: str) -> bool:
 
 def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, Any]:
     """Validate everything before any cluster starts; return estimator overrides."""
-    for name in ("workers", "threads", "ps", "groups", "epochs", "n_features", "batch_size", "local_steps"):
+    for name in (
+        "workers",
+        "threads",
+        "ps",
+        "groups",
+        "epochs",
+        "n_features",
+        "batch_size",
+        "local_steps",
+    ):
         v = getattr(a, name, None)
         if v is not None and v < 1:
             ap.error(f"argument --{name.replace('_', '-')}: expected an integer >= 1, got {v}")
@@ -133,8 +142,12 @@ def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, Any]
 def _read(path: str, fmt: str, n_features: int | None) -> Any:
     from . import data
 
-    reader = {"libsvm": data.read_libsvm, "dummy": data.read_dummy, "dense": data.read_dense}[fmt]
-    return reader(path, n_features=n_features)
+    readers: dict[str, Any] = {
+        "libsvm": data.read_libsvm,
+        "dummy": data.read_dummy,
+        "dense": data.read_dense,
+    }
+    return readers[fmt](path, n_features=n_features)
 
 
 def _table(rows: dict[str, float]) -> str:
@@ -152,7 +165,11 @@ def _test_metrics(est: Any, ds: Any) -> dict[str, float]:
     if X.shape[1] != n:
         import scipy.sparse as sp
 
-        X = X[:, :n] if X.shape[1] > n else sp.hstack([X, sp.csr_matrix((X.shape[0], n - X.shape[1]))]).tocsr()
+        X = (
+            X[:, :n]
+            if X.shape[1] > n
+            else sp.hstack([X, sp.csr_matrix((X.shape[0], n - X.shape[1]))]).tocsr()
+        )
     out: dict[str, float] = {"test_rows": float(X.shape[0])}
     if est._task == "regressor":
         p = est.predict(X)
@@ -190,15 +207,22 @@ def _run(a: argparse.Namespace, kw: dict[str, Any]) -> int:
                     **kw, n_tasks=a.groups, progress=not a.no_progress, ps=ps
                 )
                 ds = _read(a.data, a.format, a.n_features).persist(
-                    client, n_partitions=a.groups or sum(
-                        w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values()
-                    )
+                    client,
+                    n_partitions=a.groups
+                    or sum(
+                        w["nthreads"]
+                        for w in client.scheduler_info(n_workers=-1)["workers"].values()
+                    ),
                 )
                 est.fit(ds)
                 final = est.history_.iloc[-1].to_dict() if len(est.history_) else {}
                 final = {k: float(v) for k, v in final.items() if np.isfinite(v)}
                 if a.test:
-                    final.update(_test_metrics(est, _read(a.test, a.format, est.n_features_in_).persist(client)))
+                    final.update(
+                        _test_metrics(
+                            est, _read(a.test, a.format, est.n_features_in_).persist(client)
+                        )
+                    )
                 print(_table(final), flush=True)
                 if a.save:
                     est.save(a.save)

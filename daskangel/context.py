@@ -142,7 +142,9 @@ class PSContext:
         self.client = client if client is not None else default_client()
         self.transport = transport or config.get("daskangel.transport")
         if self.transport not in TRANSPORTS:
-            raise InvalidArgumentError(f"transport: expected one of {TRANSPORTS}, got {self.transport!r}")
+            raise InvalidArgumentError(
+                f"transport: expected one of {TRANSPORTS}, got {self.transport!r}"
+            )
         self.id = f"ctx-{uuid.uuid4().hex[:12]}"
         self.closed = False
         self._actors: list[Any] = []
@@ -292,7 +294,9 @@ class PSContext:
         """A new array with every entry ``fill_value`` (missing sparse keys read it too)."""
         dt = _dtype(dtype)
         if dt.kind in "iu" and float(fill_value) != int(fill_value):
-            raise InvalidTypeError(f"fill_value: {fill_value!r} is not an integer, the array is {dt}")
+            raise InvalidTypeError(
+                f"fill_value: {fill_value!r} is not an integer, the array is {dt}"
+            )
         return self._create(
             name, shape, dt, InitSpec("const", float(fill_value)), sparse, block_shape, partitioner
         )
@@ -343,7 +347,9 @@ class PSContext:
         shape = (m.shape[1],) if m.ndim == 1 else m.shape
         dt = _dtype(dtype or m.dtype)
         if dt.kind in "iu" and float(fill_value) != int(fill_value):
-            raise InvalidTypeError(f"fill_value: {fill_value!r} is not an integer, the array is {dt}")
+            raise InvalidTypeError(
+                f"fill_value: {fill_value!r} is not an integer, the array is {dt}"
+            )
         name = name or f"{m.name}-like-{uuid.uuid4().hex[:8]}"
         part = _SameLayout(m)
         init = InitSpec("const", float(fill_value))

@@ -248,6 +248,8 @@ def from_array(
     if getattr(X, "ndim", 2) != 2:
         raise InvalidArgumentError(f"X: expected a 2-D array, got {getattr(X, 'ndim', '?')}-D")
     if y is not None and len(y) != X.shape[0]:
-        raise InvalidArgumentError(f"y: expected {X.shape[0]} labels (one per row of X), got {len(y)}")
+        raise InvalidArgumentError(
+            f"y: expected {X.shape[0]} labels (one per row of X), got {len(y)}"
+        )
     nf = int(X.shape[1]) if n_features is None else int(n_features)
     return Dataset(ArraySource(X, y, nf), **kwargs)

@@ -166,7 +166,9 @@ class Partition:
            key (read on the worker).
         """
         if batch_size < 1:
-            raise InvalidArgumentError(f"batch_size: expected a positive integer, got {batch_size!r}")
+            raise InvalidArgumentError(
+                f"batch_size: expected a positive integer, got {batch_size!r}"
+            )
         return rebatch(self._pieces(int(batch_size), shuffle, seed, epoch, window), int(batch_size))
 
     # -- rewriting ------------------------------------------------------------------------

@@ -39,7 +39,9 @@ __all__ = [
 def _common(kw: dict[str, Any]) -> dict[str, Any]:
     lt = kw.get("label_transform")
     if lt not in LABEL_TRANSFORMS:
-        raise InvalidArgumentError(f"label_transform: expected one of {LABEL_TRANSFORMS}, got {lt!r}")
+        raise InvalidArgumentError(
+            f"label_transform: expected one of {LABEL_TRANSFORMS}, got {lt!r}"
+        )
     return kw
 
 

@@ -106,10 +106,14 @@ def budget_bytes(storage: str, memory_budget: Any) -> int:
     if storage != "memory_disk":
         return 0
     if memory_budget is None:
-        raise InvalidArgumentError("memory_budget: storage='memory_disk' needs a budget in bytes per worker")
+        raise InvalidArgumentError(
+            "memory_budget: storage='memory_disk' needs a budget in bytes per worker"
+        )
     b = parse_bytes(memory_budget) if isinstance(memory_budget, str) else int(memory_budget)
     if b < 0:
-        raise InvalidArgumentError(f"memory_budget: expected a non-negative size, got {memory_budget!r}")
+        raise InvalidArgumentError(
+            f"memory_budget: expected a non-negative size, got {memory_budget!r}"
+        )
     return int(b)
 
 

@@ -169,7 +169,9 @@ def make_ctr(
     if not power > 0:
         raise InvalidArgumentError(f"power: expected a number > 0, got {power!r}")
     if not 0 <= informative <= 1:
-        raise InvalidArgumentError(f"informative: expected a fraction in [0, 1], got {informative!r}")
+        raise InvalidArgumentError(
+            f"informative: expected a fraction in [0, 1], got {informative!r}"
+        )
     if (
         isinstance(chunk_rows, bool)
         or not isinstance(chunk_rows, (int, np.integer))

@@ -36,6 +36,7 @@ from sklearn.base import BaseEstimator
 
 from .. import config, ops
 from ..context import PSContext
+from ..errors import InvalidArgumentError
 from ..scheduler._clock_rule import BSP, as_sync
 from ..train import train
 from ._input import Prepared, as_dataset
@@ -67,6 +68,11 @@ class LinearModel(BaseEstimator):
     """Base of the linear models (see the module docstring); not used directly."""
 
     _loss: str = "logistic"
+    # fitted state (instance attributes; declared here for the type checker only)
+    _arrays: Any  # see "State shapes" above, or None
+    _w: np.ndarray | None
+    n_features_in_: int
+    classes_: np.ndarray
     _task: str = "classifier"  # or "regressor"
     _logloss: bool = False
 
@@ -74,32 +80,40 @@ class LinearModel(BaseEstimator):
 
     def _check_params(self) -> None:
         if self.solver not in SOLVERS:
-            raise ValueError(f"solver: expected one of {SOLVERS}, got {self.solver!r}")
+            raise InvalidArgumentError(f"solver: expected one of {SOLVERS}, got {self.solver!r}")
         for name in ("max_iter", "n_iter_no_change", "memory"):
             v = getattr(self, name, 1)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
+                raise InvalidArgumentError(f"{name}: expected an int >= 1, got {v!r}")
         for name in ("alpha", "l1"):
             v = getattr(self, name, 0.0)
             if not isinstance(v, (int, float, np.number)) or not np.isfinite(v) or v < 0:
-                raise ValueError(f"{name}: expected a finite number >= 0, got {v!r}")
+                raise InvalidArgumentError(f"{name}: expected a finite number >= 0, got {v!r}")
         lr = self.learning_rate
         if not isinstance(lr, (int, float, np.number)) or not lr > 0 or not np.isfinite(lr):
-            raise ValueError(f"learning_rate: expected a positive number, got {lr!r}")
+            raise InvalidArgumentError(f"learning_rate: expected a positive number, got {lr!r}")
         vf = self.validation_fraction
         if not isinstance(vf, (int, float, np.number)) or not 0 <= vf < 1:
-            raise ValueError(f"validation_fraction: expected a number in [0, 1), got {vf!r}")
+            raise InvalidArgumentError(
+                f"validation_fraction: expected a number in [0, 1), got {vf!r}"
+            )
         for name in ("batch_size", "local_steps", "n_tasks"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
-                raise ValueError(f"{name}: expected None or an int >= 1, got {v!r}")
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1
+            ):
+                raise InvalidArgumentError(f"{name}: expected None or an int >= 1, got {v!r}")
         if self.optimizer not in SERVER_OPTIMIZERS:
-            raise ValueError(f"optimizer: expected one of {SERVER_OPTIMIZERS}, got {self.optimizer!r}")
+            raise InvalidArgumentError(
+                f"optimizer: expected one of {SERVER_OPTIMIZERS}, got {self.optimizer!r}"
+            )
         as_sync(self.sync)
         if self.solver == "owlqn" and not self.l1:
             warnings.warn("solver='owlqn' with l1=0 is plain L-BFGS", UserWarning, stacklevel=3)
         if self.l1 and self.solver == "lbfgs":
-            raise ValueError("l1: solver='lbfgs' cannot handle an L1 penalty; use solver='owlqn'")
+            raise InvalidArgumentError(
+                "l1: solver='lbfgs' cannot handle an L1 penalty; use solver='owlqn'"
+            )
 
     # -- the PS side ------------------------------------------------------------------
 
@@ -158,7 +172,11 @@ class LinearModel(BaseEstimator):
         if opt is not None:
             bound = opt.attach(ps, w, name=f"{name}.opt")
             state = {s: a.name for s, a in bound.state.items()}
-        self._arrays = {"weights": w.name, "state": state, "rule": type(opt).__name__ if opt else None}
+        self._arrays = {
+            "weights": w.name,
+            "state": state,
+            "rule": type(opt).__name__ if opt else None,
+        }
 
     def _rule(self) -> Any:
         if self.solver == "ftrl":
@@ -218,12 +236,15 @@ class LinearModel(BaseEstimator):
     def partial_fit(self, X: Any, y: Any = None, classes: Any = None) -> LinearModel:
         """One more epoch over ``X, y``, continuing from the current weights and clock."""
         self._check_params()
-        if classes is not None and hasattr(self, "classes_"):
-            if not np.array_equal(np.asarray(classes), self.classes_):
-                raise ValueError(
-                    f"classes: {np.asarray(classes).tolist()} differs from the classes of the "
-                    f"first partial_fit {self.classes_.tolist()}"
-                )
+        if (
+            classes is not None
+            and hasattr(self, "classes_")
+            and not np.array_equal(np.asarray(classes), self.classes_)
+        ):
+            raise InvalidArgumentError(
+                f"classes: {np.asarray(classes).tolist()} differs from the classes of the "
+                f"first partial_fit {self.classes_.tolist()}"
+            )
         return self._fit(X, y, 1, None if classes is None else np.asarray(classes))
 
     def _forget(self) -> None:
@@ -255,7 +276,7 @@ class LinearModel(BaseEstimator):
         n_features = int(ds.n_features)
         if hasattr(self, "n_features_in_") and n_features != self.n_features_in_:
             if n_features > self.n_features_in_ or not data.native:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"X has {n_features} features, but {type(self).__name__} is expecting "
                     f"{self.n_features_in_} features as input"
                 )
@@ -263,7 +284,7 @@ class LinearModel(BaseEstimator):
         if self._task == "classifier":
             classes = data.classes if not hasattr(self, "classes_") else self.classes_
             if classes is None or len(classes) < 2:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"y: {type(self).__name__} needs samples of at least 2 classes, got "
                     f"{0 if classes is None else len(classes)} class"
                 )
@@ -283,9 +304,9 @@ class LinearModel(BaseEstimator):
                 extra = qn_arrays(plan.weights, plan.memory)
                 for n in extra:
                     ps.zeros_like(w, name=n)
-                n = len(ds.partitions)
+                n_parts = len(ds.partitions)
                 res = train(
-                    ps, QNTask(plan), ds, groups=1, group_size=n, epochs=plan.epochs,
+                    ps, QNTask(plan), ds, groups=1, group_size=n_parts, epochs=plan.epochs,
                     array_sync={plan.weights: BSP()}, progress=self.progress,
                 )  # fmt: skip
             else:
@@ -325,7 +346,9 @@ class LinearModel(BaseEstimator):
         staleness = as_sync(self.sync).staleness
         early = bool(self.early_stopping) and staleness is not None
         if self.early_stopping and staleness is None:
-            warnings.warn("early_stopping needs BSP or SSP; ASP trains every epoch", UserWarning, stacklevel=4)
+            warnings.warn(
+                "early_stopping needs BSP or SSP; ASP trains every epoch", UserWarning, stacklevel=4
+            )
         monitor = "val_loss" if vf > 0 else "train_loss"
         plan = Plan(
             weights=self._arrays["weights"],
@@ -351,7 +374,9 @@ class LinearModel(BaseEstimator):
             seed=int(self.random_state or 0),
             train_rows=train_rows,
             rounds=1,
-            tol=float(self.tol) if (self.tol is not None and (early or solver in ("lbfgs", "owlqn"))) else None,
+            tol=float(self.tol)
+            if (self.tol is not None and (early or solver in ("lbfgs", "owlqn")))
+            else None,
             patience=int(self.n_iter_no_change),
             monitor=monitor,
             prune=bool(self.prune),
@@ -376,7 +401,9 @@ class LinearModel(BaseEstimator):
             recs.append({"epoch": plan.epoch0 + e + 1, **m})
         new = pd.DataFrame(recs)
         old = getattr(self, "history_", None)
-        self.history_ = new if old is None or plan.epoch0 == 0 else pd.concat([old, new], ignore_index=True)
+        self.history_ = (
+            new if old is None or plan.epoch0 == 0 else pd.concat([old, new], ignore_index=True)
+        )
 
     # -- predicting ---------------------------------------------------------------------
 
@@ -386,7 +413,9 @@ class LinearModel(BaseEstimator):
         check_is_fitted(self, "n_features_in_")
         w = self._pull()
         if w is None:
-            raise ValueError(f"{type(self).__name__}: the weights are gone (closed context)")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: the weights are gone (closed context)"
+            )
         return w
 
     @property
@@ -432,4 +461,3 @@ def _replace(plan: Plan, **kw: Any) -> Plan:
     import dataclasses
 
     return dataclasses.replace(plan, **kw)
-

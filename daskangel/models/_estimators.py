@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
+from ..errors import InvalidArgumentError
 from ._base import LinearModel
 from ._predict import map_rows
 
@@ -146,7 +147,9 @@ class _Probabilistic(_Classifier):
             return e / e.sum(axis=1, keepdims=True)
 
         if hasattr(m, "dask"):
-            return m.map_blocks(proba, dtype=np.float64, chunks=(m.chunks[0], (len(self.classes_),)))
+            return m.map_blocks(
+                proba, dtype=np.float64, chunks=(m.chunks[0], (len(self.classes_),))
+            )
         return proba(m)
 
     def predict_log_proba(self, X: Any) -> Any:
@@ -216,7 +219,9 @@ class LinearSVC(_Classifier):
     @property
     def _loss(self) -> str:  # type: ignore[override]
         if self.loss not in ("hinge", "squared_hinge"):
-            raise ValueError(f"loss: expected 'hinge' or 'squared_hinge', got {self.loss!r}")
+            raise InvalidArgumentError(
+                f"loss: expected 'hinge' or 'squared_hinge', got {self.loss!r}"
+            )
         return str(self.loss)
 
 
@@ -256,7 +261,9 @@ class Ridge(LinearRegression):
 
 
 class HuberRegressor(_Regressor):
-    __doc__ = "Robust regression with the Huber loss (quadratic within ``epsilon``).\n" + _COMMON_DOC
+    __doc__ = (
+        "Robust regression with the Huber loss (quadratic within ``epsilon``).\n" + _COMMON_DOC
+    )
     _loss = "huber"
 
     def __init__(

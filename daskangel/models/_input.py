@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..data import Dataset, from_array
+from ..errors import InvalidArgumentError
 
 __all__ = ["Prepared", "as_dataset", "dataset_classes", "encode_labels", "is_dask"]
 
@@ -42,7 +43,7 @@ def encode_labels(y: np.ndarray, classes: np.ndarray | None) -> tuple[np.ndarray
     idx = np.clip(np.searchsorted(classes, y), 0, len(classes) - 1)
     bad = classes[idx] != y
     if bad.any():
-        raise ValueError(
+        raise InvalidArgumentError(
             f"y: label {y[bad][0]!r} is not one of the classes {classes.tolist()} "
             "(pass every class to the first partial_fit as classes=)"
         )
@@ -75,7 +76,7 @@ def _check_local(est: Any, X: Any, y: Any, classifier: bool, reset: bool) -> tup
     from sklearn.utils.validation import check_array, check_X_y
 
     if y is None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"y: {type(est).__name__} requires y to be passed, but the target y is None "
             "(only a daskangel Dataset carries its own labels)"
         )
@@ -120,14 +121,14 @@ def as_dataset(
     """Turn ``X, y`` into a persisted Dataset with ``n_tasks`` partitions."""
     if isinstance(X, Dataset):
         if y is not None:
-            raise ValueError("y: a daskangel Dataset carries its own labels; pass y=None")
+            raise InvalidArgumentError("y: a daskangel Dataset carries its own labels; pass y=None")
         owned = not X.persisted
         ds = X.persist(client, n_partitions=n_tasks) if owned else X
         found = dataset_classes(ds) if classifier else None
         if classifier and classes is not None and found is not None:
             extra = sorted(set(found.tolist()) - {float(c) for c in classes})
             if extra:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"y: labels {extra} of the Dataset are not among the classes "
                     f"{np.asarray(classes).tolist()}"
                 )
@@ -139,7 +140,7 @@ def as_dataset(
         y = y.to_dask_array(lengths=True)
     if is_dask(X) or is_dask(y):
         if y is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"y: {type(est).__name__} requires y to be passed, but the target y is None"
             )
         found = None

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArrayNotFoundError, SnapshotError
+from ..errors import ArrayNotFoundError, InvalidArgumentError, SnapshotError
 
 __all__ = ["FORMAT", "MODEL_FILE", "load", "save_model"]
 
@@ -49,7 +49,7 @@ def save_model(est: Any, url: str) -> None:
 
     check_is_fitted(est, "n_features_in_")
     if not getattr(est, "_arrays", None) or getattr(est, "_ps", None) is None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{type(est).__name__}: its weights are not on a PS (unpickled or closed); "
             "fit it (warm_start=True keeps the weights) before saving"
         )
@@ -68,7 +68,11 @@ def save_model(est: Any, url: str) -> None:
         "t": int(getattr(est, "t_", 0)),
         "n_iter": int(getattr(est, "n_iter_", 0)),
         "history": None if hist is None else json.loads(hist.to_json(orient="records")),
-        "arrays": {"weights": arrays["weights"], "state": arrays["state"], "rule": arrays.get("rule")},
+        "arrays": {
+            "weights": arrays["weights"],
+            "state": arrays["state"],
+            "rule": arrays.get("rule"),
+        },
     }
     from .._snapshot_format import fs_and_path
 
@@ -87,7 +91,9 @@ def _read(url: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise SnapshotError(f"url: {url!r} holds no saved daskangel model ({MODEL_FILE})") from None
     if doc.get("format") != FORMAT:
-        raise SnapshotError(f"url: {url!r} has model format {doc.get('format')!r}, expected {FORMAT}")
+        raise SnapshotError(
+            f"url: {url!r} has model format {doc.get('format')!r}, expected {FORMAT}"
+        )
     return doc
 
 
@@ -103,7 +109,6 @@ def load(url: str, client: Any = None, ps: Any = None) -> Any:
     """A model saved with ``model.save(url)``, its weights on a new (or the given) PS context."""
     import pandas as pd
 
-    from ..context import PSContext
     from ..persist import load_arrays
 
     doc = _read(url)
@@ -126,14 +131,20 @@ def load(url: str, client: Any = None, ps: Any = None) -> Any:
     names = [arrays["weights"], *arrays["state"].values()]
     if not any(_exists(ctx, n) for n in names):
         ctx.load(url, arrays=names)
-        est._arrays = {"weights": arrays["weights"], "state": dict(arrays["state"]), "rule": arrays["rule"]}
+        est._arrays = {
+            "weights": arrays["weights"],
+            "state": dict(arrays["state"]),
+            "rule": arrays["rule"],
+        }
     else:  # the saved model is loaded already: same values, fresh names
         values = load_arrays(url, arrays=names)
         tag = uuid.uuid4().hex[:6]
         new = {n: f"{n}-{tag}" for n in names}
         w = ctx.from_array(new[arrays["weights"]], values[arrays["weights"]])
         for n in arrays["state"].values():  # co-partitioned with w, as the optimiser needs
-            ctx.zeros_like(w, name=new[n], dtype=values[n].dtype).set(values[n], casting="same_kind")
+            ctx.zeros_like(w, name=new[n], dtype=values[n].dtype).set(
+                values[n], casting="same_kind"
+            )
         state = {s: new[n] for s, n in arrays["state"].items()}
         est._arrays = {"weights": new[arrays["weights"]], "state": state, "rule": arrays["rule"]}
     est._w = None

@@ -515,7 +515,7 @@ def eval_stats(indptr, indices, data, y, W, kind, eps, has_bias, nbins):  # type
             continue
         lv, _d = _dloss(kind, m[0], y[r], eps)
         st[1] += lv
-        if kind == SQUARED or kind == HUBER:
+        if kind == SQUARED or kind == HUBER:  # noqa: SIM109 (numba: no tuple membership)
             e = m[0] - y[r]
             st[3] += e * e
             st[4] += abs(e)

@@ -47,7 +47,11 @@ __all__ = ["QNTask", "qn_arrays"]
 def qn_arrays(weights: str, memory: int) -> list[str]:
     """Names of the PS vectors L-BFGS / OWL-QN keep next to ``weights``."""
     base = [f"{weights}.{n}" for n in ("x", "G", "g", "d", "q", "pg")]
-    return base + [f"{weights}.S{i}" for i in range(memory)] + [f"{weights}.Y{i}" for i in range(memory)]
+    return (
+        base
+        + [f"{weights}.S{i}" for i in range(memory)]
+        + [f"{weights}.Y{i}" for i in range(memory)]
+    )
 
 
 class _Leader:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..data import Dataset
+from ..errors import InvalidArgumentError
 from ._input import is_dask
 
 __all__ = ["local_margins", "map_rows", "margins_of"]
@@ -75,20 +76,18 @@ def margins_of(est: Any, X: Any, W: np.ndarray) -> Any:
         import dask
 
         if X.ndim != 2 or X.shape[1] != est.n_features_in_:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"X has {X.shape[-1] if X.ndim else 0} features, but {type(est).__name__} "
                 f"is expecting {est.n_features_in_} features as input"
             )
         Xr = X.rechunk({1: -1})
         wd = dask.delayed(W, pure=True)
-        return Xr.map_blocks(
-            local_margins, wd, dtype=np.float64, chunks=(Xr.chunks[0], (K,))
-        )
+        return Xr.map_blocks(local_margins, wd, dtype=np.float64, chunks=(Xr.chunks[0], (K,)))
     from sklearn.utils.validation import check_array
 
     X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
     if X.shape[1] != est.n_features_in_:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"X has {X.shape[1]} features, but {type(est).__name__} is expecting "
             f"{est.n_features_in_} features as input"
         )

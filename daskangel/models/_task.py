@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..data._batch import CSRBatch
+from ..errors import InvalidArgumentError
 from ._kernels import localise
 
 __all__ = ["Plan", "TaskData", "labels_for", "prepare", "pull", "push", "split_rows"]
@@ -98,7 +99,7 @@ def labels_for(labels: np.ndarray, plan: Plan) -> np.ndarray:
     idx = np.clip(idx, 0, classes.shape[0] - 1)
     bad = classes[idx] != y
     if bad.any():
-        raise ValueError(
+        raise InvalidArgumentError(
             f"y: label {y[bad][0]!r} is not one of the classes seen when the model was "
             f"created {classes.tolist()}"
         )
@@ -112,7 +113,7 @@ def split_rows(
 ) -> TaskData:
     """Split a partition's rows into training and validation; localise the keys."""
     n = rows.n_rows
-    n_val = int(round(n * fraction))
+    n_val = round(n * fraction)
     order = np.random.default_rng([int(seed) & 0xFFFFFFFF, 7919, int(index)]).permutation(n)
     val_rows, train_rows = np.sort(order[:n_val]), np.sort(order[n_val:])
     lo, hi = int(rows.indptr[0]), int(rows.indptr[-1])

@@ -118,7 +118,9 @@ class PSFunc:
         lo, hi = self.arity
         if not lo <= len(metas) <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
-            raise InvalidArgumentError(f"arrays: {type(self).__name__} takes {want} arrays, got {len(metas)}")
+            raise InvalidArgumentError(
+                f"arrays: {type(self).__name__} takes {want} arrays, got {len(metas)}"
+            )
 
     def split(self, metas: list[ArrayMeta]) -> dict[int, dict[str, Any]]:
         """``{block_id: params}`` of the blocks to run on (default: all, no params)."""

@@ -239,7 +239,9 @@ class Diag(UpdateFunc):
         m = metas[0]
         n = m.shape[0]
         if v.ndim != 1 or v.shape[0] != n:
-            raise InvalidArgumentError(f"values: expected {n} values (one per row), got shape {v.shape}")
+            raise InvalidArgumentError(
+                f"values: expected {n} values (one per row), got shape {v.shape}"
+            )
 
     def split(self, metas: list[ArrayMeta]) -> dict[int, dict[str, Any]]:
         v = np.asarray(self.values)

@@ -179,10 +179,14 @@ def plan_gradient(
     ver: np.ndarray | None = None
     if _is_sparse_input(grad):
         if rows is not None or cols is not None:
-            raise InvalidArgumentError("grad: a sparse matrix carries its own coordinates; drop rows=/cols=")
+            raise InvalidArgumentError(
+                "grad: a sparse matrix carries its own coordinates; drop rows=/cols="
+            )
         r, c, g, gshape = _coo_parts(grad)
         if gshape not in (shape, meta.shape):
-            raise InvalidArgumentError(f"grad: expected a sparse matrix of shape {shape}, got {gshape}")
+            raise InvalidArgumentError(
+                f"grad: expected a sparse matrix of shape {shape}, got {gshape}"
+            )
         if versions is not None:
             ver = np.asarray(versions, dtype=np.int64).reshape(-1)
     else:

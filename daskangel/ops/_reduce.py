@@ -92,7 +92,9 @@ class Reduce(GetFunc):
         axis = getattr(self, "axis", None)
         if metas[0].ndim == 1:
             if axis not in (None, 0, -1):
-                raise InvalidArgumentError(f"axis: a 1-D array reduces with axis None or 0, got {axis!r}")
+                raise InvalidArgumentError(
+                    f"axis: a 1-D array reduces with axis None or 0, got {axis!r}"
+                )
             return None
         if axis is None:
             return None

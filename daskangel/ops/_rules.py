@@ -196,7 +196,9 @@ class AdaRevision(Optimizer):
         cur = state["ver"]
         versions = np.asarray(versions).reshape(cur.shape)
         if np.any(versions > cur):
-            raise InvalidArgumentError("versions: a gradient claims a version newer than the server's")
+            raise InvalidArgumentError(
+                "versions: a gradient claims a version newer than the server's"
+            )
         v_eff = np.maximum(versions, cur - (k - 1))
         hist = np.stack([state[f"hist{i}"] for i in range(k)])
         gold = np.take_along_axis(hist, (v_eff % k)[None], axis=0)[0]

@@ -121,7 +121,9 @@ class Argmax(_Ranked):
         super().check(metas)
         ok = (None, 0, -1) if metas[0].ndim == 1 else (None, 1, -1)
         if self.axis not in ok:
-            raise InvalidArgumentError(f"axis: expected one of {ok} for this array, got {self.axis!r}")
+            raise InvalidArgumentError(
+                f"axis: expected one of {ok} for this array, got {self.axis!r}"
+            )
 
     def merge(self, partials: dict[int, Any], metas: list[ArrayMeta]) -> Any:
         vals, cols = self.gather(partials, metas)
@@ -318,7 +320,9 @@ class UpdateCols(_Cols, UpdateFunc):
         want = (n,) if m.ndim == 1 else (m.shape[0], n)
         v = np.asarray(self.values)
         if v.shape != want:
-            raise InvalidArgumentError(f"values: expected shape {want} (rows x cols), got {v.shape}")
+            raise InvalidArgumentError(
+                f"values: expected shape {want} (rows x cols), got {v.shape}"
+            )
         if v.dtype.kind not in "biuf" or not np.can_cast(v.dtype, m.dtype, "same_kind"):
             raise InvalidTypeError(f"values: cannot cast {v.dtype} to the array's {m.dtype}")
         return v.reshape(m.shape[0], n)

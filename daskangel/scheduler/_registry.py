@@ -94,7 +94,9 @@ class ArrayRegistry:
     ) -> list[list[Any]]:
         """Choose the PS servers of a new context and start them (by pinging)."""
         if servers_per_worker < 1:
-            raise InvalidArgumentError(f"servers_per_worker: expected >= 1, got {servers_per_worker}")
+            raise InvalidArgumentError(
+                f"servers_per_worker: expected >= 1, got {servers_per_worker}"
+            )
         known = self.scheduler.workers
         if workers:
             missing = [w for w in workers if w not in known]
@@ -168,7 +170,9 @@ class ArrayRegistry:
             if like is not None:
                 other = await self.meta(like)
                 if len(other["servers"]) != len(blocks):
-                    raise InvalidArgumentError(f"like: array {like!r} has a different number of blocks")
+                    raise InvalidArgumentError(
+                        f"like: array {like!r} has a different number of blocks"
+                    )
                 placed = [(s[0], int(s[1])) for s in other["servers"]]
             else:
                 placed = place_blocks([int(b["bytes"]) for b in blocks], servers, self.load())

@@ -108,7 +108,9 @@ class SnapshotService:
         recovery: str = "continue",
     ) -> None:
         if recovery not in RECOVERY_MODES:
-            raise InvalidArgumentError(f"recovery: expected one of {RECOVERY_MODES}, got {recovery!r}")
+            raise InvalidArgumentError(
+                f"recovery: expected one of {RECOVERY_MODES}, got {recovery!r}"
+            )
         if keep < 1:
             raise InvalidArgumentError(f"keep: expected >= 1 snapshots to keep, got {keep}")
         self.policies[ctx] = Policy(url, every_clocks, every_seconds, keep, recovery)

@@ -351,7 +351,9 @@ class TaskContext(GroupChannel):
         """
         for k, v in metrics.items():
             if k in ("task", "group", "clock", "time", "waited"):
-                raise InvalidArgumentError(f"{k}: reserved history column; pick another metric name")
+                raise InvalidArgumentError(
+                    f"{k}: reserved history column; pick another metric name"
+                )
             self._metrics[k] = v
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 self._last_metrics[k] = float(v)

@@ -74,7 +74,9 @@ class GroupChannel:
         else:
             cmds = list(commands)
             if len(cmds) != size:
-                raise InvalidArgumentError(f"commands: expected {size} (one per rank), got {len(cmds)}")
+                raise InvalidArgumentError(
+                    f"commands: expected {size} (one per rank), got {len(cmds)}"
+                )
         self._call("daskangel_group_send", seq=self._mail_seq, commands=cmds, **self._where())
 
     def receive(self) -> Any:

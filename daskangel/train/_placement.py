@@ -56,7 +56,9 @@ def split_piece(item: Any, rank: int, size: int, placement: str | Callable[..., 
     ndim = getattr(item, "ndim", None)
     if ndim is None:
         if axis == 1:
-            raise InvalidArgumentError(f"placement: 'vertical' needs 2-D parts, got {type(item).__name__}")
+            raise InvalidArgumentError(
+                f"placement: 'vertical' needs 2-D parts, got {type(item).__name__}"
+            )
         n = len(item)
     elif axis == 1 and ndim < 2:
         return item  # labels and other 1-D parts stay whole in a vertical split

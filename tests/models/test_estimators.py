@@ -74,7 +74,7 @@ def test_huber_is_robust_to_outliers(client: Client) -> None:
 
 
 def test_l1_models_find_the_sparse_support(client: Client) -> None:
-    X, y, w = planted(kind="regression", sparse_w=True)
+    X, y, _w = planted(kind="regression", sparse_w=True)
     lasso = models.Lasso(l1=0.05, max_iter=60).fit(X, y)
     assert (np.abs(lasso.coef_[5:]) < 1e-12).all()  # OWL-QN: exact zeros
     assert (np.abs(lasso.coef_[:5]) > 0.1).all()
@@ -131,7 +131,7 @@ def test_metrics_reach_status_and_history_of_the_job(client: Client) -> None:
         assert clf.ps_array.shape == (21,)
         clf.close()
         with pytest.raises(AttributeError, match="no weights on a PS"):
-            clf.ps_array  # noqa: B018
+            clf.ps_array
         assert clf.score(X, y) > 0.9  # pulled before closing
 
 

@@ -44,7 +44,9 @@ def test_save_load_round_trip_gives_identical_predictions(client: Client, tmp_pa
     np.testing.assert_array_equal(again.coef_, clf.coef_)
 
 
-def test_incremental_training_continues_from_the_saved_clock(client: Client, tmp_path: Path) -> None:
+def test_incremental_training_continues_from_the_saved_clock(
+    client: Client, tmp_path: Path
+) -> None:
     X, y, _ = planted(n=1000, seed=4)
     # one task: a run is then deterministic (with several, Angel's BSP lets a task's pull
     # see deltas other tasks pushed earlier in the same clock)
@@ -80,7 +82,9 @@ def test_pickled_model_predicts_without_a_ps_and_trains_again(client: Client) ->
 
 def test_predict_on_dask_collections_returns_dask_collections(client: Client) -> None:
     X, y, _ = planted(n=900)
-    clf = models.LogisticRegression(max_iter=3).fit(da.from_array(X, chunks=300), da.from_array(y, chunks=300))
+    clf = models.LogisticRegression(max_iter=3).fit(
+        da.from_array(X, chunks=300), da.from_array(y, chunks=300)
+    )
     Xd = da.from_array(X, chunks=(200, 20))
     p = clf.predict(Xd)
     assert isinstance(p, da.Array)
@@ -90,7 +94,9 @@ def test_predict_on_dask_collections_returns_dask_collections(client: Client) ->
     np.testing.assert_allclose(pr.compute(), clf.predict_proba(X))
     df = dd.from_pandas(pd.DataFrame(X, columns=[f"f{i}" for i in range(20)]), npartitions=3)
     np.testing.assert_array_equal(np.asarray(clf.predict(df).compute()), clf.predict(X))
-    reg = models.LinearRegression(max_iter=3).fit(df, dd.from_pandas(pd.Series(X @ np.ones(20)), npartitions=3))
+    reg = models.LinearRegression(max_iter=3).fit(
+        df, dd.from_pandas(pd.Series(X @ np.ones(20)), npartitions=3)
+    )
     assert isinstance(reg.predict(Xd), da.Array)
 
 
@@ -116,7 +122,7 @@ def test_bad_inputs_are_refused_with_the_argument_named(client: Client) -> None:
     clf = models.LogisticRegression(max_iter=1).fit(X, y)
     with pytest.raises(ValueError, match="expecting 20 features"):
         clf.predict(X[:, :5])
-    with pytest.raises(ValueError, match="NaN|infinity"):
+    with pytest.raises(ValueError, match=r"NaN|infinity"):
         models.LogisticRegression(max_iter=1).fit(np.full((10, 2), np.nan), np.arange(10) % 2)
     with pytest.raises(ValueError, match="y:"):
         models.LogisticRegression(max_iter=1).fit(X)
