@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import dask
 import pytest
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -15,6 +16,13 @@ import daskangel as angel
 
 # numba caches compiled kernels next to the sources; keep worker processes quiet
 os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+
+# A LocalCluster closes a nanny for good when its restarted worker has not registered
+# within ``distributed.deploy.lost-worker-timeout`` (15 s).  On 2 busy cores a worker
+# process killed by a fault-tolerance test can take longer than that to start again
+# (imports, kernel cache, PS plugin), and the cluster would shrink for the rest of the
+# module: the soak test's "Only 2/3 workers arrived" flake.
+dask.config.set({"distributed.deploy.lost-worker-timeout": "300s"})
 
 
 def make_cluster(n_workers: int = 2, threads: int = 2, processes: bool = True) -> LocalCluster:

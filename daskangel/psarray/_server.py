@@ -243,8 +243,11 @@ class PSServer(Holds):
 # -- built-in operations -------------------------------------------------------
 
 
-@server_op("ping")
-def _ping(server: PSServer, payload: Any = None) -> Any:
+@server_async_op("ping")
+async def _ping(server: PSServer, payload: Any = None) -> Any:
+    """Answered by the worker's event loop without the server lock: a server busy
+    with long operations is alive (the heartbeat must not restart it), a hung
+    process is not."""
     return payload
 
 

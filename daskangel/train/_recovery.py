@@ -38,6 +38,7 @@ import distributed
 from distributed import Future
 
 from .. import config
+from ..errors import ServerLostError
 
 if TYPE_CHECKING:
     from ._trainer import Trainer
@@ -129,12 +130,29 @@ class Recovery:
         self.where[t] = (part, worker)
         return tr.submit_task(t, part, worker, self.attempt[t])
 
+    def _live(self) -> list[str]:
+        """The live workers; while every worker is down (all restarting at once),
+        wait up to ``daskangel.client.recovery-wait`` for one to come back."""
+        client = self.trainer.client
+        live = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        if live:
+            return live
+        wait = config.get_seconds("daskangel.client.recovery-wait")
+        try:
+            client.wait_for_workers(1, timeout=wait)
+        except TimeoutError:
+            raise ServerLostError(
+                f"no worker came back within daskangel.client.recovery-wait ({wait:g}s) "
+                "to rerun the lost training tasks"
+            ) from None
+        return sorted(client.scheduler_info(n_workers=-1)["workers"])
+
     def _placed(self, t: int, part: Any) -> tuple[Any, str | None]:
         """The task's data (scattered again if its copy was lost) and a worker for it."""
         tr = self.trainer
-        live = sorted(tr.client.scheduler_info()["workers"])
+        live = self._live()
         if not isinstance(part, Future):
-            return part, live[t % len(live)] if live else None
+            return part, live[t % len(live)]
         holders: list[str] = []
         if part.status not in ("cancelled", "lost", "error"):
             with contextlib.suppress(distributed.client.FuturesCancelledError):
