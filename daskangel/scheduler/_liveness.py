@@ -64,28 +64,36 @@ class LivenessService:
         self.last_seen.pop(worker, None)
 
     async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(config.get_seconds("daskangel.heartbeat.interval"))
-            timeout = config.get_seconds("daskangel.heartbeat.timeout")
-            now = loop.time()
-            watched = self.registry.workers_holding_blocks() & set(self.scheduler.workers)
-            for addr in watched:
-                seen = self.last_seen.setdefault(addr, now)
-                if now - seen > timeout:
-                    logger.warning(
-                        "daskangel: PS worker %s has not answered for %.1fs; restarting it",
-                        addr,
-                        now - seen,
-                    )
-                    self.last_seen.pop(addr, None)
-                    await self._restart(addr, timeout)
-                    continue
-                if not any(t.get_name() == addr for t in self._pings):
-                    t = asyncio.ensure_future(self._ping(addr, timeout))
-                    t.set_name(addr)
-                    self._pings.add(t)
-                    t.add_done_callback(self._pings.discard)
+            await self.check_once()
+
+    async def check_once(self) -> None:
+        """Restart the watched workers silent for too long; ping the others."""
+        loop = asyncio.get_running_loop()
+        timeout = config.get_seconds("daskangel.heartbeat.timeout")
+        now = loop.time()
+        watched = self.registry.workers_holding_blocks() & set(self.scheduler.workers)
+        # a worker that held no blocks was not pinged: its silence since then does not
+        # count (else it is restarted the moment it receives blocks again)
+        for addr in [a for a in self.last_seen if a not in watched]:
+            del self.last_seen[addr]
+        for addr in watched:
+            seen = self.last_seen.setdefault(addr, now)
+            if now - seen > timeout:
+                logger.warning(
+                    "daskangel: PS worker %s has not answered for %.1fs; restarting it",
+                    addr,
+                    now - seen,
+                )
+                self.last_seen.pop(addr, None)
+                await self._restart(addr, timeout)
+                continue
+            if not any(t.get_name() == addr for t in self._pings):
+                t = asyncio.ensure_future(self._ping(addr, timeout))
+                t.set_name(addr)
+                self._pings.add(t)
+                t.add_done_callback(self._pings.discard)
 
     async def _restart(self, addr: str, timeout: float) -> None:
         result: dict[str, Any]
