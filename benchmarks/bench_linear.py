@@ -211,6 +211,14 @@ def run_angel(a: Any, client: Any, ds: Any, target: float) -> dict[str, Any]:
                 f"  daskangel ({name} pulls) epoch {e}: {s:.1f} s, val log-loss {ll:.4f}",
                 flush=True,
             )
+        for i, r in enumerate(est.train_result_.results):
+            tm = r.get("timings", {})
+            print(
+                f"  daskangel ({name}) task {i} seconds: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in tm.items())
+                + f" (fit wall {wall:.1f})",
+                flush=True,
+            )
         out[name] = {"curve": curve, "per_epoch": per_epoch, "wall": wall}
         if prune:
             out["time"] = next((s for _e, s, ll in curve if ll <= target), None)
