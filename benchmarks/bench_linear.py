@@ -87,6 +87,17 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
+def _rss_now_gib() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return math.nan
+
+
 def chunks(rows: int, per: int) -> list[tuple[int, int]]:
     return [(r, min(per, rows - r)) for r in range(0, rows, per)]
 
@@ -338,6 +349,8 @@ def main() -> None:
     if "sklearn" not in skip:
         print("scikit-learn SGDClassifier (one process) ...", flush=True)
         sk = run_sklearn(a, g, test, target)
+        _trim()  # scikit-learn's copy of the rows is gone: give its pages back before the cluster
+        print(f"  driver RSS after freeing it: {_rss_now_gib():.2f} GiB", flush=True)
     from distributed import Client, LocalCluster
 
     import daskangel as angel
