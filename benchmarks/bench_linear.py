@@ -44,6 +44,12 @@ not counted: the data is in memory for every contender).
   ma-sgd with pruned pulls (only the keys a partition uses, by key-set tag)
   vs full pulls (``prune=False``: every task pulls the whole model).
 
+Per task the seconds of each phase are printed (``train_result_.results``'s
+``timings``): ``prep`` (its rows' split, shuffled copy and key list, plus the
+key-set registration; ``prep_rows`` without it), ``pull``, ``sgd`` (the local
+SGD kernel), ``push``, ``eval`` (validation sums and metric reads), ``clock``
+(flushing the push and waiting for the other task at the averaging barrier).
+
 Targets (issue 7, 2 cores): daskangel <= 0.6x scikit-learn's time and
 <= 0.1x dask-ml's.  Peak RSS is reported per worker and for this process.
 """
