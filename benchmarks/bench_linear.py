@@ -44,6 +44,12 @@ not counted: the data is in memory for every contender).
   ma-sgd with pruned pulls (only the keys a partition uses, by key-set tag)
   vs full pulls (``prune=False``: every task pulls the whole model).
 
+Per task the seconds of each phase are printed (``train_result_.results``'s
+``timings``): ``prep`` (its rows' split, shuffled copy and key list, plus the
+key-set registration; ``prep_rows`` without it), ``pull``, ``sgd`` (the local
+SGD kernel), ``push``, ``eval`` (validation sums and metric reads), ``clock``
+(flushing the push and waiting for the other task at the averaging barrier).
+
 Targets (issue 7, 2 cores): daskangel <= 0.6x scikit-learn's time and
 <= 0.1x dask-ml's.  Peak RSS is reported per worker and for this process.
 """
@@ -85,6 +91,17 @@ def peak_rss_gib() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def _rss_now_gib() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return math.nan
 
 
 def chunks(rows: int, per: int) -> list[tuple[int, int]]:
@@ -211,6 +228,14 @@ def run_angel(a: Any, client: Any, ds: Any, target: float) -> dict[str, Any]:
                 f"  daskangel ({name} pulls) epoch {e}: {s:.1f} s, val log-loss {ll:.4f}",
                 flush=True,
             )
+        for i, r in enumerate(est.train_result_.results):
+            tm = r.get("timings", {})
+            print(
+                f"  daskangel ({name}) task {i} seconds: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in tm.items())
+                + f" (fit wall {wall:.1f})",
+                flush=True,
+            )
         out[name] = {"curve": curve, "per_epoch": per_epoch, "wall": wall}
         if prune:
             out["time"] = next((s for _e, s, ll in curve if ll <= target), None)
@@ -330,6 +355,8 @@ def main() -> None:
     if "sklearn" not in skip:
         print("scikit-learn SGDClassifier (one process) ...", flush=True)
         sk = run_sklearn(a, g, test, target)
+        _trim()  # scikit-learn's copy of the rows is gone: give its pages back before the cluster
+        print(f"  driver RSS after freeing it: {_rss_now_gib():.2f} GiB", flush=True)
     from distributed import Client, LocalCluster
 
     import daskangel as angel

@@ -28,6 +28,7 @@ Example
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ import numpy as np
 from ..psarray import PSArray
 from ._kernels import batch_keys, eval_stats, grad_rows, local_sgd
 from ._metrics import OFFSET, finish, row_width, should_stop
-from ._task import Plan, TaskData, prepare, pull, push
+from ._task import Plan, TaskData, epoch_order, prepare, pull, push
 
 __all__ = ["Monitor", "SGDTask", "round_share"]
 
@@ -122,11 +123,15 @@ class SGDTask:
 
     def __call__(self, ctx: Any, part: Any) -> dict[str, Any]:
         p = self.plan
-        d = prepare(part, p)
+        tm = {"prep": 0.0, "pull": 0.0, "sgd": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
+        t_0 = time.perf_counter()
+        d = prepare(part, p, shuffle=True)
         K = p.n_outputs
         w = ctx.array(p.weights)
+        tm["prep_rows"] = time.perf_counter() - t_0
         ks = w.key_set(d.keys) if K == 1 and p.prune and d.keys.size else None
         mon = Monitor(ctx, p, d)
+        tm["prep"] += time.perf_counter() - t_0
         t = d.train
         n_train = t.n_rows
         nk = d.keys.shape[0]
@@ -144,25 +149,38 @@ class SGDTask:
             W0 = None
             if rnd == 0:
                 seed = [int(p.seed) & 0xFFFFFFFF, int(p.epoch0 + epoch), int(part.index)]
-                order = np.random.default_rng(seed).permutation(n_train)
+                order = epoch_order(n_train, seed)
                 loss_sum, loss_n = 0.0, 0
                 if epoch > 0:
+                    t_0 = time.perf_counter()
                     W0 = pull(w, d.keys, K, ks, not p.prune)
+                    t_1 = time.perf_counter()
                     mon.evaluate(epoch - 1, W0 if mon.staleness == 0 else mon.latest(d.keys))
-                if mon.stop(c):
+                    tm["pull"] += t_1 - t_0
+                    tm["eval"] += time.perf_counter() - t_1
+                t_0 = time.perf_counter()
+                stop = mon.stop(c)
+                tm["eval"] += time.perf_counter() - t_0
+                if stop:
                     stopped = True
                     break
             rows = order[rnd * per : (rnd + 1) * per]
             eta = p.eta(epoch)
             if rows.size and p.solver == "ma-sgd":
+                t_0 = time.perf_counter()
                 if W0 is None:
                     W0 = pull(w, d.keys, K, ks, not p.prune)
+                t_1 = time.perf_counter()
                 W = W0.copy()
                 loss, _steps = local_sgd(
                     t.indptr, t.indices, t.data, d.y_train, rows, W, p.kind, p.eps,
                     p.has_bias, eta, p.alpha, p.l1, p.batch, p.average,
                 )  # fmt: skip
+                t_2 = time.perf_counter()
                 push(w, d.keys, (W - W0) * round_share(p, ctx.task_id, rnd), K)
+                tm["pull"] += t_1 - t_0
+                tm["sgd"] += t_2 - t_1
+                tm["push"] += time.perf_counter() - t_2
                 loss_sum += loss
                 loss_n += rows.size
             elif rows.size:
@@ -187,8 +205,12 @@ class SGDTask:
                 loss_n += rows.size
             if rnd == p.rounds - 1:
                 mon.add_train(epoch, loss_sum, loss_n)
+            t_0 = time.perf_counter()
             ctx.clock()
+            tm["clock"] += time.perf_counter() - t_0
             c = ctx.iteration
         if not stopped and c >= total and total:
+            t_0 = time.perf_counter()
             mon.evaluate(p.epochs - 1, mon.latest(d.keys))
-        return {"epochs": c // p.rounds if p.rounds else 0, "stopped": stopped}
+            tm["eval"] += time.perf_counter() - t_0
+        return {"epochs": c // p.rounds if p.rounds else 0, "stopped": stopped, "timings": tm}

@@ -15,14 +15,17 @@ from daskangel.models._kernels import (
     SOFTMAX,
     SQ_HINGE,
     SQUARED,
+    _local_sgd_scaled,
+    _local_sgd_scaled1,
     batch_keys,
     eval_stats,
     grad_rows,
     local_sgd,
+    localise,
     margins,
 )
 from daskangel.models._metrics import auc_from_hist, should_stop
-from daskangel.models._task import split_rows
+from daskangel.models._task import epoch_order, split_rows
 
 
 def _csr(n: int = 40, d: int = 12, seed: int = 0) -> sp.csr_matrix:
@@ -182,3 +185,45 @@ def test_should_stop_rule() -> None:
     assert should_stop(h, "val_loss", 1e-3, 3)
     assert not should_stop(h, "val_loss", 1e-6, 3)
     assert not should_stop(h[:3], "val_loss", 1e-3, 3)
+
+
+def test_localise_matches_unique() -> None:
+    """Bitmap + popcount ranks equal ``np.unique``'s, at word edges and the last feature."""
+    rng = np.random.default_rng(5)
+    n_features = 1000
+    idx = np.concatenate([rng.integers(0, n_features, 500), [0, 63, 64, 127, 128, 999]])
+    idx = idx.astype(np.int32)
+    keys, local = localise(idx, n_features)
+    u, inv = np.unique(idx, return_inverse=True)
+    assert keys.tolist() == u.tolist()
+    assert local.tolist() == inv.ravel().tolist()
+
+
+@pytest.mark.parametrize("kind", [LOGISTIC, HINGE, SQUARED, HUBER])
+@pytest.mark.parametrize("average", [False, True])
+def test_local_sgd_one_output_path_equals_general(kind: int, average: bool) -> None:
+    """The flat K = 1, batch = 1 kernel gives the general scaled kernel's result."""
+    X = _csr(50, 10, 6)
+    rng = np.random.default_rng(7)
+    y = rng.choice([-1.0, 1.0], X.shape[0])
+    W = rng.normal(size=(11, 1)) * 0.1
+    order = rng.permutation(X.shape[0])
+    a, b = W.copy(), W.copy()
+    args = (X.indptr, X.indices, X.data, y, order)
+    la, _ = _local_sgd_scaled1(*args, a, kind, 0.5, True, 0.1, 0.05, average)
+    lb, _ = _local_sgd_scaled(*args, b, kind, 0.5, True, 0.1, 0.05, 1, average)
+    assert la == pytest.approx(lb)
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_epoch_order_and_shuffled_split() -> None:
+    o = epoch_order(1000, [1, 2, 3], block=64)
+    assert sorted(o.tolist()) == list(range(1000))
+    assert not np.array_equal(o, epoch_order(1000, [1, 2, 4], block=64))
+    X = _csr(10, 20, 4)
+    rows = CSRBatch.from_arrays(X.indptr, X.indices, X.data, np.arange(10), 20)
+    d = split_rows(rows, index=0, fraction=0.3, seed=0, n_features=20, has_bias=True, shuffle=True)
+    assert sorted(d.y_train.tolist() + d.y_val.tolist()) == list(range(10))
+    back = d.keys[d.train.indices]
+    orig = np.concatenate([X[int(r)].indices for r in d.y_train])
+    assert back.tolist() == orig.tolist()  # rows in the shuffled order, each intact
