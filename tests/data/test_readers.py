@@ -82,7 +82,7 @@ def test_svmlight_round_trip_over_four_byte_ranges(client, svm_files, name):
 def test_real_sets_equal_sklearn(client, name, nf):
     path = _dataset_path(*name)
     if not os.path.exists(path):
-        pytest.skip(f"{path} absent (see ../shared/data/README.md)")
+        pytest.skip(reason=f"{path} absent (see ../shared/data/README.md)")
     X, _y = load_svmlight_file(path, n_features=nf)
     with dask.config.set({"daskangel.data.split-bytes": "256KiB"}):
         ds = angel.data.read_libsvm(path, n_features=nf).persist(n_partitions=1)
@@ -149,7 +149,7 @@ def test_dummy_and_dense(client, tmp_path):
 def test_docword_kos(client):
     path = _dataset_path("kos", "docword.kos.txt.gz")
     if not os.path.exists(path):
-        pytest.skip("kos absent")
+        pytest.skip(reason="kos absent (see ../shared/data/README.md)")
     ds = angel.data.read_docword(path).persist()
     b = ds.compute()
     assert ds.n_features == 6906 and ds.nnz == 353160
