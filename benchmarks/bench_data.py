@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 
+from _timing import median_time
 from sklearn.datasets import load_svmlight_file
 
 import daskangel as angel
@@ -43,15 +42,6 @@ SETS = [
     ("agaricus (angel)", "angel-sample/agaricus/agaricus_127d_train.libsvm"),
     ("dna.scale", "angel-sample/dna/dna.scale"),
 ]
-
-
-def _median(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def _one_core(path: str) -> None:
@@ -98,9 +88,9 @@ def main() -> None:
         angel.data.read_libsvm(files[0][1]).persist(client).release()  # warm the workers
         for name, path in files:
             mb = os.path.getsize(path) / 1e6
-            t_sk = _median(lambda p=path: load_svmlight_file(p), args.repeat)
-            t_one = _median(lambda p=path: _one_core(p), args.repeat)
-            t_cl = _median(
+            t_sk = median_time(lambda p=path: load_svmlight_file(p), args.repeat)
+            t_one = median_time(lambda p=path: _one_core(p), args.repeat)
+            t_cl = median_time(
                 lambda p=path: angel.data.read_libsvm(p).persist(client, n_partitions=2).release(),
                 args.repeat,
             )

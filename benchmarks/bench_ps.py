@@ -23,10 +23,10 @@ import argparse
 import asyncio
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from _timing import median_time
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
@@ -70,17 +70,6 @@ class RawActor:
         if nbytes not in self.cache:
             self.cache[nbytes] = np.ones(nbytes // 4, "float32")
         return self.cache[nbytes]
-
-
-def median_time(fn: Callable[[], Any], repeat: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 class Raw:
@@ -134,15 +123,15 @@ def bench_transport(
             w = ps.zeros(f"v{mb}", (n,), dtype="float32")
             vals = np.ones(n, "float32")
             shares = shares_of(w, mb * MiB)
-            t_get = median_time(w.get, repeat)
-            t_inc = median_time(lambda w=w, vals=vals: w.increment(vals), repeat)
-            t_raw_get = median_time(lambda s=shares: raw.call("source", s), repeat)
+            t_get = median_time(w.get, repeat, warmup=1)
+            t_inc = median_time(lambda w=w, vals=vals: w.increment(vals), repeat, warmup=1)
+            t_raw_get = median_time(lambda s=shares: raw.call("source", s), repeat, warmup=1)
             sink_shares = {a: np.ones(b // 4, "float32") for a, b in shares.items()}
-            t_raw_put = median_time(lambda s=sink_shares: raw.call("sink", s), repeat)
+            t_raw_put = median_time(lambda s=sink_shares: raw.call("sink", s), repeat, warmup=1)
             local = np.zeros(n, "float32")
-            t_loc_get = median_time(local.copy, repeat)
+            t_loc_get = median_time(local.copy, repeat, warmup=1)
             t_loc_inc = median_time(
-                lambda local=local, vals=vals: np.add(local, vals, out=local), repeat
+                lambda local=local, vals=vals: np.add(local, vals, out=local), repeat, warmup=1
             )
             for op, t, tr, tl in (
                 ("get", t_get, t_raw_get, t_loc_get),
@@ -164,7 +153,7 @@ def bench_transport(
         t_small = median_time(lambda: m.get(rows=5), 300, warmup=20)
         t_raw_small = median_time(lambda: raw.call("source", one), 300, warmup=20)
         local_m = m.get()
-        t_loc_small = median_time(lambda: local_m[5].copy(), 300)
+        t_loc_small = median_time(lambda: local_m[5].copy(), 300, warmup=1)
         rows.append(
             (
                 transport,
@@ -180,9 +169,9 @@ def bench_transport(
         idx = rng.integers(0, 100_000, 1000)
         t_rows = median_time(lambda: big.get(rows=idx), repeat * 3, warmup=3)
         local_big = big.get()
-        t_loc_rows = median_time(lambda: local_big[idx], repeat * 3)
+        t_loc_rows = median_time(lambda: local_big[idx], repeat * 3, warmup=1)
         rb_shares = shares_of(big, 1000 * 400)
-        t_raw_rows = median_time(lambda: raw.call("source", rb_shares), repeat * 3)
+        t_raw_rows = median_time(lambda: raw.call("source", rb_shares), repeat * 3, warmup=1)
         rows.append(
             (
                 transport,
@@ -208,7 +197,7 @@ def bench_transport(
             t_again.append(time.perf_counter() - t)
             ps.drop(f"s{r}")
         blk = SparseBlock((1, 10**9), np.dtype("float32"))
-        t_loc = median_time(lambda: blk.update(None, keys, vals, True), repeat)
+        t_loc = median_time(lambda: blk.update(None, keys, vals, True), repeat, warmup=1)
         for label, ts in (("new keys", t_new), ("existing keys", t_again)):
             t = statistics.median(ts)
             rows.append(

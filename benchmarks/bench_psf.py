@@ -18,12 +18,11 @@ Targets (issue 4): the reductions >= 10x faster than pulling, <= 1 % of the byte
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from _timing import median_time
 from distributed import Client, LocalCluster
 from distributed.protocol import dumps
 
@@ -55,16 +54,6 @@ def bytes_moved(fn: Callable[[], Any]) -> int:
     finally:
         _binding.call_server = _real_call_server  # type: ignore[assignment]
     return _counted[0]
-
-
-def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm up (numba, comm pools)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -118,8 +107,8 @@ def main() -> None:
         print(head)
         print("-" * len(head))
         for name, psf_fn, pull_fn in cases:
-            t_psf = median_seconds(psf_fn, args.repeats)
-            t_pull = median_seconds(pull_fn, args.repeats)
+            t_psf = median_time(psf_fn, args.repeats, warmup=1)
+            t_pull = median_time(pull_fn, args.repeats, warmup=1)
             b_psf = bytes_moved(psf_fn)
             b_pull = bytes_moved(pull_fn)
             print(

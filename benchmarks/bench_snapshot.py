@@ -20,28 +20,18 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
+from _timing import median_time
 from distributed import Client, LocalCluster
 
 import daskangel as angel
 
 MiB = 1 << 20
-
-
-def _median(fn: Any, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def snapshot_io(client: Client, root: Path, gib: float, repeat: int) -> list[tuple[str, str, str]]:
@@ -52,8 +42,8 @@ def snapshot_io(client: Client, root: Path, gib: float, repeat: int) -> list[tup
     with angel.PSContext(client, snapshot=str(root / "ckpt"), keep=1) as ps:
         W = ps.random("W", shape, seed=0)
         chunks = W.blocks[0].shape
-        t_snap = _median(ps.snapshot, repeat)
-        t_load = _median(lambda: ps.load(str(root / "ckpt")), repeat)
+        t_snap = median_time(ps.snapshot, repeat)
+        t_load = median_time(lambda: ps.load(str(root / "ckpt")), repeat)
         del W
     local = np.random.default_rng(0).random(shape, dtype=np.float32)
     path = root / "plain.zarr"
@@ -64,8 +54,8 @@ def snapshot_io(client: Client, root: Path, gib: float, repeat: int) -> list[tup
             :
         ] = local
 
-    t_plain = _median(plain_write, repeat)
-    t_plain_read = _median(lambda: zarr.open_array(str(path), mode="r")[:], repeat)
+    t_plain = median_time(plain_write, repeat)
+    t_plain_read = median_time(lambda: zarr.open_array(str(path), mode="r")[:], repeat)
     mb = nbytes / MiB
     out.append(
         (
@@ -104,7 +94,7 @@ def training_slowdown(client: Client, root: Path, repeat: int) -> list[tuple[str
                 ps.zeros("M", (4096, 4096))  # 64 MiB
                 angel.train(ps, _step, [None] * 4, epochs=20, progress=False)
 
-        t = _median(job, repeat)
+        t = median_time(job, repeat)
         base = base or t
         label = "no snapshots" if every is None else f"snapshot every {every} clocks"
         out.append(

@@ -418,19 +418,7 @@ class Dataset:
         out._finalizer = None
         out._set_parts(self.client, parts, self._workers)  # type: ignore[arg-type]
         out._n_features = n_features
-        metas = out._describe(self.client)  # type: ignore[arg-type]
-        out.info = [
-            PartitionInfo(
-                m["index"],
-                m["worker"],
-                m["n_rows"],
-                m["nnz"],
-                tuple(m["col_range"]),
-                m["memory_nbytes"],
-                m["disk_nbytes"],
-            )
-            for m in metas
-        ]
+        out._set_info(out._describe(self.client))  # type: ignore[arg-type]
         return out
 
     def release(self) -> None:
