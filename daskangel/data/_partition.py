@@ -117,6 +117,10 @@ class Partition:
             )
         return load_chunk(c).with_features(self.n_features)
 
+    def pieces(self) -> list[CSRBatch]:
+        """Every chunk as a CSRBatch, in order, not concatenated (a disk level reads each)."""
+        return [self._load(c) for c in self.chunks]
+
     def csr(self) -> CSRBatch:
         """Every row as one CSRBatch (a disk level reads all of it into memory)."""
         if not self.chunks:

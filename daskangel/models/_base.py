@@ -381,6 +381,7 @@ class LinearModel(BaseEstimator):
             monitor=monitor,
             prune=bool(self.prune),
             nbins=int(config.get("daskangel.models.auc-bins")),
+            hot=int(config.get("daskangel.models.hot-keys")) if solver == "ma-sgd" else 0,
             optimizer=self._bound(),
             decay_grad=solver == "sgd" and self.optimizer in ("sgd", "momentum"),
             memory=int(self.memory),

@@ -42,7 +42,6 @@ __all__ = [
     "eval_stats",
     "grad_rows",
     "local_sgd",
-    "localise",
     "margins",
 ]
 
@@ -147,51 +146,6 @@ def margins(indptr, indices, data, W, has_bias):  # type: ignore[no-untyped-def]
         for k in range(K):
             out[r, k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
     return out
-
-
-@njit(nogil=True, cache=True)
-def _popcount(x):  # type: ignore[no-untyped-def]  # pragma: no cover
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
-
-
-@njit(nogil=True, cache=True)
-def localise(indices, n_features):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """``(keys, local)``: the sorted distinct column indices and each entry's position
-    among them, in O(nnz + n_features / 64) with no sort.
-
-    A bitmap of the used features (one bit each: 1.25 MB for 10 M features, so
-    the random accesses stay in cache) and per-word prefix counts give an entry's
-    position as ``count[word] + popcount(bits below it)``.
-    """
-    nw = (n_features + 63) >> 6
-    bits = np.zeros(nw, np.uint64)
-    one = np.uint64(1)
-    for q in range(indices.shape[0]):
-        j = indices[q]
-        bits[j >> 6] |= one << np.uint64(j & 63)
-    count = np.empty(nw, np.int64)
-    n = 0
-    for w in range(nw):
-        count[w] = n
-        n += _popcount(bits[w])
-    keys = np.empty(n, np.int64)
-    n = 0
-    for w in range(nw):
-        b = bits[w]
-        while b:
-            low = b & (~b + one)  # lowest set bit
-            keys[n] = (w << 6) + _popcount(low - one)
-            n += 1
-            b ^= low
-    local = np.empty(indices.shape[0], np.int32)
-    for q in range(indices.shape[0]):
-        j = indices[q]
-        below = bits[j >> 6] & ((one << np.uint64(j & 63)) - one)
-        local[q] = count[j >> 6] + _popcount(below)
-    return keys, local
 
 
 @njit(nogil=True, cache=True)

@@ -76,7 +76,7 @@ class Monitor:
         Under SSP / ASP a task trains on a copy up to ``staleness`` clocks old;
         the validation figures are of the newest model instead.
         """
-        return pull(PSArray(self.plan.weights), keys, self.plan.n_outputs)
+        return pull(PSArray(self.plan.weights), keys, self.plan.n_outputs, pos=self.data.pos)
 
     def add_train(self, epoch: int, loss: float, n: int) -> None:
         if n:
@@ -153,7 +153,7 @@ class SGDTask:
                 loss_sum, loss_n = 0.0, 0
                 if epoch > 0:
                     t_0 = time.perf_counter()
-                    W0 = pull(w, d.keys, K, ks, not p.prune)
+                    W0 = pull(w, d.keys, K, ks, not p.prune, d.pos)
                     t_1 = time.perf_counter()
                     mon.evaluate(epoch - 1, W0 if mon.staleness == 0 else mon.latest(d.keys))
                     tm["pull"] += t_1 - t_0
@@ -169,7 +169,7 @@ class SGDTask:
             if rows.size and p.solver == "ma-sgd":
                 t_0 = time.perf_counter()
                 if W0 is None:
-                    W0 = pull(w, d.keys, K, ks, not p.prune)
+                    W0 = pull(w, d.keys, K, ks, not p.prune, d.pos)
                 t_1 = time.perf_counter()
                 W = W0.copy()
                 loss, _steps = local_sgd(
@@ -177,7 +177,7 @@ class SGDTask:
                     p.has_bias, eta, p.alpha, p.l1, p.batch, p.average,
                 )  # fmt: skip
                 t_2 = time.perf_counter()
-                push(w, d.keys, (W - W0) * round_share(p, ctx.task_id, rnd), K)
+                push(w, d.keys, (W - W0) * round_share(p, ctx.task_id, rnd), K, d.pos)
                 tm["pull"] += t_1 - t_0
                 tm["sgd"] += t_2 - t_1
                 tm["push"] += time.perf_counter() - t_2

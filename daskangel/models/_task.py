@@ -20,14 +20,16 @@ Example
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..data._batch import CSRBatch
+from ..data._batch import CSRBatch, index_dtype
 from ..errors import InvalidArgumentError
-from ._kernels import localise
+from ._prep import place_rows, slot_positions, used_keys
 
 __all__ = [
     "SHUFFLE_BLOCK",
@@ -78,6 +80,7 @@ class Plan:
     decay_grad: bool = False  # scale gradients by the lr schedule (plain server SGD)
     memory: int = 10  # L-BFGS pairs
     average: bool = False  # 'ma-sgd': push the mean of the local iterates (L2 only)
+    hot: int = 0  # most frequent features given the first local slots (see _prep)
 
     @property
     def binary(self) -> bool:
@@ -90,13 +93,14 @@ class Plan:
 
 @dataclass
 class TaskData:
-    """One task's rows with local column indices, and its pruned keys."""
+    """One task's rows with local column indices (slots), and its pruned keys."""
 
     keys: np.ndarray  # sorted global keys (int64), the intercept's last
     train: CSRBatch  # indices are positions in keys
     val: CSRBatch
     y_train: np.ndarray  # float64, mapped for the loss
     y_val: np.ndarray
+    pos: np.ndarray | None = None  # slot -> position in keys (hot slots first); None: same
 
 
 def labels_for(labels: np.ndarray, plan: Plan) -> np.ndarray:
@@ -119,7 +123,7 @@ def labels_for(labels: np.ndarray, plan: Plan) -> np.ndarray:
 
 
 def split_rows(
-    rows: CSRBatch,
+    rows: CSRBatch | Sequence[CSRBatch],
     *,
     index: int,
     fraction: float,
@@ -127,38 +131,58 @@ def split_rows(
     n_features: int,
     has_bias: bool,
     shuffle: bool = False,
+    hot: int = 0,
 ) -> TaskData:
     """Split a partition's rows into training and validation; localise the keys.
 
-    With ``shuffle`` the training rows are copied in a seeded random order (the
-    copy the split makes anyway), so that an epoch can visit them in blocks of
-    adjacent rows (:func:`epoch_order`) and read memory sequentially.
+    ``rows`` is one batch or the partition's chunks (read in place: the rows
+    are copied once, straight to their place, see :mod:`._prep`).  With
+    ``shuffle`` the training rows are laid out in a seeded random order, so that
+    an epoch can visit them in blocks of adjacent rows (:func:`epoch_order`)
+    and read memory sequentially.  With ``hot`` the most frequent features (at
+    most ``hot``) take the first local slots (``TaskData.pos`` maps slots to
+    positions in ``keys``).
     """
-    n = rows.n_rows
+    pieces = [rows] if isinstance(rows, CSRBatch) else [p for p in rows if p.n_rows]
+    n = sum(p.n_rows for p in pieces)
     n_val = round(n * fraction)
     order = np.random.default_rng([int(seed) & 0xFFFFFFFF, 7919, int(index)]).permutation(n)
     val_rows = np.sort(order[:n_val])
     train_rows = order[n_val:] if shuffle else np.sort(order[n_val:])
-    lo, hi = int(rows.indptr[0]), int(rows.indptr[-1])
-    used, local_ix = localise(rows.indices[lo:hi], n_features)
-    keys = np.append(used, n_features) if has_bias else used
-    local = CSRBatch(
-        rows.indptr - lo,
-        local_ix,
-        rows.data[lo:hi],
-        rows.labels,
-        keys.shape[0],
+    dest = np.empty(n, np.int64)
+    dest[train_rows] = np.arange(train_rows.shape[0])
+    dest[val_rows] = -1 - np.arange(n_val)
+    lengths = np.concatenate([np.diff(p.indptr) for p in pieces] or [np.zeros(0, np.int64)])
+    labels = np.concatenate([p.labels for p in pieces] or [np.zeros(0)])
+    used, hot_bits, used_bits = used_keys(
+        [p.indices[p.indptr[0] : p.indptr[-1]] for p in pieces], n_features, hot
     )
-    train = local.take(train_rows) if n_val or shuffle else local
-    val = local.take(val_rows) if n_val else CSRBatch.empty(keys.shape[0])
-    return TaskData(keys, train, val, train.labels, val.labels)
+    starts = np.cumsum([0] + [p.n_rows for p in pieces])
+    nk = used.shape[0] + (1 if has_bias else 0)
+    tr_p, tr_i, tr_v, va_p, va_i, va_v = place_rows(
+        [(p.indptr, p.indices, p.data) for p in pieces],
+        [dest[a:b] for a, b in itertools.pairwise(starts)],
+        lengths[train_rows],
+        lengths[val_rows],
+        hot_bits,
+        used_bits,
+        index_dtype(nk),
+    )
+    pos = slot_positions(used, hot_bits)
+    keys = np.append(used, n_features) if has_bias else used
+    if pos is not None and has_bias:
+        pos = np.append(pos, nk - 1)
+    train = CSRBatch(tr_p, tr_i, tr_v, labels[train_rows], nk)
+    val = CSRBatch(va_p, va_i, va_v, labels[val_rows], nk)
+    return TaskData(keys, train, val, train.labels, val.labels, pos)
 
 
 def prepare(part: Any, plan: Plan, shuffle: bool = False) -> TaskData:
     """A partition (data layer :class:`~daskangel.data.Partition`) as :class:`TaskData`."""
     d = split_rows(
-        part.csr(),
+        part.pieces(),
         shuffle=shuffle,
+        hot=plan.hot,
         index=part.index,
         fraction=plan.val_fraction,
         seed=plan.seed,
@@ -191,12 +215,19 @@ def epoch_order(n: int, seed: list[int], block: int = SHUFFLE_BLOCK) -> np.ndarr
     return o[o < n] if n % block else o
 
 
-def pull(w: Any, keys: np.ndarray, K: int, key_set: Any = None, full: bool = False) -> np.ndarray:
-    """Weights of ``keys`` as a float64 ``(n_keys, K)`` array.
+def pull(
+    w: Any,
+    keys: np.ndarray,
+    K: int,
+    key_set: Any = None,
+    full: bool = False,
+    pos: np.ndarray | None = None,
+) -> np.ndarray:
+    """Weights of ``keys`` as a float64 ``(n_keys, K)`` array (in slot order with ``pos``).
 
     ``key_set`` (vectors): a registered key set of exactly ``keys`` (pruned pull
     by tag); ``full``: pull the whole model and pick (the naive way, for the
-    pruning experiment).
+    pruning experiment); ``pos``: :attr:`TaskData.pos`.
     """
     if full:
         v = np.asarray(w.get())
@@ -205,13 +236,21 @@ def pull(w: Any, keys: np.ndarray, K: int, key_set: Any = None, full: bool = Fal
         v = w.get(cols=key_set if key_set is not None else keys)
     else:
         v = w.get(rows=keys)
-    return np.asarray(v, np.float64).reshape(keys.shape[0], K)
+    out = np.asarray(v, np.float64).reshape(keys.shape[0], K)
+    return out if pos is None else out[pos]
 
 
-def push(w: Any, keys: np.ndarray, delta: np.ndarray, K: int) -> None:
-    """Add ``delta`` (``(n_keys, K)``) to the weights of ``keys`` (buffered in a task)."""
+def push(
+    w: Any, keys: np.ndarray, delta: np.ndarray, K: int, pos: np.ndarray | None = None
+) -> None:
+    """Add ``delta`` (``(n_keys, K)``, in slot order with ``pos``) to the weights of
+    ``keys`` (buffered in a task)."""
     if keys.shape[0] == 0:
         return
+    if pos is not None:
+        d = np.empty_like(delta)
+        d[pos] = delta
+        delta = d
     if K == 1:
         w.increment(delta[:, 0], cols=keys, casting="same_kind")
     else:

@@ -8,6 +8,7 @@ from distributed import Client
 
 import daskangel as angel
 from daskangel import models
+from daskangel.models._task import pull, push
 
 from .conftest import planted
 
@@ -147,3 +148,16 @@ def test_bad_parameters_name_the_argument(client: Client) -> None:
         models.LogisticRegression(solver="lbfgs", l1=0.1).fit(X, y)
     with pytest.raises(ValueError, match="2 classes"):
         models.LogisticRegression().fit(X, np.zeros(100))
+
+
+def test_pull_and_push_map_slots_to_keys(ps: angel.PSContext) -> None:
+    """``pull``/``push`` with ``TaskData.pos`` read and write each slot's own key."""
+    w = ps.from_array("slots", np.arange(10.0)[None, :])
+    keys = np.array([1, 4, 7, 9])
+    pos = np.array([2, 0, 1, 3])  # slot 0 is keys[2] = 7, slot 1 is 1, slot 2 is 4
+    ks = w.key_set(keys)
+    for key_set in (None, ks):
+        W = pull(w, keys, 1, key_set, pos=pos)
+        assert W[:, 0].tolist() == [7.0, 1.0, 4.0, 9.0]
+    push(w, keys, np.array([[10.0], [20.0], [30.0], [40.0]]), 1, pos=pos)
+    assert w.get()[0, [7, 1, 4, 9]].tolist() == [17.0, 21.0, 34.0, 49.0]

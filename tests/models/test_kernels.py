@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 from daskangel.data._batch import CSRBatch
@@ -21,10 +25,10 @@ from daskangel.models._kernels import (
     eval_stats,
     grad_rows,
     local_sgd,
-    localise,
     margins,
 )
 from daskangel.models._metrics import auc_from_hist, should_stop
+from daskangel.models._prep import localise
 from daskangel.models._task import epoch_order, split_rows
 
 
@@ -227,3 +231,47 @@ def test_epoch_order_and_shuffled_split() -> None:
     back = d.keys[d.train.indices]
     orig = np.concatenate([X[int(r)].indices for r in d.y_train])
     assert back.tolist() == orig.tolist()  # rows in the shuffled order, each intact
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_rows=st.integers(0, 60),
+    cuts=st.lists(st.integers(0, 60), max_size=4),
+    fraction=st.sampled_from([0.0, 0.25]),
+    shuffle=st.booleans(),
+    hot=st.sampled_from([0, 1, 3, 1000]),
+    seed=st.integers(0, 3),
+)
+def test_split_rows_of_chunks_with_hot_slots_matches_one_batch(
+    n_rows: int, cuts: list[int], fraction: float, shuffle: bool, hot: int, seed: int
+) -> None:
+    """Chunks read in place (slices of a parent too) and hot slots give the same rows,
+    keys and split as one batch with keys in order; ``pos`` maps slots to keys."""
+    n_features = 130  # three bitmap words, the last one partial
+    rng = np.random.default_rng(seed)
+    X = sp.random(n_rows, n_features, density=0.08, format="csr", random_state=seed)
+    X.data = rng.normal(size=X.nnz).astype(np.float32)
+    X.indices = X.indices.astype(np.int32)
+    whole = CSRBatch.from_arrays(X.indptr, X.indices, X.data, np.arange(n_rows), n_features)
+    edges = sorted({0, n_rows, *(c for c in cuts if c <= n_rows)})
+    pieces = [whole.slice(a, b) for a, b in itertools.pairwise(edges)]
+    kw = dict(index=1, fraction=fraction, seed=seed, n_features=n_features, has_bias=True)
+    ref = split_rows(whole, shuffle=shuffle, **kw)  # type: ignore[arg-type]
+    got = split_rows(pieces, shuffle=shuffle, hot=hot, **kw)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(got.keys, ref.keys)
+    assert got.keys[-1] == n_features
+    pos = np.arange(got.keys.size) if got.pos is None else got.pos
+    assert sorted(pos.tolist()) == list(range(got.keys.size)) and pos[-1] == got.keys.size - 1
+    for a, b in ((got.train, ref.train), (got.val, ref.val)):
+        np.testing.assert_array_equal(a.labels, b.labels)
+        np.testing.assert_array_equal(a.indptr, b.indptr)
+        np.testing.assert_array_equal(got.keys[pos[a.indices]], ref.keys[b.indices])
+        np.testing.assert_array_equal(a.data, b.data)
+    if hot == 0:
+        assert got.pos is None
+    # the hot slots come first and hold the most frequent keys
+    if got.pos is not None:
+        freq = np.bincount(X.indices, minlength=n_features)
+        n_hot = int((np.diff(got.pos) < 0).argmax()) if (np.diff(got.pos) < 0).any() else 0
+        if n_hot:
+            assert freq[got.keys[got.pos[:n_hot]]].min() >= 2
