@@ -20,13 +20,19 @@ Example
 
 from __future__ import annotations
 
+import functools
 import itertools
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from dask.utils import parse_bytes
 
+from .. import config
 from ..data._batch import CSRBatch, index_dtype
 from ..errors import InvalidArgumentError
 from ._prep import place_rows, slot_positions, used_keys
@@ -178,20 +184,87 @@ def split_rows(
 
 
 def prepare(part: Any, plan: Plan, shuffle: bool = False) -> TaskData:
-    """A partition (data layer :class:`~daskangel.data.Partition`) as :class:`TaskData`."""
-    d = split_rows(
-        part.pieces(),
-        shuffle=shuffle,
-        hot=plan.hot,
-        index=part.index,
-        fraction=plan.val_fraction,
-        seed=plan.seed,
-        n_features=plan.n_features,
-        has_bias=plan.has_bias,
-    )
-    d.y_train = labels_for(d.y_train, plan)
-    d.y_val = labels_for(d.y_val, plan)
-    return d
+    """A partition (data layer :class:`~daskangel.data.Partition`) as :class:`TaskData`.
+
+    The split and localised rows are kept on the worker while the partition
+    lives (up to ``daskangel.models.prepared-cache`` bytes per process, least
+    recently used dropped), so the next fit of the same rows with the same
+    ``random_state`` and validation fraction (``partial_fit`` epoch after epoch,
+    a parameter search) skips this step.
+
+    .. warning:: The cache is memory Dask counts as *unmanaged*: a worker holds
+       a partition's rows twice while it is cached.
+    """
+    key: tuple[Any, ...] = (id(part), plan.seed, plan.val_fraction, plan.n_features)
+    key += (plan.has_bias, shuffle, plan.hot)
+    d = _PREPARED.get(part, key)
+    if d is None:
+        d = split_rows(
+            part.pieces(),
+            shuffle=shuffle,
+            hot=plan.hot,
+            index=part.index,
+            fraction=plan.val_fraction,
+            seed=plan.seed,
+            n_features=plan.n_features,
+            has_bias=plan.has_bias,
+        )
+        _PREPARED.put(part, key, d)
+    y_train, y_val = labels_for(d.y_train, plan), labels_for(d.y_val, plan)
+    return TaskData(d.keys, d.train, d.val, y_train, y_val, d.pos)
+
+
+class _PreparedCache:
+    """Prepared rows per (partition, split), LRU within a byte budget (thread-safe)."""
+
+    def __init__(self) -> None:
+        # {(id(partition), seed, fraction, n_features, bias, shuffle, hot): (ref, data, bytes)}
+        self.entries: OrderedDict[tuple[Any, ...], tuple[Any, TaskData, int]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, part: Any, key: tuple[Any, ...]) -> TaskData | None:
+        with self.lock:
+            hit = self.entries.get(key)
+            if hit is None or hit[0]() is not part:
+                return None
+            self.entries.move_to_end(key)
+            return hit[1]
+
+    def put(self, part: Any, key: tuple[Any, ...], d: TaskData) -> None:
+        limit = parse_bytes(config.get("daskangel.models.prepared-cache"))
+        size = sum(
+            a.nbytes for a in (d.keys, d.y_train, d.y_val, *_arrays(d.train), *_arrays(d.val))
+        )
+        if size > limit:
+            return
+        try:
+            ref = weakref.ref(part, functools.partial(self._dead, key))
+        except TypeError:  # not weak-referenceable: not cached
+            return
+        with self.lock:
+            self.entries[key] = (ref, d, size)
+            total = sum(e[2] for e in self.entries.values())
+            while total > limit:
+                _k, (_r, _d, s) = self.entries.popitem(last=False)
+                total -= s
+
+    def _dead(self, key: tuple[Any, ...], _ref: Any) -> None:
+        self.drop(key)
+
+    def drop(self, key: tuple[Any, ...]) -> None:
+        with self.lock:
+            self.entries.pop(key, None)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+def _arrays(b: CSRBatch) -> tuple[np.ndarray, ...]:
+    return (b.indptr, b.indices, b.data, b.labels)
+
+
+_PREPARED = _PreparedCache()
 
 
 # rows an epoch visits together (adjacent in memory) in :func:`epoch_order`

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from distributed import Client
@@ -161,3 +163,33 @@ def test_pull_and_push_map_slots_to_keys(ps: angel.PSContext) -> None:
         assert W[:, 0].tolist() == [7.0, 1.0, 4.0, 9.0]
     push(w, keys, np.array([[10.0], [20.0], [30.0], [40.0]]), 1, pos=pos)
     assert w.get()[0, [7, 1, 4, 9]].tolist() == [17.0, 21.0, 34.0, 49.0]
+
+
+def _prepared_entries(dask_worker: Any) -> list[int]:
+    from daskangel.models._task import _PREPARED
+
+    return sorted(id(e[1].train.indices) for e in _PREPARED.entries.values())
+
+
+def test_prepared_rows_are_reused_while_the_partition_lives(client: Client) -> None:
+    """``partial_fit`` epoch after epoch prepares each partition's rows once; the
+    cached rows go when the dataset is released."""
+
+    def entries() -> set[int]:
+        return {i for v in client.run(_prepared_entries).values() for i in v}
+
+    before = entries()
+    X, y, w = planted(n=1200)
+    ds = angel.data.from_array(X, y).persist(n_partitions=2)
+    clf = models.LogisticRegression(random_state=3)
+    clf.partial_fit(ds, classes=[0, 1])
+    first = entries() - before
+    assert len(first) == 2
+    clf.partial_fit(ds)
+    assert entries() - before == first  # the same arrays: no new preparation
+    assert _corr(clf.coef_, w) > 0.9
+    clf.close()
+    ds.release()
+    del ds
+    client.run(lambda: __import__("gc").collect())
+    assert not (entries() & first)
