@@ -9,13 +9,13 @@ Example
 
 from __future__ import annotations
 
-from . import (  # noqa: F401 - _compat registers serialisers
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from . import (  # noqa: F401 - _compat registers serialisers (lazily)
     _compat,
     config,
-    data,
     errors,
-    models,
-    ops,
 )
 from .context import PSContext
 from .persist import load_arrays
@@ -30,7 +30,23 @@ from .psarray import (
 )
 from .train import ASP, BSP, SSP, TaskContext, Trainer, TrainResult, train
 
+if TYPE_CHECKING:
+    from . import data, models, ops
+
 __version__ = "0.1.0"
+
+# imported on first use: a Dask worker that only serves PS blocks never pays for
+# pandas / sparse / scikit-learn (seconds per worker process)
+_LAZY = ("data", "models", "ops")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        mod = importlib.import_module(f".{name}", __name__)
+        globals()[name] = mod
+        return mod
+    raise AttributeError(f"module 'daskangel' has no attribute {name!r}")
+
 
 __all__ = [
     "ASP",

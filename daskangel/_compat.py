@@ -25,6 +25,7 @@ __all__ = ["register_sparse_serializer"]
 
 
 def register_sparse_serializer() -> None:
+    """Register the ``sparse.COO`` serialiser (done on first use, see below)."""
     try:
         import sparse
         from distributed.protocol.serialize import (
@@ -60,4 +61,20 @@ def register_sparse_serializer() -> None:
         return sparse.COO(coords, data, shape=header["shape"], fill_value=fill)
 
 
-register_sparse_serializer()
+def _register_lazily() -> None:
+    """Register when Dask first (de)serialises a type of ``sparse``, so importing
+    daskangel does not import sparse (and scipy, numba) in every process."""
+    from distributed.protocol.serialize import dask_deserialize, dask_serialize
+
+    for dispatch in (dask_serialize, dask_deserialize):
+        before = dispatch._lazy.get("sparse")  # distributed's own, for the other types
+
+        def register(before: Any = before) -> None:
+            if before is not None:
+                before()
+            register_sparse_serializer()
+
+        dispatch.register_lazy("sparse", register)
+
+
+_register_lazily()

@@ -91,9 +91,11 @@ def test_disk_keeps_memory_to_a_window(client, rows):
     for f, w in zip(ds.partitions, ds.workers, strict=True):
         n, peak, on_disk = client.submit(_pass_peak, f, workers=[w], pure=False).result()
         assert n == N // 4
-        # a pass holds a window of 2 chunks (+ a batch), not the partition
+        # a pass holds a window of 2 chunks (+ a batch), not the partition: ~480 KiB
+        # here; tracemalloc also counts the worker's other threads (comms,
+        # heartbeats), which add up to a few hundred KiB on a busy machine
         print(f"disk pass: peak {peak / 1024:.0f} KiB, partition {on_disk / 1024:.0f} KiB")
-        assert peak < 6 * (2 * CHUNK) < on_disk / 4
+        assert peak < 8 * (2 * CHUNK) < on_disk / 4
     paths = client.gather(ds.map_partitions(lambda p: sorted({c.path for c in p.chunks})))
     assert all(os.path.exists(q) for ps in paths for q in ps)
     ds.release()
