@@ -38,8 +38,6 @@ from numba import njit
 
 __all__ = ["localise", "place_rows", "slot_positions", "used_keys"]
 
-_ONE = np.uint64(1)
-
 
 @njit(nogil=True, cache=True)
 def _popcount(x):  # type: ignore[no-untyped-def]  # pragma: no cover
@@ -163,9 +161,28 @@ def slot_positions(keys: np.ndarray, hot_bits: np.ndarray) -> np.ndarray | None:
     slots are in key order (no hot features)."""
     if not hot_bits.any():
         return None
-    j = keys
-    is_hot = (hot_bits[j >> 6] >> (j & 63).astype(np.uint64)) & _ONE != 0
-    return np.concatenate([np.flatnonzero(is_hot), np.flatnonzero(~is_hot)])
+    return _positions(keys, hot_bits)  # type: ignore[no-any-return]
+
+
+@njit(nogil=True, cache=True)
+def _positions(keys, hot_bits):  # type: ignore[no-untyped-def]  # pragma: no cover
+    one = np.uint64(1)
+    n_hot = 0
+    for i in range(keys.shape[0]):
+        j = keys[i]
+        if hot_bits[j >> 6] & (one << np.uint64(j & 63)):
+            n_hot += 1
+    pos = np.empty(keys.shape[0], np.int64)
+    h, c = 0, n_hot
+    for i in range(keys.shape[0]):
+        j = keys[i]
+        if hot_bits[j >> 6] & (one << np.uint64(j & 63)):
+            pos[h] = i
+            h += 1
+        else:
+            pos[c] = i
+            c += 1
+    return pos
 
 
 def place_rows(
