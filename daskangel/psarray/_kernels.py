@@ -284,12 +284,48 @@ def group_by_bounds(idx, bounds):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def all_finite(a):  # type: ignore[no-untyped-def]
-    """True when no entry of the 1-D array ``a`` is NaN or infinite (no temporaries)."""
+def _all_finite_loop(a):  # type: ignore[no-untyped-def]
     for i in range(a.shape[0]):
         if not np.isfinite(a[i]):
             return False
     return True
+
+
+@njit(nogil=True, cache=True)
+def _any_exponent_full(bits, mask):  # type: ignore[no-untyped-def]
+    """True when some ``bits[i] & mask == mask`` (an IEEE NaN or inf).
+
+    Counted over chunks of 4096 so the loop vectorises (a data-dependent exit
+    per element would not) and still stops early.
+    """
+    n = bits.shape[0]
+    for s in range(0, n, 4096):
+        e = min(n, s + 4096)
+        hits = 0
+        for i in range(s, e):
+            hits += (bits[i] & mask) == mask
+        if hits:
+            return True
+    return False
+
+
+_EXPONENT = {4: (np.uint32, 0x7F800000), 8: (np.uint64, 0x7FF0000000000000)}
+
+
+def all_finite(a: np.ndarray) -> bool:
+    """True when no entry of the 1-D float array ``a`` is NaN or infinite.
+
+    float32 / float64 are tested on their exponent bits (a vectorised integer
+    loop, about twice as fast as testing each element with ``isfinite``); arrays
+    that are not contiguous element by element; other floats with numpy.
+    """
+    spec = _EXPONENT.get(a.dtype.itemsize)
+    if spec is None or a.dtype.kind != "f":
+        return bool(np.isfinite(a).all())
+    if not a.flags.c_contiguous:
+        return bool(_all_finite_loop(a))
+    utype, mask = spec
+    return not _any_exponent_full(a.view(utype), utype(mask))
 
 
 @njit(nogil=True, cache=True)
