@@ -20,13 +20,13 @@ Example
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numba import njit
 
 from .. import config
+from ._kernels import helper
 from ._routing import check_size, check_values, normalize_index
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def pack_by_bounds(
         scatter_packed(idx, bits, bounds, gid, starts[:-1], packed)
         return starts, packed
     h = n // 2
-    pool = _helper()
+    pool = helper()
     first = pool.submit(count_by_bounds, idx[:h], bounds)
     gid1, counts1 = count_by_bounds(idx[h:], bounds)
     gid0, counts0 = first.result()
@@ -97,16 +97,6 @@ def pack_by_bounds(
     scatter_packed(idx[h:], bits[h:], bounds, gid1, starts[:-1] + counts0, packed)
     done.result()
     return starts, packed
-
-
-_pool: list[ThreadPoolExecutor] = []
-
-
-def _helper() -> ThreadPoolExecutor:
-    """One helper thread per process for kernels split in two (created on first use)."""
-    if not _pool:
-        _pool.append(ThreadPoolExecutor(1, thread_name_prefix="daskangel-kernels"))
-    return _pool[0]
 
 
 @njit(nogil=True, cache=True)

@@ -176,7 +176,9 @@ def _finite(values: np.ndarray) -> bool:
     """True when every entry is finite; a broadcast array is tested on its base."""
     if values.size and 0 in values.strides:
         values = values[tuple(slice(None) if st else slice(0, 1) for st in values.strides)]
-    return bool(K.all_finite(values.reshape(-1)))
+    flat = values.reshape(-1)
+    split = flat.nbytes >= config.get_bytes("daskangel.client.split-check-bytes")
+    return bool(K.all_finite(flat, split))
 
 
 def check_values(

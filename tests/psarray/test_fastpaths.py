@@ -85,17 +85,18 @@ def test_update_packed_adds_like_numpy(
     np.testing.assert_allclose(dense.get(None, None), once, rtol=1e-6)
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_all_finite_finds_every_non_finite_entry(dtype: str, bad: float) -> None:
+def test_all_finite_finds_every_non_finite_entry(dtype: str, bad: float, split: bool) -> None:
     a = np.linspace(-1e3, 1e3, 10_001).astype(dtype)
     a[0], a[1] = np.finfo(dtype).max, np.finfo(dtype).tiny
-    assert K.all_finite(a) and K.all_finite(a[::3])
-    for pos in (0, 4095, 4096, 10_000):
+    assert K.all_finite(a, split) and K.all_finite(a[::3], split)
+    for pos in (0, 4095, 4096, 5000, 10_000):
         b = a.copy()
         b[pos] = bad
-        assert not K.all_finite(b)
-        assert K.all_finite(b[::3]) == (pos % 3 != 0)
+        assert not K.all_finite(b, split)
+        assert K.all_finite(b[::3], split) == (pos % 3 != 0)
 
 
 @settings(max_examples=60, deadline=None)
