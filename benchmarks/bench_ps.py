@@ -12,7 +12,8 @@ On a 2-worker LocalCluster (processes), for each transport ("handlers", "actors"
   carrying 400 bytes;
 * rows/s of a 1,000-row batched get from a 100,000 x 100 matrix;
 * sparse increment keys/s: 1 M random keys into a 1 x 10**9 sparse vector (new keys,
-  then the same keys again), per server, next to the same update on a local block.
+  then the same keys again), per server, next to the same update (packing, then the
+  block's packed update) on one local block.
 
 Every figure is the median of ``--repeat`` runs (small calls: of 300); a daskangel
 call and its raw counterpart are timed in turns (``paired_median_times``), so load
@@ -35,6 +36,7 @@ from distributed.protocol import to_serialize
 
 import daskangel as angel
 from daskangel.psarray._blocks import SparseBlock
+from daskangel.psarray._packed import pack_by_bounds
 
 MiB = 1 << 20
 
@@ -213,7 +215,13 @@ def bench_transport(
             t_again.append(time.perf_counter() - t)
             ps.drop(f"s{r}")
         blk = SparseBlock((1, 10**9), np.dtype("float32"))
-        t_loc = median_time(lambda: blk.update(None, keys, vals, True), repeat, warmup=1)
+        whole = np.array([0, 10**9], dtype=np.int64)
+
+        def local_update() -> None:  # what the caller and a server do, in one process
+            _, packed = pack_by_bounds(keys, vals.view(np.uint32), whole)
+            blk.update_packed(0, packed)
+
+        t_loc = median_time(local_update, repeat, warmup=1)
         for label, ts in (("new keys", t_new), ("existing keys", t_again)):
             t = statistics.median(ts)
             rows.append(
