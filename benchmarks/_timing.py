@@ -1,4 +1,4 @@
-"""The timing helper every benchmark script shares (imported as ``from _timing import ...``:
+"""The timing helpers every benchmark script shares (imported as ``from _timing import ...``:
 the scripts run as ``python benchmarks/<script>.py``, so this folder is on ``sys.path``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["median_time"]
+__all__ = ["median_time", "paired_median_times"]
 
 
 def median_time(fn: Callable[[], Any], repeat: int, warmup: int = 0) -> float:
@@ -21,3 +21,26 @@ def median_time(fn: Callable[[], Any], repeat: int, warmup: int = 0) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def paired_median_times(
+    fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 0
+) -> dict[str, float]:
+    """Median wall seconds of each function, the calls taken in turns.
+
+    Round ``i`` calls every function once (in a rotating order), so a change in the
+    machine's load during the measurement (the cores are shared) weighs on all of
+    them alike and their ratio stays fair.  ``{name: seconds}``.
+    """
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(repeat):
+        for k in range(len(names)):
+            name = names[(i + k) % len(names)]
+            t = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}

@@ -12,9 +12,12 @@ On a 2-worker LocalCluster (processes), for each transport ("handlers", "actors"
   carrying 400 bytes;
 * rows/s of a 1,000-row batched get from a 100,000 x 100 matrix;
 * sparse increment keys/s: 1 M random keys into a 1 x 10**9 sparse vector (new keys,
-  then the same keys again), per server, next to the same update on a local block.
+  then the same keys again), per server, next to the same update (packing, then the
+  block's packed update) on one local block.
 
-Every figure is the median of ``--repeat`` runs (small calls: of 300).
+Every figure is the median of ``--repeat`` runs (small calls: of 300); a daskangel
+call and its raw counterpart are timed in turns (``paired_median_times``), so load
+from other processes on the shared cores weighs on both alike.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ import time
 from typing import Any
 
 import numpy as np
-from _timing import median_time
+from _timing import median_time, paired_median_times
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 
 import daskangel as angel
 from daskangel.psarray._blocks import SparseBlock
+from daskangel.psarray._packed import pack_by_bounds
 
 MiB = 1 << 20
 
@@ -123,11 +127,19 @@ def bench_transport(
             w = ps.zeros(f"v{mb}", (n,), dtype="float32")
             vals = np.ones(n, "float32")
             shares = shares_of(w, mb * MiB)
-            t_get = median_time(w.get, repeat, warmup=1)
-            t_inc = median_time(lambda w=w, vals=vals: w.increment(vals), repeat, warmup=1)
-            t_raw_get = median_time(lambda s=shares: raw.call("source", s), repeat, warmup=1)
             sink_shares = {a: np.ones(b // 4, "float32") for a, b in shares.items()}
-            t_raw_put = median_time(lambda s=sink_shares: raw.call("sink", s), repeat, warmup=1)
+            got = paired_median_times(
+                {"get": w.get, "raw": lambda s=shares: raw.call("source", s)}, repeat, warmup=1
+            )
+            put = paired_median_times(
+                {
+                    "inc": lambda w=w, vals=vals: w.increment(vals),
+                    "raw": lambda s=sink_shares: raw.call("sink", s),
+                },
+                repeat,
+                warmup=1,
+            )
+            t_get, t_raw_get, t_inc, t_raw_put = got["get"], got["raw"], put["inc"], put["raw"]
             local = np.zeros(n, "float32")
             t_loc_get = median_time(local.copy, repeat, warmup=1)
             t_loc_inc = median_time(
@@ -150,8 +162,10 @@ def bench_transport(
         # small get latency
         m = ps.random("m", (1000, 100), seed=0)
         one = {workers[0]: 400}
-        t_small = median_time(lambda: m.get(rows=5), 300, warmup=20)
-        t_raw_small = median_time(lambda: raw.call("source", one), 300, warmup=20)
+        small = paired_median_times(
+            {"get": lambda: m.get(rows=5), "raw": lambda: raw.call("source", one)}, 300, warmup=20
+        )
+        t_small, t_raw_small = small["get"], small["raw"]
         local_m = m.get()
         t_loc_small = median_time(lambda: local_m[5].copy(), 300, warmup=1)
         rows.append(
@@ -167,11 +181,15 @@ def bench_transport(
         big = ps.random("big", (100_000, 100), seed=1)
         rng = np.random.default_rng(0)
         idx = rng.integers(0, 100_000, 1000)
-        t_rows = median_time(lambda: big.get(rows=idx), repeat * 3, warmup=3)
+        rb_shares = shares_of(big, 1000 * 400)
+        batch = paired_median_times(
+            {"get": lambda: big.get(rows=idx), "raw": lambda: raw.call("source", rb_shares)},
+            repeat * 3,
+            warmup=3,
+        )
+        t_rows, t_raw_rows = batch["get"], batch["raw"]
         local_big = big.get()
         t_loc_rows = median_time(lambda: local_big[idx], repeat * 3, warmup=1)
-        rb_shares = shares_of(big, 1000 * 400)
-        t_raw_rows = median_time(lambda: raw.call("source", rb_shares), repeat * 3, warmup=1)
         rows.append(
             (
                 transport,
@@ -197,7 +215,13 @@ def bench_transport(
             t_again.append(time.perf_counter() - t)
             ps.drop(f"s{r}")
         blk = SparseBlock((1, 10**9), np.dtype("float32"))
-        t_loc = median_time(lambda: blk.update(None, keys, vals, True), repeat, warmup=1)
+        whole = np.array([0, 10**9], dtype=np.int64)
+
+        def local_update() -> None:  # what the caller and a server do, in one process
+            _, packed = pack_by_bounds(keys, vals.view(np.uint32), whole)
+            blk.update_packed(0, packed)
+
+        t_loc = median_time(local_update, repeat, warmup=1)
         for label, ts in (("new keys", t_new), ("existing keys", t_again)):
             t = statistics.median(ts)
             rows.append(

@@ -24,9 +24,18 @@ from typing import Any
 import numpy as np
 from distributed.protocol import to_serialize
 
+from . import config
+from ._recv import send_recv_into
 from .errors import InvalidArgumentError
 
-__all__ = ["TRANSPORTS", "actor_key", "call_server", "error_reply", "wrap_arrays"]
+__all__ = [
+    "TRANSPORTS",
+    "actor_key",
+    "call_server",
+    "error_reply",
+    "unwrap_arrays",
+    "wrap_arrays",
+]
 
 _ERROR_KEY = "__daskangel_error__"
 
@@ -54,36 +63,104 @@ def actor_key(address: str, index: int) -> str:
     return f"daskangel-ps-actor-{address}-{index}"
 
 
-def wrap_arrays(obj: Any) -> Any:
-    """Mark every numpy array in a message for zero-copy framing by Dask's comms."""
+# Dask's TCP comm reads a message's first array frame into the same buffer as the
+# message header, at whatever offset the header ends: a float32 block sent first
+# arrived unaligned (numpy then adds it through a slow buffered loop).  A call
+# carrying a large array therefore sends this tiny array first, so each real array
+# frame gets a buffer, and an alignment, of its own.  Receivers drop ``pad``.
+_PAD = to_serialize(np.zeros(8, np.uint8))
+
+
+# Arrays up to ``daskangel.client.inline-array-bytes`` travel inside the msgpack
+# message as {"__daskangel_nd__": [dtype, shape, bytes]}: Dask's serialisation of a
+# numpy array (a header, a frame, a dispatch on each side) costs more than the
+# whole rest of a small request.  Larger arrays are framed without copies.
+_ND = "__daskangel_nd__"
+
+
+def wrap_arrays(obj: Any, inline: int | None = None) -> Any:
+    """Mark every numpy array in a message for framing by Dask's comms (zero-copy),
+    or carry it inline when it has at most ``inline`` bytes (default: the config)."""
+    if inline is None:
+        inline = config.get_bytes("daskangel.client.inline-array-bytes")
     if isinstance(obj, np.ndarray):
+        if obj.nbytes <= inline and obj.dtype.kind in "biuf":
+            return {_ND: [obj.dtype.str, list(obj.shape), obj.tobytes()]}
         return to_serialize(obj)
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, dict):
-        return {k: wrap_arrays(v) for k, v in obj.items()}
+        return {k: wrap_arrays(v, inline) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [wrap_arrays(v) for v in obj]
+        return [wrap_arrays(v, inline) for v in obj]
     return obj
 
 
+def unwrap_arrays(obj: Any) -> Any:
+    """Undo :func:`wrap_arrays`' inline arrays (as new, writeable arrays)."""
+    if isinstance(obj, dict):
+        nd = obj.get(_ND)
+        if nd is not None and len(obj) == 1:
+            return np.frombuffer(nd[2], dtype=np.dtype(nd[0])).reshape(nd[1]).copy()
+        return {k: unwrap_arrays(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [unwrap_arrays(v) for v in obj]
+    if isinstance(obj, tuple):  # Dask's msgpack decodes some lists as tuples
+        return tuple(unwrap_arrays(v) for v in obj)
+    return obj
+
+
+def _has_large_array(obj: Any, limit: int) -> bool:
+    """True when a numpy array of at least ``limit`` bytes is somewhere in ``obj``."""
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes >= limit
+    if isinstance(obj, dict):
+        return any(_has_large_array(v, limit) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_has_large_array(v, limit) for v in obj)
+    return False
+
+
+def _pad(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``{"pad": _PAD}`` when the message carries an array worth aligning, else ``{}``."""
+    limit = config.get_bytes("daskangel.client.align-bytes")
+    return {"pad": _PAD} if _has_large_array(kwargs, limit) else {}
+
+
 async def call_server(
-    rpc: Any, address: str, index: int, op: str, transport: str, cost: int, kwargs: dict[str, Any]
+    rpc: Any,
+    address: str,
+    index: int,
+    op: str,
+    transport: str,
+    cost: int,
+    kwargs: dict[str, Any],
+    into: tuple[list[int], list[np.ndarray | None]] | None = None,
 ) -> Any:
-    """Run ``op`` on server ``(address, index)`` over ``rpc`` (a ConnectionPool)."""
+    """Run ``op`` on server ``(address, index)`` over ``rpc`` (a ConnectionPool).
+
+    ``into = (sizes, targets)``: the reply is a list of arrays, and those of
+    ``sizes[k]`` bytes are read from the socket straight into ``targets[k]``
+    (see :mod:`daskangel._recv`; the caller checks which ones landed).
+    """
     if transport == "handlers":
-        return _raise_if_error(
-            await rpc(address).daskangel_ps(
-                ps_op=op, server=index, cost=cost, **wrap_arrays(kwargs)
-            )
-        )
+        msg = {**_pad(kwargs), "ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
+        if into is not None:
+            reply = await send_recv_into(rpc, address, "daskangel_ps", msg, *into)
+        else:
+            reply = await rpc(address).daskangel_ps(**msg)
+        return unwrap_arrays(_raise_if_error(reply))
     if transport == "actors":
-        resp = await rpc(address).actor_execute(
-            actor=actor_key(address, index),
-            function="call",
-            args=[to_serialize(op), to_serialize(kwargs)],
-            kwargs={},
-        )
+        msg = {
+            "actor": actor_key(address, index),
+            "function": "call",
+            "kwargs": _pad(kwargs),  # before "args": framed first
+            "args": [to_serialize(op), to_serialize(kwargs)],
+        }
+        if into is not None:
+            resp = await send_recv_into(rpc, address, "actor_execute", msg, *into)
+        else:
+            resp = await rpc(address).actor_execute(**msg)
         if resp["status"] == "error":
             exc = resp["exception"]
             raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))

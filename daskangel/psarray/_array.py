@@ -27,10 +27,13 @@ import numpy as np
 from dask.base import tokenize
 from dask.utils import format_bytes
 
+from .. import config
+from .._recv import landed
 from ..errors import ContextClosedError, InvalidTypeError, PSIndexError, ShapeMismatchError
 from ._binding import Binding, get_binding
 from ._keylists import KeySet
 from ._meta import ArrayMeta, BlockInfo
+from ._packed import plan_packed
 from ._routing import (
     AxisPlan,
     check_size,
@@ -193,30 +196,55 @@ class PSArray:
         return m, parts, places, cost, (rp.size, cp.size), shape
 
     def _assemble(
-        self, m: ArrayMeta, places: dict[int, Any], full: tuple[int, int], shape: tuple[int, ...]
+        self,
+        m: ArrayMeta,
+        places: dict[int, Any],
+        full: tuple[int, int],
+        shape: tuple[int, ...],
+        out: np.ndarray | None = None,
+        into: dict[int, tuple[int, np.ndarray | None]] | None = None,
     ) -> Callable[[dict[int, Any]], np.ndarray]:
+        """The function putting the blocks' results into one array.
+
+        With ``out`` (preallocated for a large get) results read straight into
+        their place (``into``) are left alone; anything else is copied in, after
+        taking a copy of a result that still lies inside ``out``.
+        """
+
         def finish(results: dict[int, np.ndarray]) -> np.ndarray:
-            if len(results) == 1:
-                (res,) = results.values()
-                if res.shape == full:
-                    return res.reshape(shape)
-            out = np.empty(full, dtype=m.dtype)
+            if out is None:
+                if len(results) == 1:
+                    (res,) = results.values()
+                    if res.shape == full:
+                        return res.reshape(shape)
+                dest = np.empty(full, dtype=m.dtype)
+            else:
+                dest = out
+            copies = []
             for b, res in results.items():
+                target = into[b][1] if into is not None and b in into else None
+                if landed(res, target):
+                    continue
+                if out is not None and np.may_share_memory(res, out):
+                    res = res.copy()
+                copies.append((b, res))
+            for b, res in copies:
                 rs, cs = places[b]
                 if isinstance(rs, slice) or isinstance(cs, slice):
-                    out[rs, cs] = res
+                    dest[rs, cs] = res
                 else:
-                    out[np.ix_(rs, cs)] = res
-            return out.reshape(shape)
+                    dest[np.ix_(rs, cs)] = res
+            return dest.reshape(shape)
 
         return finish
 
     def get_async(self, rows: Any = None, cols: Any = None) -> PSFuture:
         """Start a :meth:`get`; return a :class:`PSFuture` of the numpy result."""
         m, parts, places, cost, full, shape = self._plan_get(rows, cols)
+        out, into = _direct_targets(m.dtype, full, places, cost)
         b = self._binding
-        fut = b.submit(b.call_blocks, self.name, "get", parts, cost, {})
-        return PSFuture(fut, self._assemble(m, places, full, shape))
+        fut = b.submit(b.call_blocks, self.name, "get", parts, cost, {}, into)
+        return PSFuture(fut, self._assemble(m, places, full, shape, out, into))
 
     def get(self, rows: Any = None, cols: Any = None) -> np.ndarray:
         """Pull the whole array, some rows, some columns, or rows x columns.
@@ -231,9 +259,10 @@ class PSArray:
                 raise ShapeMismatchError("rows: a key-set pull selects columns of a vector only")
             return self._agent().get_keys(cols)
         m, parts, places, cost, full, shape = self._plan_get(rows, cols)
+        out, into = _direct_targets(m.dtype, full, places, cost)
         b = self._binding
-        results = b.run(b.call_blocks, self.name, "get", parts, cost, {})
-        return self._assemble(m, places, full, shape)(results)
+        results = b.run(b.call_blocks, self.name, "get", parts, cost, {}, into)
+        return self._assemble(m, places, full, shape, out, into)(results)
 
     def _agent(self) -> Any:
         from ._agent import agent_of
@@ -267,7 +296,13 @@ class PSArray:
     # -- writes -----------------------------------------------------------------
 
     def _plan_update(
-        self, values: Any, rows: Any, cols: Any, casting: str | None, on_nonfinite: str | None
+        self,
+        values: Any,
+        rows: Any,
+        cols: Any,
+        casting: str | None,
+        on_nonfinite: str | None,
+        add: bool = False,
     ) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
         m = self.meta
         if _is_sparse_input(values):
@@ -277,6 +312,10 @@ class PSArray:
                     "pass it without rows= / cols="
                 )
             return self._plan_coo(m, values, casting, on_nonfinite)
+        if add and cols is not None and m.sparse and m.itemsize == 4:
+            packed = self._plan_packed(m, values, rows, cols, casting, on_nonfinite)
+            if packed is not None:
+                return packed
         rp, cp, shape = self._axes(m, rows, cols)
         vals = np.asarray(values)
         try:
@@ -305,6 +344,20 @@ class PSArray:
             parts[b] = {"block": b, "rows": rp.local[i], "cols": cp.local[j], "values": v}
             cost[b] = v.nbytes
         return parts, cost
+
+    def _plan_packed(
+        self,
+        m: ArrayMeta,
+        values: Any,
+        rows: Any,
+        cols: Any,
+        casting: str | None,
+        on_nonfinite: str | None,
+    ) -> tuple[dict[int, dict[str, Any]], dict[int, int]] | None:
+        """A sparse increment of one row at many columns as packed parts (or None)."""
+        if m.ndim == 1 and rows is not None:
+            return None  # the general path names the error
+        return plan_packed(m, values, rows, cols, casting, on_nonfinite)
 
     def _plan_coo(
         self, m: ArrayMeta, values: Any, casting: str | None, on_nonfinite: str | None
@@ -338,7 +391,7 @@ class PSArray:
         casting: str | None,
         on_nonfinite: str | None,
     ) -> concurrent.futures.Future[Any] | None:
-        parts, cost = self._plan_update(values, rows, cols, casting, on_nonfinite)
+        parts, cost = self._plan_update(values, rows, cols, casting, on_nonfinite, add)
         if not parts:
             return None
         b = self._binding
@@ -506,6 +559,41 @@ def _short(idx: np.ndarray | None) -> Any:
     if idx is not None and idx.shape[0] <= 32:
         return idx.tolist()
     return idx
+
+
+def _direct_targets(
+    dtype: np.dtype,
+    full: tuple[int, int],
+    places: dict[int, tuple[Any, Any]],
+    cost: dict[int, int],
+) -> tuple[np.ndarray | None, dict[int, tuple[int, np.ndarray | None]] | None]:
+    """The preallocated output of a large get and ``{block: (bytes, target)}``.
+
+    A block's result can be read straight into the output when its place there is
+    one contiguous run (whole rows of a row range, or a column range of one row)
+    and it is at least ``daskangel.client.direct-read-bytes`` long.  Every part gets
+    its byte count, so the frames of parts read as usual are told apart.
+    """
+    limit = config.get_bytes("daskangel.client.direct-read-bytes")
+    n_cols = full[1]
+    runs: dict[int, tuple[int, int]] = {}  # {block: (start, stop)} flat in the output
+    for b, (rs, cs) in places.items():
+        if cost[b] < limit or not (isinstance(rs, slice) and isinstance(cs, slice)):
+            continue
+        if rs.stop - rs.start == 1 or (cs.start == 0 and cs.stop == n_cols):
+            runs[b] = (rs.start * n_cols + cs.start, (rs.stop - 1) * n_cols + cs.stop)
+    if not runs:
+        return None, None
+    out = np.empty(full, dtype=dtype)
+    flat = out.reshape(-1)
+    into: dict[int, tuple[int, np.ndarray | None]] = {}
+    for b, (rs, cs) in places.items():
+        if b in runs:
+            start, stop = runs[b]
+            into[b] = (cost[b], flat[start:stop].reshape(rs.stop - rs.start, cs.stop - cs.start))
+        else:
+            into[b] = (cost[b] if cost[b] >= limit else 0, None)
+    return out, into
 
 
 def _expand(plan: AxisPlan) -> np.ndarray:

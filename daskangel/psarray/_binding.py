@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import numpy as np
 from distributed import Client, Worker, default_client, get_worker
 from distributed.comm.core import CommClosedError
 from distributed.core import ConnectionPool
@@ -107,16 +108,27 @@ class Binding:
     # -- server calls -----------------------------------------------------------
 
     async def call(
-        self, server: ServerId, op: str, cost: int, transport: str, **kwargs: Any
+        self,
+        server: ServerId,
+        op: str,
+        cost: int,
+        transport: str,
+        into: tuple[list[int], list[np.ndarray | None]] | None = None,
+        **kwargs: Any,
     ) -> Any:
-        """Run ``op`` on ``server``: directly when it lives in this process."""
+        """Run ``op`` on ``server``: directly when it lives in this process.
+
+        ``into``: where a remote reply's large arrays may land (``call_server``).
+        """
         w = self.local_worker
         if w is not None and transport == "handlers" and server.address == w.address:
             plugin = w.plugins.get(PLUGIN_NAME)
             if plugin is not None:
                 return await plugin.call_local(op, server.index, cost, **kwargs)  # type: ignore[attr-defined]
         pool = self._pool or await self.pool()
-        return await call_server(pool, server.address, server.index, op, transport, cost, kwargs)
+        return await call_server(
+            pool, server.address, server.index, op, transport, cost, kwargs, into
+        )
 
     async def call_blocks(
         self,
@@ -125,12 +137,15 @@ class Binding:
         by_block: dict[int, dict[str, Any]],
         cost: dict[int, int],
         extra: dict[str, Any],
+        into: dict[int, tuple[int, np.ndarray | None]] | None = None,
     ) -> dict[int, Any]:
         """Send each block's part to its server, one message per server, concurrently.
 
         ``by_block`` is ``{block_id: part}``; parts of blocks on the same server go in
         one message as ``parts=[...]``.  Returns ``{block_id: result}`` when the op
-        returns a list (one result per part), else ``{}``.
+        returns a list (one result per part), else ``{}``.  ``into`` is
+        ``{block_id: (result bytes, target array or None)}``: results that may be
+        read from the socket straight into their place in the caller's output.
 
         If a server no longer holds a block (it moved) or cannot be reached, the
         metadata is refreshed and that server's parts are resent once to wherever
@@ -154,6 +169,7 @@ class Binding:
                     op,
                     sum(cost.get(b, 0) for b in blocks),
                     meta.transport,
+                    None if into is None else _into(into, blocks),
                     array=name,
                     parts=[pending[b] for b in blocks],
                     **extra,
@@ -289,6 +305,19 @@ class Binding:
                 f"array {meta.name!r}: PS server(s) {', '.join(servers)} left the cluster "
                 f"holding blocks {lost[:20]}, and {why}"
             )
+
+
+def _into(
+    into: dict[int, tuple[int, np.ndarray | None]], blocks: list[int]
+) -> tuple[list[int], list[np.ndarray | None]] | None:
+    """``(sizes, targets)`` of one message's parts, or None when none has a target."""
+    sizes: list[int] = []
+    targets: list[np.ndarray | None] = []
+    for b in blocks:
+        size, target = into.get(b, (0, None))
+        sizes.append(size)
+        targets.append(target)
+    return (sizes, targets) if any(t is not None for t in targets) else None
 
 
 def get_binding(client: Client | None = None) -> Binding:

@@ -30,6 +30,7 @@ import numpy as np
 from .. import config
 from ..errors import PSIndexError, ShapeMismatchError
 from . import _kernels as K
+from ._packed import PACK_SHIFT, unpack_reduce
 
 __all__ = ["DenseBlock", "InitSpec", "SparseBlock", "make_block"]
 
@@ -72,7 +73,11 @@ def _check_local(name: str, idx: np.ndarray | None, extent: int) -> None:
     # Defensive check on the server: compiled kernels must never see a bad index.
     if idx is None or idx.shape[0] == 0:
         return
-    lo, hi = int(idx.min()), int(idx.max())
+    if idx.shape[0] <= 16:  # a Python min/max is ~10x cheaper than two numpy reductions
+        short = idx.tolist()
+        lo, hi = min(short), max(short)
+    else:
+        lo, hi = int(idx.min()), int(idx.max())
     if lo < 0 or hi >= extent:
         raise PSIndexError(f"{name}: local index {lo if lo < 0 else hi} outside [0, {extent})")
 
@@ -141,6 +146,14 @@ class DenseBlock:
             r = np.arange(d.shape[0]) if rows is None else rows
             c = np.arange(d.shape[1]) if cols is None else cols
             K.scatter_grid(d, r, c, values.reshape(r.shape[0], c.shape[0]), add)
+        self.version += 1
+
+    def update_packed(self, row: int, packed: np.ndarray) -> None:
+        """Add values packed with their columns (see :meth:`SparseBlock.update_packed`)."""
+        cols = packed >> PACK_SHIFT
+        values = (packed & 0xFFFFFFFF).astype(np.uint32).view(self.dtype)
+        d = self.own()
+        K.scatter_grid(d, np.array([row]), cols, values.reshape(1, -1), True)
         self.version += 1
 
     def update_coo(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray, add: bool) -> None:
@@ -272,7 +285,27 @@ class SparseBlock:
 
     def _apply(self, keys: np.ndarray, values: np.ndarray, add: bool) -> None:
         keys, values = K.sort_pairs(keys, values.astype(self.dtype, copy=False).ravel())
+        self._apply_sorted(keys, values, add)
+
+    def update_packed(self, row: int, packed: np.ndarray) -> None:
+        """Add values packed with their columns (``_packed.pack_by_bounds``) to ``row``.
+
+        ``packed`` (which this sorts in place) holds ``col << 32 | value bits`` of a
+        4-byte dtype: one numpy sort of int64s orders the columns and carries the
+        values along, 2-3x faster than sorting keys and values as pairs.
+        """
+        if not packed.flags.writeable:
+            packed = packed.copy()
+        keys, values = unpack_reduce(packed, self.dtype, row * self.shape[1])
+        self._apply_unique(keys, values, True)
+
+    def _apply_sorted(self, keys: np.ndarray, values: np.ndarray, add: bool) -> None:
+        """Apply ascending ``keys`` (duplicates allowed) and their values."""
         keys, values = K.reduce_sorted(keys, values, add)
+        self._apply_unique(keys, values, add)
+
+    def _apply_unique(self, keys: np.ndarray, values: np.ndarray, add: bool) -> None:
+        """Apply ascending unique ``keys`` and their values."""
         if add and self.init is not None:
             # missing keys start from their lazily drawn value, not from `default`
             out = np.empty(keys.shape[0], self.dtype)

@@ -172,6 +172,15 @@ def check_size(name: str, nbytes: int) -> None:
         )
 
 
+def _finite(values: np.ndarray) -> bool:
+    """True when every entry is finite; a broadcast array is tested on its base."""
+    if values.size and 0 in values.strides:
+        values = values[tuple(slice(None) if st else slice(0, 1) for st in values.strides)]
+    flat = values.reshape(-1)
+    split = flat.nbytes >= config.get_bytes("daskangel.client.split-check-bytes")
+    return bool(K.all_finite(flat, split))
+
+
 def check_values(
     values: np.ndarray, dtype: np.dtype, casting: str | None, on_nonfinite: str | None
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -194,7 +203,7 @@ def check_values(
             f"casting={casting!r}; pass casting='same_kind' to allow it"
         )
     keep = None
-    if values.dtype.kind == "f" and not K.all_finite(values.reshape(-1)):
+    if values.dtype.kind == "f" and not _finite(values):
         finite = np.isfinite(values)
         if not finite.all():
             if on_nonfinite == "raise":

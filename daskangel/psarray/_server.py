@@ -20,6 +20,7 @@ Example
 ...     "dtype": "float32", "init": InitSpec().to_dict(), "row0": 0, "col0": 0, "n_cols": 4}])
 >>> s.dispatch("update", array="w", add=True, parts=[{"block": 0, "rows": None,
 ...     "cols": np.array([1]), "values": np.ones((1, 1), "float32")}])
+True
 >>> s.dispatch("get", array="w", parts=[{"block": 0, "rows": None, "cols": None}])[0]
 array([[0., 1., 0., 0.]], dtype=float32)
 """
@@ -38,10 +39,11 @@ import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import config
-from .._wire import error_reply, wrap_arrays
+from .._wire import error_reply, unwrap_arrays, wrap_arrays
 from ..errors import BlockBusyError, DaskAngelError, InvalidArgumentError, StaleLayoutError
 from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
 from ._holds import WRITE_OPS, Holds, Prepared
+from ._packed import PACK_SHIFT
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -178,25 +180,35 @@ class PSServer(Holds):
         """Run ``op`` under the server lock: inline when cheap, else in its thread.
 
         A write op first waits (without holding the lock) while a prepared
-        two-phase write holds one of its blocks.
+        two-phase write holds one of its blocks.  (The lock is taken inline, not
+        through :meth:`locked`: this is every request's path, and a small get
+        costs tens of microseconds in all.)
         """
-        async with self.locked():
-            await self.wait_unreserved(op, kwargs)
-            try:
-                if cost < config.get_bytes("daskangel.server.inline-bytes"):
-                    return self.timed(op, cost, kwargs)
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(
-                        1, thread_name_prefix=f"daskangel-ps-{self.index}"
-                    )
-                loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(
-                    self._executor, lambda: self.timed(op, cost, kwargs)
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+            self._cond = asyncio.Condition(self._lock)
+        lock = self._lock
+        self.waiting += 1
+        try:
+            await lock.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            if self.reserved:
+                await self.wait_unreserved(op, kwargs)
+            if cost < config.get_bytes("daskangel.server.inline-bytes"):
+                return self.timed(op, cost, kwargs)
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    1, thread_name_prefix=f"daskangel-ps-{self.index}"
                 )
-            finally:
-                # a commit or abort may have freed blocks that writes wait for
-                assert self._cond is not None
-                self._cond.notify_all()
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, lambda: self.timed(op, cost, kwargs))
+        finally:
+            # a commit or abort may have freed blocks that writes wait for
+            assert self._cond is not None
+            self._cond.notify_all()
+            lock.release()
 
     @contextlib.asynccontextmanager
     async def locked(self) -> AsyncIterator[None]:
@@ -375,16 +387,33 @@ def _update(
     for b, p in zip(blocks, parts, strict=True):
         if "coo_rows" in p:
             b.check(p["coo_rows"], p["coo_cols"])
+        elif "packed" in p:
+            _check_packed(b, p, add)
         else:
             b.check(p["rows"], p["cols"])
     for b, p in zip(blocks, parts, strict=True):
-        if "coo_rows" in p:
+        if "packed" in p:
+            fn = lambda blk, p=p: blk.update_packed(int(p["rows"][0]), p["packed"])  # noqa: E731
+        elif "coo_rows" in p:
             fn = lambda blk, p=p: blk.update_coo(p["coo_rows"], p["coo_cols"], p["values"], add)  # noqa: E731
         else:
             fn = lambda blk, p=p: blk.update(p["rows"], p["cols"], p["values"], add)  # noqa: E731
         server.write_block((array, int(p["block"])), b, clock, fn)
     record_tag(server, tag, array, parts)
     return True
+
+
+def _check_packed(b: Block, p: dict[str, Any], add: bool) -> None:
+    """A packed part (one row, ``col << 32 | value bits``) is an add of 4-byte values."""
+    packed = p["packed"]
+    if not add or b.dtype.itemsize != 4 or len(p["rows"]) != 1:
+        raise InvalidArgumentError(
+            "packed: packed columns and values are for increments of one row of a 4-byte dtype"
+        )
+    b.check(p["rows"], None)
+    if packed.shape[0]:
+        lo, hi = int(packed.min()) >> PACK_SHIFT, int(packed.max()) >> PACK_SHIFT
+        b.check(None, np.array([lo, hi]))
 
 
 @server_op("fill", writes=True)
@@ -480,7 +509,9 @@ class PSWorkerPlugin(WorkerPlugin):
             return await afn(srv, **kwargs)
         return await srv.run(ps_op, cost, **kwargs)
 
-    async def handle(self, ps_op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
+    async def handle(
+        self, ps_op: str, server: int, cost: int = 0, pad: Any = None, **kwargs: Any
+    ) -> Any:
         """The ``daskangel_ps`` comm handler: run ``ps_op`` and frame its arrays.
 
         Replies never carry views of live blocks: Dask's TCP comm returns from
@@ -491,8 +522,10 @@ class PSWorkerPlugin(WorkerPlugin):
         """
         if ps_op == "get":
             kwargs["lend"] = True
+            if all(p.get("rows") is None and p.get("cols") is None for p in kwargs["parts"]):
+                cost = 0  # whole dense blocks are lent, not copied: no work to offload
         try:
-            return wrap_arrays(await self._run(ps_op, server, cost, kwargs))
+            return wrap_arrays(await self._run(ps_op, server, cost, unwrap_arrays(kwargs)))
         except DaskAngelError as e:
             return error_reply(e)
 
@@ -519,7 +552,8 @@ class PSServerActor:
 
         self.server = PSServer(get_worker().address, index)
 
-    def call(self, op: str, kwargs: dict[str, Any]) -> Any:
+    def call(self, op: str, kwargs: dict[str, Any], pad: Any = None) -> Any:
+        """Run ``op``; ``pad`` is the alignment frame every call carries (``_wire``)."""
         try:
             return self._call(op, kwargs)
         except DaskAngelError as e:

@@ -1,0 +1,166 @@
+"""Receiving a reply's numpy frames straight into the caller's output array.
+
+A whole-array ``get`` used to receive each block into a buffer of its own (Dask's
+comm allocates one per frame) and then copy every block into the result: one more
+pass over all the bytes than the transport itself makes.  For a large get the
+caller now allocates the result first and reads each large block's frame from the
+socket directly into the block's place in it (:func:`send_recv_into`); the
+deserialised block is then a view of the result and needs no copy.
+
+This follows Dask's TCP comm (``distributed.comm.tcp.TCP.read``) step by step and
+deserialises with Dask's own ``from_frames``; the only difference is where the
+bytes of some frames land.  A frame goes to a target only if its length is the
+exact byte count expected for that part (parts under ``direct-read-bytes`` are
+not matched, so small header frames never can be).  Anything unexpected (another
+comm than TCP, sharded or compressed frames, an error reply) reads as usual, and
+the caller copies whatever did not land in place (:func:`landed`).
+
+Example
+-------
+>>> import numpy as np
+>>> out = np.zeros(8, "float32")
+>>> landed(out[2:6], out[2:6]), landed(out[2:6].copy(), out[2:6])
+(True, False)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+import numpy as np
+
+__all__ = ["landed", "match_frames", "send_recv_into"]
+
+
+def landed(result: Any, target: np.ndarray | None) -> bool:
+    """True when ``result`` is exactly ``target``'s memory (nothing to copy)."""
+    return (
+        target is not None
+        and isinstance(result, np.ndarray)
+        and result.shape == target.shape
+        and result.dtype == target.dtype
+        and result.__array_interface__["data"][0] == target.__array_interface__["data"][0]
+        and result.flags.c_contiguous
+    )
+
+
+def match_frames(
+    lengths: tuple[int, ...] | list[int], sizes: list[int], targets: list[np.ndarray | None]
+) -> dict[int, np.ndarray]:
+    """Which frames to read into which target: ``{frame_index: target}``.
+
+    ``sizes[k]`` is the byte count of part ``k``'s data (``0``: too small to match),
+    ``targets[k]`` where it goes (``None``: read it as usual).  Parts are matched in
+    order, each to the next frame of exactly its size, so the data frames of the
+    parts before it (matched or not) can never be taken for it.  If any part with a
+    size finds no frame, nothing is matched.
+    """
+    out: dict[int, np.ndarray] = {}
+    i = 0
+    for size, target in zip(sizes, targets, strict=True):
+        if size <= 0:
+            continue
+        while i < len(lengths) and lengths[i] != size:
+            i += 1
+        if i == len(lengths):
+            return {}
+        if target is not None:
+            out[i] = target
+        i += 1
+    return out
+
+
+async def _read_into(comm: Any, sizes: list[int], targets: list[np.ndarray | None]) -> Any:
+    """``comm.read()``, reading matched frames into their targets (TCP comms only)."""
+    from distributed.comm.tcp import TCP, convert_stream_closed_error, from_frames, read_bytes_rw
+    from tornado.iostream import StreamClosedError
+
+    stream = getattr(comm, "stream", None)
+    if not isinstance(comm, TCP) or stream is None:
+        return await comm.read()
+    try:
+        # [total nosplit bytes][n_frames][length of each frame] then the frames
+        await stream.read_bytes(8)
+        (n_frames,) = struct.unpack("Q", await stream.read_bytes(8))
+        lengths = struct.unpack(f"{n_frames}Q", await stream.read_bytes(8 * n_frames))
+        direct = match_frames(lengths, sizes, targets)
+        frames: list[Any] = []
+        i = 0
+        while i < n_frames:
+            target = direct.get(i)
+            if target is not None:
+                view = memoryview(target.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+                got = 0
+                while got < lengths[i]:
+                    got += await stream.read_into(view[got : got + (1 << 30)])
+                frames.append(view)
+                i += 1
+                continue
+            j = i  # read a run of frames that go nowhere special in one call
+            while j < n_frames and j not in direct:
+                j += 1
+            run = sum(lengths[i:j])
+            buf = await read_bytes_rw(stream, run) if run else memoryview(b"")
+            pos = 0
+            for k in range(i, j):
+                frames.append(buf[pos : pos + lengths[k]])
+                pos += lengths[k]
+            i = j
+    except StreamClosedError as e:
+        comm.stream = None
+        comm._closed = True
+        convert_stream_closed_error(comm, e)
+    except BaseException:
+        comm.abort()
+        raise
+    try:
+        return await from_frames(
+            frames, deserialize=comm.deserialize, allow_offload=comm.allow_offload
+        )
+    except EOFError:
+        from distributed.comm.core import CommClosedError
+
+        comm.abort()
+        raise CommClosedError("aborted stream on truncated data") from None
+
+
+async def send_recv_into(
+    pool: Any,
+    address: str,
+    op: str,
+    msg: dict[str, Any],
+    sizes: list[int],
+    targets: list[np.ndarray | None],
+) -> Any:
+    """One pooled request/response like ``pool(address).<op>(**msg)``, with the
+    reply's large frames read into ``targets`` (see :func:`match_frames`)."""
+    from distributed.core import clean_exception
+
+    comm = await pool.connect(address)
+    prev_name, comm.name = comm.name, f"ConnectionPool.{op}"
+    try:
+        force_close = please_close = False
+        try:
+            await comm.write({**msg, "op": op, "reply": True}, on_error="raise")
+            response = await _read_into(comm, sizes, targets)
+        except (TimeoutError, OSError):
+            force_close = True  # as distributed.core.send_recv: never reuse this comm
+            raise
+        except asyncio.CancelledError:
+            please_close = True
+            raise
+        finally:
+            if force_close:
+                comm.abort()
+            elif please_close:
+                await comm.close()
+    finally:
+        pool.reuse(address, comm)
+        comm.name = prev_name
+    if isinstance(response, dict) and response.get("status") == "uncaught-error":
+        _, exc, tb = clean_exception(**response)
+        assert exc is not None
+        raise exc.with_traceback(tb)
+    return response

@@ -1,0 +1,252 @@
+"""The fast paths of issue 2's performance work, each against a NumPy model.
+
+* reading a get's blocks straight into the output array (``daskangel._recv``),
+  over real comms, including replies whose frames do not match what was expected;
+* packed sparse increments (``pack_by_bounds`` on the caller, ``update_packed`` on
+  the blocks);
+* the exponent-bit finite check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client
+from distributed.protocol import to_serialize
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import daskangel as angel
+from daskangel._recv import landed, match_frames, send_recv_into
+from daskangel._wire import unwrap_arrays, wrap_arrays
+from daskangel.errors import ShapeMismatchError
+from daskangel.psarray import InitSpec
+from daskangel.psarray import _kernels as K
+from daskangel.psarray import _packed as P
+from daskangel.psarray._blocks import DenseBlock, SparseBlock
+
+TRANSPORTS = ["handlers", "actors"]
+
+
+# -- kernels and blocks (no cluster) ------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 999), max_size=300),
+    st.lists(st.integers(1, 998), max_size=4, unique=True),
+    st.sampled_from(["float32", "int32"]),
+)
+def test_pack_by_bounds_groups_and_packs_like_numpy(
+    cols: list[int], cuts: list[int], dtype: str
+) -> None:
+    idx = np.array(cols, dtype=np.int64)
+    bounds = np.array([0, *sorted(cuts), 1000], dtype=np.int64)
+    vals = (np.arange(idx.shape[0]) - 7).astype(dtype)
+    starts, packed = P.pack_by_bounds(idx, vals.view(np.uint32), bounds)
+    for g in range(bounds.shape[0] - 1):
+        mine = (idx >= bounds[g]) & (idx < bounds[g + 1])
+        got = packed[starts[g] : starts[g + 1]]
+        np.testing.assert_array_equal(got >> P.PACK_SHIFT, idx[mine] - bounds[g])
+        bits = (got & 0xFFFFFFFF).astype(np.uint32).view(dtype)
+        np.testing.assert_array_equal(bits, vals[mine])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 49), st.integers(-3, 3)), max_size=200),
+    st.sampled_from(["float32", "int32"]),
+    st.integers(0, 2),
+    st.booleans(),
+)
+def test_update_packed_adds_like_numpy(
+    entries: list[tuple[int, int]], dtype: str, row: int, lazy: bool
+) -> None:
+    cols = np.array([c for c, _ in entries], dtype=np.int64)
+    vals = np.array([v for _, v in entries], dtype=dtype)
+    _, packed = P.pack_by_bounds(cols, vals.view(np.uint32), np.array([0, 50], np.int64))
+    init = InitSpec("uniform", 0.0, 1.0, seed=3, lazy=True) if lazy else InitSpec()
+    sparse = SparseBlock((3, 50), np.dtype(dtype), init=init, n_cols=50)
+    before = sparse.get(None, None).copy() if lazy else np.zeros((3, 50), dtype)
+    dense = DenseBlock(np.zeros((3, 50), dtype))
+    sparse.update_packed(row, packed.copy())
+    sparse.update_packed(row, packed.copy())  # existing keys the second time
+    dense.update_packed(row, packed.copy())
+    model = before.copy()
+    np.add.at(model[row], cols, vals)
+    np.add.at(model[row], cols, vals)
+    np.testing.assert_allclose(sparse.get(None, None), model, rtol=1e-6)
+    once = np.zeros((3, 50), dtype)
+    np.add.at(once[row], cols, vals)
+    np.testing.assert_allclose(dense.get(None, None), once, rtol=1e-6)
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_all_finite_finds_every_non_finite_entry(dtype: str, bad: float, split: bool) -> None:
+    a = np.linspace(-1e3, 1e3, 10_001).astype(dtype)
+    a[0], a[1] = np.finfo(dtype).max, np.finfo(dtype).tiny
+    assert K.all_finite(a, split) and K.all_finite(a[::3], split)
+    for pos in (0, 4095, 4096, 5000, 10_000):
+        b = a.copy()
+        b[pos] = bad
+        assert not K.all_finite(b, split)
+        assert K.all_finite(b[::3], split) == (pos % 3 != 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["float32", "float64", "int32", "int64", "uint8", "bool"]),
+    st.lists(st.integers(0, 6), max_size=3),
+    st.integers(0, 64),
+)
+def test_wrapped_arrays_come_back_equal_and_writeable(
+    dtype: str, shape: list[int], inline: int
+) -> None:
+    a = (np.arange(int(np.prod(shape))) % 5).astype(dtype).reshape(shape)
+    msg = {"parts": [{"values": a, "rows": None}], "n": np.int64(3), "t": (a,)}
+    wrapped = wrap_arrays(msg, inline)
+    inlined = a.nbytes <= inline
+    assert isinstance(wrapped["parts"][0]["values"], dict) == inlined
+    back = unwrap_arrays(wrapped)
+    if inlined:
+        got = back["parts"][0]["values"]
+        assert got.dtype == a.dtype and got.shape == a.shape and got.flags.writeable
+        np.testing.assert_array_equal(got, a)
+        np.testing.assert_array_equal(back["t"][0], a)
+    assert back["n"] == 3 and back["parts"][0]["rows"] is None
+
+
+def test_match_frames_pairs_parts_with_frames_of_their_exact_size() -> None:
+    # frames: [header, sub-header, data0, sub-header, data1]
+    t0, t1 = np.empty(100, "u1"), np.empty(300, "u1")
+    lengths = (60, 40, 100, 40, 300)
+    assert match_frames(lengths, [100, 300], [t0, t1]) == {2: t0, 4: t1}
+    assert match_frames(lengths, [100, 300], [None, t1]) == {4: t1}
+    assert match_frames(lengths, [0, 300], [None, t1]) == {4: t1}
+    assert match_frames(lengths, [100, 200], [t0, None]) == {}  # a part found no frame
+
+
+# -- over real comms ---------------------------------------------------------------
+
+
+def test_send_recv_into_lands_frames_in_place_and_copes_with_surprises(
+    client: Client,
+) -> None:
+    def setup(dask_worker: Any) -> None:
+        def arrays(sizes: list[int] = ()) -> Any:  # type: ignore[assignment]
+            return [to_serialize(np.full(n, i + 1, "float32")) for i, n in enumerate(sizes)]
+
+        dask_worker.handlers["test_arrays"] = arrays
+
+    client.run(setup)
+    addr = next(iter(client.scheduler_info()["workers"]))
+
+    async def call(sizes: list[int], expect: list[int], targets: list[Any]) -> Any:
+        pool = client.rpc  # a ConnectionPool
+        return await send_recv_into(
+            pool, addr, "test_arrays", {"sizes": sizes}, [4 * n for n in expect], targets
+        )
+
+    out = np.zeros(50_000, "float32")
+    a, b = out[:20_000], out[20_000:]
+    res = client.sync(call, [20_000, 30_000], [20_000, 30_000], [a, b])
+    assert landed(res[0], a) and landed(res[1], b)
+    np.testing.assert_array_equal(out[:20_000], 1)
+    np.testing.assert_array_equal(out[20_000:], 2)
+    # the reply is not what was expected: nothing lands, values are still right
+    out[:] = 0
+    res = client.sync(call, [30_000, 20_000], [20_000, 30_000], [a, b])
+    assert not landed(res[0], a) and not landed(res[1], b)
+    assert res[0].shape == (30_000,) and (res[0] == 1).all() and (res[1] == 2).all()
+    # the comm went back to the pool in a usable state
+    res = client.sync(call, [20_000], [20_000], [a])
+    assert landed(res[0], a)
+
+
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def ctx(request: Any, client: Client) -> Any:
+    with angel.PSContext(client, transport=request.param) as ps:
+        yield ps
+
+
+@pytest.mark.parametrize("limit", ["1B", "64KiB"])
+def test_large_gets_read_in_place_equal_the_model(ctx: angel.PSContext, limit: str) -> None:
+    rng = np.random.default_rng(0)
+    cases = [
+        ((1, 300_000), None),  # a long vector in column blocks
+        ((3_000, 40), angel.RangePartitioner(700)),  # whole-row blocks
+        ((300, 500), angel.BlockPartitioner((128, 200))),  # not contiguous: copied
+    ]
+    with dask.config.set({"daskangel.client.direct-read-bytes": limit}):
+        for k, (shape, part) in enumerate(cases):
+            model = rng.standard_normal(shape).astype("float32")
+            arr = ctx.from_array(f"big{k}", model, partitioner=part)
+            try:
+                np.testing.assert_array_equal(arr.get(), model)
+                np.testing.assert_array_equal(arr.get_async().result(), model)
+                np.testing.assert_array_equal(arr.get(rows=slice(1, shape[0])), model[1:])
+                if shape[0] > 1:
+                    np.testing.assert_array_equal(arr.get(rows=2), model[2])
+                cols = rng.integers(0, shape[1], 5)
+                np.testing.assert_array_equal(arr.get(cols=cols), model[:, cols])
+                arr.increment(np.ones(shape, "float32"))
+                np.testing.assert_array_equal(arr.get(), model + 1)
+            finally:
+                ctx.drop(f"big{k}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_packed_sparse_increments_equal_the_model(ctx: angel.PSContext, dtype: str) -> None:
+    rng = np.random.default_rng(1)
+    n = 10**7
+    s = ctx.zeros(f"sv{dtype}", (n,), dtype=dtype, sparse=True)
+    m = ctx.zeros(f"sm{dtype}", (4, 1000), dtype=dtype, sparse=True)
+    try:
+        keys = rng.integers(0, n, 20_000)
+        vals = rng.integers(-3, 4, keys.size).astype(dtype)
+        s.increment(vals, cols=keys)
+        s.increment(vals, cols=keys)
+        s.increment(np.array(2, dtype), cols=keys[:10])  # broadcast scalar
+        model: dict[int, float] = {}
+        for kk, v in zip(
+            keys.tolist() * 2 + keys[:10].tolist(), [*vals, *vals, *[2] * 10], strict=True
+        ):
+            model[kk] = model.get(kk, 0) + v
+        probe = np.array(sorted(model), dtype=np.int64)
+        np.testing.assert_allclose(s.get(cols=probe), [model[k] for k in probe.tolist()])
+        # one row of a matrix, by int and by a one-element list
+        dense = np.zeros((4, 1000), dtype)
+        c = rng.integers(0, 1000, 500)
+        v = rng.integers(-3, 4, 500).astype(dtype)
+        m.increment(v, rows=2, cols=c)
+        m.increment(v[None, :], rows=[3], cols=c)
+        np.add.at(dense[2], c, v)
+        np.add.at(dense[3], c, v)
+        np.testing.assert_allclose(m.get(), dense)
+        with pytest.raises(ShapeMismatchError):
+            m.increment(v[:, None], rows=[3], cols=c)
+    finally:
+        ctx.drop(f"sv{dtype}")
+        ctx.drop(f"sm{dtype}")
+
+
+def test_packed_and_general_paths_agree_with_lazy_init(ctx: angel.PSContext) -> None:
+    rng = np.random.default_rng(2)
+    a = ctx.random("lazy_a", (10**8,), sparse=True, seed=5)  # keys drawn on first touch
+    b = ctx.random("lazy_b", (10**8,), sparse=True, seed=5)
+    try:
+        keys = rng.integers(0, 10**8, 5_000)
+        vals = rng.standard_normal(keys.size).astype("float32")
+        a.increment(vals, cols=keys)  # packed
+        b.increment(sp.coo_matrix((vals, (np.zeros_like(keys), keys)), shape=(1, 10**8)))
+        probe = np.concatenate([keys, rng.integers(0, 10**8, 100)])
+        np.testing.assert_allclose(a.get(cols=probe), b.get(cols=probe), rtol=1e-5)
+    finally:
+        ctx.drop("lazy_a")
+        ctx.drop("lazy_b")
