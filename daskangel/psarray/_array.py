@@ -305,6 +305,8 @@ class PSArray:
         add: bool = False,
     ) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
         m = self.meta
+        if casting is None and isinstance(values, (int, float)) and not isinstance(values, bool):
+            casting = "same_kind"  # a Python number takes the array's dtype (NEP 50)
         if _is_sparse_input(values):
             if rows is not None or cols is not None:
                 raise ShapeMismatchError(

@@ -78,6 +78,12 @@ def test_casting(arrays: Any) -> None:
     unchanged(arrays)
     w.increment(np.ones(2), cols=[1, 2], casting="same_kind")
     assert w.get(cols=[1])[0] == pytest.approx(arrays[2][1] + 1)
+    # a Python number takes the array's dtype (NEP 50), within its range
+    w.increment(0.5, cols=[1])
+    assert w.get(cols=[1])[0] == pytest.approx(arrays[2][1] + 1.5)
+    with pytest.raises(errors.CastingError, match="values: 1 entries overflow float32"):
+        w.increment(1e300, cols=[1])
+    assert w.get(cols=[1])[0] == pytest.approx(arrays[2][1] + 1.5)
 
 
 def test_nonfinite(arrays: Any) -> None:
