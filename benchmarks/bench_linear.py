@@ -231,7 +231,7 @@ def run_angel(a: Any, client: Any, ds: Any, target: float) -> dict[str, Any]:
         )
         for e, s, ll in curve:
             print(
-                f"  daskangel ({name} pulls) epoch {e}: {s:.1f} s, val log-loss {ll:.4f}",
+                f"  daskangel ({name}) epoch {e}: {s:.1f} s, val log-loss {ll:.4f}",
                 flush=True,
             )
         for i, r in enumerate(est.train_result_.results):

@@ -1,0 +1,133 @@
+"""Where a linear-model task's one-off preparation goes, and what its slot order buys.
+
+Run: ``.venv/bin/python benchmarks/bench_prep.py [--rows 5000000] [--repeat 3]``
+
+One task's partition of the kdd2010-shaped set of ``bench_linear.py`` (default
+5 M rows x 10 M features x 30 nnz, as 500 k-row chunks), in this process:
+
+* ``split_rows`` as the ma-sgd task runs it, and its phases: the used-key
+  bitmap (``used_keys``), the row copy (``place_rows``) into fresh memory, the
+  same copy into memory already touched (so the first-touch cost of the fresh
+  pages shows), and the same copy keeping the rows in order (so the cost of
+  the random placement shows);
+* the local SGD kernel's speed (M nnz/s, tail-averaged, one pass) with the
+  slots in key order against hot features first (``hot-keys``).
+
+Every figure is the median of ``--repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _kddgen import GenSpec, make_chunk
+
+from daskangel.data._batch import CSRBatch
+from daskangel.models import _prep
+from daskangel.models._kernels import LOGISTIC, local_sgd
+from daskangel.models._task import epoch_order, split_rows
+
+
+def _med(fn: Any, repeat: int) -> float:
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--features", type=int, default=10_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    D = a.features
+    g = GenSpec(D, 30, 0)
+    chunks = []
+    for r0 in range(0, a.rows, 500_000):
+        X, y, _ = make_chunk(r0, min(500_000, a.rows - r0), 30, D, spec=g)
+        chunks.append(CSRBatch(X.indptr, X.indices, X.data, y, D))
+    nnz = sum(c.nnz for c in chunks)
+    print(f"{a.rows:,} rows x {D:,} features, {nnz:,} nnz; load {os.getloadavg()[0]:.2f}")
+    kw: dict[str, Any] = dict(index=0, fraction=0.01, seed=0, n_features=D, has_bias=True)
+    split_rows([c.slice(0, 100) for c in chunks[:2]], shuffle=True, hot=16, **kw)  # compile
+
+    rows: list[tuple[str, float]] = []
+    for hot in (0, 65536):
+        t = _med(lambda hot=hot: split_rows(chunks, shuffle=True, hot=hot, **kw), a.repeat)
+        rows.append((f"split_rows, hot-keys={hot}", t))
+    n = a.rows
+    order = np.random.default_rng(0).permutation(n)
+    val = np.sort(order[: n // 100])
+    lengths = np.concatenate([np.diff(c.indptr) for c in chunks])
+    starts = np.cumsum([0] + [c.n_rows for c in chunks])
+    pieces = [(c.indptr, c.indices, c.data) for c in chunks]
+    _keys, hot_bits, used = _prep.used_keys([c.indices for c in chunks], D, 65536)
+    rows.append(
+        ("  used-key bitmap", _med(lambda: _prep.used_keys([c.indices for c in chunks], D, 65536), a.repeat))
+    )  # fmt: skip
+    train_in_order = np.setdiff1d(np.arange(n), val)
+    hc, nh = _prep._prefix(hot_bits, 0)
+    cold = used & ~hot_bits
+    cc, _ = _prep._prefix(cold, nh)
+    for name, train in (("shuffled", order[n // 100 :]), ("in order", train_in_order)):
+        dest = np.empty(n, np.int64)
+        dest[train] = np.arange(train.size)
+        dest[val] = -1 - np.arange(val.size)
+        parts = [dest[s:e] for s, e in itertools.pairwise(starts)]
+
+        def fresh(parts: Any = parts, train: Any = train) -> None:
+            _prep.place_rows(pieces, parts, lengths[train], lengths[val], hot_bits, used)
+
+        rows.append((f"  row copy, {name}, fresh memory", _med(fresh, a.repeat)))
+        tp, ti, tv, vp, vi, vv = _prep.place_rows(
+            pieces, parts, lengths[train], lengths[val], hot_bits, used
+        )
+
+        out = (tp, ti, tv, vp, vi, vv)
+
+        def touched(parts: Any = parts, out: Any = out) -> None:
+            for (ptr, ix, v), d in zip(pieces, parts, strict=True):
+                _prep._place(ptr, ix, v, d, *out, hot_bits, hc, cold, cc)
+
+        rows.append((f"  row copy, {name}, memory touched before", _med(touched, a.repeat)))
+    print(f"\n{'preparation phase':46} {'seconds':>8}")
+    for name, t in rows:
+        print(f"{name:46} {t:8.2f}")
+
+    print(f"\n{'local SGD (one tail-averaged pass)':46} {'seconds':>8} {'M nnz/s':>8}")
+    for hot in (0, 65536):
+        d = split_rows(chunks, shuffle=True, hot=hot, **kw)
+        t = d.train
+        y = 2.0 * d.y_train - 1.0
+        o = epoch_order(t.n_rows, [0, 0, 0])
+        W = np.zeros((d.keys.size, 1))
+        local_sgd(t.indptr, t.indices, t.data, y, o[:100], W.copy(), LOGISTIC, 0.0, True,
+                  0.05, 1e-7, 0.0, 1, True)  # fmt: skip
+
+        def sgd(t: Any = t, y: Any = y, o: Any = o, W: Any = W) -> None:
+            local_sgd(t.indptr, t.indices, t.data, y, o, W.copy(), LOGISTIC, 0.0, True,
+                      0.05, 1e-7, 0.0, 1, True)  # fmt: skip
+
+        s = _med(sgd, a.repeat)
+        print(
+            f"{'slots: ' + ('hot features first' if hot else 'key order'):46} {s:8.2f} {t.nnz / s / 1e6:8.1f}"
+        )
+        del d
+    print(f"\nload at end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
