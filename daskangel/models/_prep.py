@@ -100,20 +100,35 @@ def _keys_of(bits, n):  # type: ignore[no-untyped-def]  # pragma: no cover
 
 
 @njit(nogil=True, cache=True)
-def _slot(j, hot, hot_count, cold, cold_count):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _table(hot, hot_count, cold, cold_count):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Per 64-feature word: hot bits, cold bits, first hot slot, first cold slot (one
+    32-byte row, so a feature's slot reads one cache line, not four)."""
+    tab = np.empty((hot.shape[0], 4), np.uint64)
+    for w in range(hot.shape[0]):
+        tab[w, 0] = hot[w]
+        tab[w, 1] = cold[w]
+        tab[w, 2] = np.uint64(hot_count[w])
+        tab[w, 3] = np.uint64(cold_count[w])
+    return tab
+
+
+@njit(nogil=True, cache=True)
+def _slot(j, tab):  # type: ignore[no-untyped-def]  # pragma: no cover
     one = np.uint64(1)
     w = j >> 6
     bit = one << np.uint64(j & 63)
-    if hot[w] & bit:
-        return hot_count[w] + _popcount(hot[w] & (bit - one))
-    return cold_count[w] + _popcount(cold[w] & (bit - one))
+    below = bit - one
+    hb = tab[w, 0]
+    # both ranks and a select, no branch: whether a feature is hot is unpredictable
+    h = np.int64(tab[w, 2]) + _popcount(hb & below)
+    c = np.int64(tab[w, 3]) + _popcount(tab[w, 1] & below)
+    return h if hb & bit else c
 
 
 @njit(nogil=True, cache=True)
 def _place(  # type: ignore[no-untyped-def]  # pragma: no cover
-    indptr, indices, data, dest, tr_ptr, tr_idx, tr_val, va_ptr, va_idx, va_val,
-    hot, hot_count, cold, cold_count,
-):  # fmt: skip
+    indptr, indices, data, dest, tr_ptr, tr_idx, tr_val, va_ptr, va_idx, va_val, tab
+):
     for r in range(indptr.shape[0] - 1):
         k = dest[r]
         a = indptr[r]
@@ -121,12 +136,12 @@ def _place(  # type: ignore[no-untyped-def]  # pragma: no cover
         if k >= 0:
             o = tr_ptr[k]
             for i in range(n):
-                tr_idx[o + i] = _slot(indices[a + i], hot, hot_count, cold, cold_count)
+                tr_idx[o + i] = _slot(indices[a + i], tab)
                 tr_val[o + i] = data[a + i]
         else:
             o = va_ptr[-k - 1]
             for i in range(n):
-                va_idx[o + i] = _slot(indices[a + i], hot, hot_count, cold, cold_count)
+                va_idx[o + i] = _slot(indices[a + i], tab)
                 va_val[o + i] = data[a + i]
 
 
@@ -212,9 +227,9 @@ def place_rows(
     hot_count, n_hot = _prefix(hot_bits, 0)
     cold = used_bits & ~hot_bits
     cold_count, _n = _prefix(cold, n_hot)
+    tab = _table(hot_bits, hot_count, cold, cold_count)
     for (ptr, ix, val), d in zip(pieces, dest, strict=True):
-        _place(ptr, ix, val, d, tr_ptr, tr_idx, tr_val, va_ptr, va_idx, va_val,
-               hot_bits, hot_count, cold, cold_count)  # fmt: skip
+        _place(ptr, ix, val, d, tr_ptr, tr_idx, tr_val, va_ptr, va_idx, va_val, tab)
     return tr_ptr, tr_idx, tr_val, va_ptr, va_idx, va_val
 
 
