@@ -6,19 +6,20 @@ for its own keys only).  Turning the partition's chunks into that form is one
 pass to mark the used features in a bitmap and one pass that copies every row
 straight to its place in the (shuffled) training or validation arrays while
 rewriting its indices, so no concatenated or intermediate copy of the rows is
-ever made: on a 10 M-feature CTR partition this is ~4x faster than
-concatenating, localising and gathering in three steps.
+ever made (it used to be three: concatenate, localise, gather).
+``benchmarks/bench_prep.py`` times each phase.
 
 **Hot slots.**  With ``hot > 0`` the most frequent features (counted on a
 sample of the entries, at most ``hot`` of them) get the first slots, and the
-others follow in key order.  On power-law data these few thousand slots take
+others follow in key order.  On power-law data these slots take
 most of the accesses of SGD's inner loop and stay in the CPU cache, instead of
 being spread over the whole ``n_keys`` array.  ``pos[slot]`` then gives the
 slot's position in the sorted key list the PS is addressed with.
 
 A feature's slot is computed from bitmaps (one bit per feature, 1.25 MB for
-10 M features) and per-word prefix counts, so the random accesses of both
-passes stay in cache: ``count[word] + popcount(bits below it)``.
+10 M features) and per-word prefix counts: ``count[word] + popcount(bits below
+it)``, the hot and the cold bitmap and their counts packed in one 32-byte row
+per word (:func:`_table`), so a lookup reads one cache line.
 
 Example
 -------
