@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +29,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _kddgen import GenSpec, make_chunk
+from _timing import median_time
 
 from daskangel.data._batch import CSRBatch
 from daskangel.models import _prep
 from daskangel.models._kernels import LOGISTIC, local_sgd
 from daskangel.models._task import epoch_order, split_rows
-
-
-def _med(fn: Any, repeat: int) -> float:
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
 
 
 def main() -> None:
@@ -66,7 +56,7 @@ def main() -> None:
 
     rows: list[tuple[str, float]] = []
     for hot in (0, 65536):
-        t = _med(lambda hot=hot: split_rows(chunks, shuffle=True, hot=hot, **kw), a.repeat)
+        t = median_time(lambda hot=hot: split_rows(chunks, shuffle=True, hot=hot, **kw), a.repeat)
         rows.append((f"split_rows, hot-keys={hot}", t))
     n = a.rows
     order = np.random.default_rng(0).permutation(n)
@@ -76,7 +66,7 @@ def main() -> None:
     pieces = [(c.indptr, c.indices, c.data) for c in chunks]
     _keys, hot_bits, used = _prep.used_keys([c.indices for c in chunks], D, 65536)
     rows.append(
-        ("  used-key bitmap", _med(lambda: _prep.used_keys([c.indices for c in chunks], D, 65536), a.repeat))
+        ("  used-key bitmap", median_time(lambda: _prep.used_keys([c.indices for c in chunks], D, 65536), a.repeat))
     )  # fmt: skip
     train_in_order = np.setdiff1d(np.arange(n), val)
     hc, nh = _prep._prefix(hot_bits, 0)
@@ -92,7 +82,7 @@ def main() -> None:
         def fresh(parts: Any = parts, train: Any = train) -> None:
             _prep.place_rows(pieces, parts, lengths[train], lengths[val], hot_bits, used)
 
-        rows.append((f"  row copy, {name}, fresh memory", _med(fresh, a.repeat)))
+        rows.append((f"  row copy, {name}, fresh memory", median_time(fresh, a.repeat)))
         tp, ti, tv, vp, vi, vv = _prep.place_rows(
             pieces, parts, lengths[train], lengths[val], hot_bits, used
         )
@@ -103,7 +93,7 @@ def main() -> None:
             for (ptr, ix, v), d in zip(pieces, parts, strict=True):
                 _prep._place(ptr, ix, v, d, *out, tab)
 
-        rows.append((f"  row copy, {name}, memory touched before", _med(touched, a.repeat)))
+        rows.append((f"  row copy, {name}, memory touched before", median_time(touched, a.repeat)))
     print(f"\n{'preparation phase':46} {'seconds':>8}")
     for name, t in rows:
         print(f"{name:46} {t:8.2f}")
@@ -122,7 +112,7 @@ def main() -> None:
             local_sgd(t.indptr, t.indices, t.data, y, o, W.copy(), LOGISTIC, 0.0, True,
                       0.05, 1e-7, 0.0, 1, True)  # fmt: skip
 
-        s = _med(sgd, a.repeat)
+        s = median_time(sgd, a.repeat)
         print(
             f"{'slots: ' + ('hot features first' if hot else 'key order'):46} {s:8.2f} {t.nnz / s / 1e6:8.1f}"
         )

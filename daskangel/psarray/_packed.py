@@ -20,12 +20,14 @@ Example
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numba import njit
 
 from .. import config
+from ..errors import InvalidTypeError
 from ._kernels import helper
 from ._routing import check_size, check_values, normalize_index
 
@@ -100,49 +102,21 @@ def pack_by_bounds(
 
 
 @njit(nogil=True, cache=True)
-def _unpack_reduce_f32(packed, offset):  # type: ignore[no-untyped-def]
-    """Sorted packed float32 entries -> unique ``keys + offset`` and summed values."""
+def _unpack_reduce(packed, values, offset):  # type: ignore[no-untyped-def]
+    """Sorted packed entries and their values -> unique ``keys + offset``, summed values."""
     n = packed.shape[0]
     keys = np.empty(n, np.int64)
-    vals = np.empty(n, np.float32)
-    cell = np.empty(1, np.uint32)
-    value = cell.view(np.float32)
+    vals = np.empty(n, values.dtype)
     j = -1
     last = -1
     for i in range(n):
-        p = packed[i]
-        k = p >> 32
-        cell[0] = np.uint32(p & 0xFFFFFFFF)
+        k = packed[i] >> 32
         if k == last:
-            vals[j] += value[0]
+            vals[j] += values[i]
         else:
             j += 1
             keys[j] = k + offset
-            vals[j] = value[0]
-            last = k
-    return keys[: j + 1], vals[: j + 1]
-
-
-@njit(nogil=True, cache=True)
-def _unpack_reduce_i32(packed, offset):  # type: ignore[no-untyped-def]
-    """Sorted packed int32 entries -> unique ``keys + offset`` and summed values."""
-    n = packed.shape[0]
-    keys = np.empty(n, np.int64)
-    vals = np.empty(n, np.int32)
-    cell = np.empty(1, np.uint32)
-    value = cell.view(np.int32)
-    j = -1
-    last = -1
-    for i in range(n):
-        p = packed[i]
-        k = p >> 32
-        cell[0] = np.uint32(p & 0xFFFFFFFF)
-        if k == last:
-            vals[j] += value[0]
-        else:
-            j += 1
-            keys[j] = k + offset
-            vals[j] = value[0]
+            vals[j] = values[i]
             last = k
     return keys[: j + 1], vals[: j + 1]
 
@@ -152,12 +126,14 @@ def unpack_reduce(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sort packed entries in place; return unique ascending ``keys + offset`` and the
     sum of the values of each key (one pass after numpy's sort)."""
+    if dtype not in (np.float32, np.int32):
+        raise InvalidTypeError(f"packed values: expected float32 or int32, got {dtype}")
     packed.sort()
-    if dtype == np.float32:
-        return _unpack_reduce_f32(packed, offset)  # type: ignore[no-any-return]
-    if dtype == np.int32:
-        return _unpack_reduce_i32(packed, offset)  # type: ignore[no-any-return]
-    raise TypeError(f"packed values: expected float32 or int32, got {dtype}")
+    if sys.byteorder == "little":  # the low 32 bits of each entry, read in place
+        values = packed.view(np.uint32)[0::2].view(dtype)
+    else:  # pragma: no cover - no big-endian machine here
+        values = (packed & 0xFFFFFFFF).astype(np.uint32).view(dtype)
+    return _unpack_reduce(packed, values, offset)  # type: ignore[no-any-return]
 
 
 def plan_packed(
