@@ -314,8 +314,16 @@ class PSArray:
                     "pass it without rows= / cols="
                 )
             return self._plan_coo(m, values, casting, on_nonfinite)
-        if add and cols is not None and m.sparse and m.itemsize == 4:
-            packed = self._plan_packed(m, values, rows, cols, casting, on_nonfinite)
+        # one row of a sparse 4-byte array at many columns: packed parts (a vector
+        # with rows= goes the general way, which names the error)
+        if (
+            add
+            and cols is not None
+            and m.sparse
+            and m.itemsize == 4
+            and (m.ndim > 1 or rows is None)
+        ):
+            packed = plan_packed(m, values, rows, cols, casting, on_nonfinite)
             if packed is not None:
                 return packed
         rp, cp, shape = self._axes(m, rows, cols)
@@ -346,20 +354,6 @@ class PSArray:
             parts[b] = {"block": b, "rows": rp.local[i], "cols": cp.local[j], "values": v}
             cost[b] = v.nbytes
         return parts, cost
-
-    def _plan_packed(
-        self,
-        m: ArrayMeta,
-        values: Any,
-        rows: Any,
-        cols: Any,
-        casting: str | None,
-        on_nonfinite: str | None,
-    ) -> tuple[dict[int, dict[str, Any]], dict[int, int]] | None:
-        """A sparse increment of one row at many columns as packed parts (or None)."""
-        if m.ndim == 1 and rows is not None:
-            return None  # the general path names the error
-        return plan_packed(m, values, rows, cols, casting, on_nonfinite)
 
     def _plan_coo(
         self, m: ArrayMeta, values: Any, casting: str | None, on_nonfinite: str | None
