@@ -45,7 +45,14 @@ def get_bytes(key: str) -> int:
     try:
         return int(_parsed[(key, value)])
     except (KeyError, TypeError):
-        out = int(parse_bytes(value)) if isinstance(value, str) else int(value)
+        try:
+            out = int(parse_bytes(value)) if isinstance(value, str) else int(value)
+        except (ValueError, TypeError):
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError(
+                f"{key}: expected a byte size (an int or a string like '16MiB'), got {value!r}"
+            ) from None
         if len(_parsed) < 4096:
             _parsed[(key, value)] = out
         return out

@@ -220,7 +220,7 @@ def place_rows(
     np.cumsum(train_lengths, out=tr_ptr[1:])
     va_ptr = np.zeros(val_lengths.shape[0] + 1, np.int64)
     np.cumsum(val_lengths, out=va_ptr[1:])
-    dt = pieces[0][2].dtype if pieces else np.float64
+    dt = np.result_type(*[v.dtype for _p, _i, v in pieces]) if pieces else np.float64
     tr_idx: np.ndarray = np.empty(int(tr_ptr[-1]), index_dtype)
     tr_val = np.empty(int(tr_ptr[-1]), dt)
     va_idx: np.ndarray = np.empty(int(va_ptr[-1]), index_dtype)

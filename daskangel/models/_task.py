@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from dask.utils import parse_bytes
 
 from .. import config
 from ..data._batch import CSRBatch, index_dtype
@@ -102,7 +101,7 @@ class TaskData:
     """One task's rows with local column indices (slots), and its pruned keys."""
 
     keys: np.ndarray  # sorted global keys (int64), the intercept's last
-    train: CSRBatch  # indices are positions in keys
+    train: CSRBatch  # indices are local slots (positions in keys, or see pos)
     val: CSRBatch
     y_train: np.ndarray  # float64, mapped for the loss
     y_val: np.ndarray
@@ -231,7 +230,7 @@ class _PreparedCache:
             return hit[1]
 
     def put(self, part: Any, key: tuple[Any, ...], d: TaskData) -> None:
-        limit = parse_bytes(config.get("daskangel.models.prepared-cache"))
+        limit = config.get_bytes("daskangel.models.prepared-cache")
         size = sum(
             a.nbytes for a in (d.keys, d.y_train, d.y_val, *_arrays(d.train), *_arrays(d.val))
         )
