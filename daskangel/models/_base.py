@@ -81,6 +81,7 @@ class LinearModel(BaseEstimator):
     def _check_params(self) -> None:
         if self.solver not in SOLVERS:
             raise InvalidArgumentError(f"solver: expected one of {SOLVERS}, got {self.solver!r}")
+        _hot_keys()  # a bad config value is refused before any array is made
         for name in ("max_iter", "n_iter_no_change", "memory"):
             v = getattr(self, name, 1)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -381,7 +382,7 @@ class LinearModel(BaseEstimator):
             monitor=monitor,
             prune=bool(self.prune),
             nbins=int(config.get("daskangel.models.auc-bins")),
-            hot=int(config.get("daskangel.models.hot-keys")) if solver == "ma-sgd" else 0,
+            hot=_hot_keys() if solver == "ma-sgd" else 0,
             optimizer=self._bound(),
             decay_grad=solver == "sgd" and self.optimizer in ("sgd", "momentum"),
             memory=int(self.memory),
@@ -456,6 +457,15 @@ class LinearModel(BaseEstimator):
         from ._io import save_model
 
         save_model(self, url)
+
+
+def _hot_keys() -> int:
+    value = config.get("daskangel.models.hot-keys")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(
+            f"daskangel.models.hot-keys: expected an int >= 0 (0: off), got {value!r}"
+        )
+    return value
 
 
 def _replace(plan: Plan, **kw: Any) -> Plan:

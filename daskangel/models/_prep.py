@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["localise", "place_rows", "slot_positions", "used_keys"]
+__all__ = ["place_rows", "slot_positions", "used_keys"]
 
 
 @njit(nogil=True, cache=True)
@@ -232,19 +232,3 @@ def place_rows(
     for (ptr, ix, val), d in zip(pieces, dest, strict=True):
         _place(ptr, ix, val, d, tr_ptr, tr_idx, tr_val, va_ptr, va_idx, va_val, tab)
     return tr_ptr, tr_idx, tr_val, va_ptr, va_idx, va_val
-
-
-def localise(indices: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(keys, local)``: the sorted distinct column indices and each entry's position
-    among them, in O(nnz + n_features / 64) with no sort."""
-    keys, hot_bits, used = used_keys([indices], n_features, hot=0)
-    n = indices.shape[0]
-    _p, local, _v, _vp, _vi, _vv = place_rows(
-        [(np.array([0, n], np.int64), indices, np.zeros(n, np.float32))],
-        [np.zeros(1, np.int64)],
-        np.array([n], np.int64),
-        np.zeros(0, np.int64),
-        hot_bits,
-        used,
-    )
-    return keys, local

@@ -254,10 +254,6 @@ class _PreparedCache:
         with self.lock:
             self.entries.pop(key, None)
 
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
-
 
 def _arrays(b: CSRBatch) -> tuple[np.ndarray, ...]:
     return (b.indptr, b.indices, b.data, b.labels)

@@ -193,3 +193,18 @@ def test_prepared_rows_are_reused_while_the_partition_lives(client: Client) -> N
     del ds
     client.run(lambda: __import__("gc").collect())
     assert not (entries() & first)
+
+
+def test_bad_hot_keys_config_is_refused_before_anything_is_made(client: Client) -> None:
+    import dask
+
+    X, y, _ = planted(n=400)
+    clf = models.LogisticRegression(max_iter=1)
+    with (
+        dask.config.set({"daskangel.models.hot-keys": -1}),
+        pytest.raises(
+            ValueError, match=r"daskangel.models.hot-keys: expected an int >= 0 \(0: off\), got -1"
+        ),
+    ):
+        clf.fit(X, y)
+    assert not getattr(clf, "_arrays", None)

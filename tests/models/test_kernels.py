@@ -28,7 +28,6 @@ from daskangel.models._kernels import (
     margins,
 )
 from daskangel.models._metrics import auc_from_hist, should_stop
-from daskangel.models._prep import localise
 from daskangel.models._task import epoch_order, split_rows
 
 
@@ -197,10 +196,11 @@ def test_localise_matches_unique() -> None:
     n_features = 1000
     idx = np.concatenate([rng.integers(0, n_features, 500), [0, 63, 64, 127, 128, 999]])
     idx = idx.astype(np.int32)
-    keys, local = localise(idx, n_features)
+    rows = CSRBatch.from_arrays([0, idx.size], idx, np.ones(idx.size), [1.0], n_features)
+    d = split_rows(rows, index=0, fraction=0.0, seed=0, n_features=n_features, has_bias=False)
     u, inv = np.unique(idx, return_inverse=True)
-    assert keys.tolist() == u.tolist()
-    assert local.tolist() == inv.ravel().tolist()
+    assert d.keys.tolist() == u.tolist()
+    assert d.train.indices.tolist() == inv.ravel().tolist()
 
 
 @pytest.mark.parametrize("kind", [LOGISTIC, HINGE, SQUARED, HUBER])
