@@ -67,7 +67,9 @@ def _register_lazily() -> None:
     from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
     for dispatch in (dask_serialize, dask_deserialize):
-        before = dispatch._lazy.get("sparse")  # distributed's own, for the other types
+        # distributed's own lazy registration (for the other sparse types), chained;
+        # ``_lazy`` is dask's Dispatch internals: without it ours simply goes first
+        before = getattr(dispatch, "_lazy", {}).get("sparse")
 
         def register(before: Any = before) -> None:
             if before is not None:

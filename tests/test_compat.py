@@ -1,0 +1,32 @@
+"""The sparse.COO serialiser registers on first use, after a lazy ``import daskangel``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+CODE = """
+import sys
+import daskangel
+assert "sparse" not in sys.modules and "sklearn" not in sys.modules, "imported eagerly"
+import numpy as np, sparse
+from distributed.protocol import deserialize, serialize
+x = sparse.COO(np.array([[0, 1], [2, 3]]), np.array([1.5, 2.5], "float32"), shape=(4, 4),
+               fill_value=np.float32(0.5))
+h, f = serialize(x)
+y = deserialize(h, f)
+assert h["serializer"] == "dask", h
+assert isinstance(y, sparse.COO) and y.fill_value == 0.5 and y.dtype == np.float32
+np.testing.assert_array_equal(y.todense(), x.todense())
+print("ok")
+"""
+
+
+def test_sparse_serialiser_registers_lazily_in_a_fresh_process() -> None:
+    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=100)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
