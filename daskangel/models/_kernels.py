@@ -39,6 +39,7 @@ __all__ = [
     "SQ_HINGE",
     "N_STATS",
     "batch_keys",
+    "eval_rows",
     "eval_stats",
     "grad_rows",
     "local_sgd",
@@ -541,13 +542,20 @@ def eval_stats(indptr, indices, data, y, W, kind, eps, has_bias, nbins):  # type
     error, absolute error, log-loss sum; ``hist`` is ``(2, nbins)``: counts of
     negatives and positives per margin bin on ``[-16, 16]`` (binary only).
     """
-    n = indptr.shape[0] - 1
+    rows = np.arange(indptr.shape[0] - 1)
+    return eval_rows(indptr, indices, data, y, rows, W, kind, eps, has_bias, nbins)
+
+
+@njit(nogil=True, cache=True)
+def eval_rows(indptr, indices, data, y, rows, W, kind, eps, has_bias, nbins):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """:func:`eval_stats` over the rows ``rows`` only (``y`` indexed by row)."""
     K = W.shape[1]
     st = np.zeros(N_STATS)
     hist = np.zeros((2, nbins))
     m = np.empty(K)
     width = 2.0 * AUC_RANGE / nbins
-    for r in range(n):
+    for i in range(rows.shape[0]):
+        r = rows[i]
         for k in range(K):
             m[k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
         st[0] += 1.0

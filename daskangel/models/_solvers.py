@@ -34,9 +34,10 @@ from typing import Any
 import numpy as np
 
 from ..psarray import PSArray
-from ._kernels import batch_keys, eval_stats, grad_rows, local_sgd
+from ._inplace import InPlaceData, prepare_in_place
+from ._kernels import batch_keys, grad_rows
 from ._metrics import OFFSET, finish, row_width, should_stop
-from ._task import Plan, TaskData, epoch_order, prepare, pull, push
+from ._task import Plan, TaskData, prepare, pull, push
 
 __all__ = ["Monitor", "SGDTask", "round_share"]
 
@@ -60,7 +61,7 @@ def _per_round(plan: Plan) -> int:
 class Monitor:
     """Validation sums into the metrics array; finished epochs into reports and stops."""
 
-    def __init__(self, ctx: Any, plan: Plan, data: TaskData) -> None:
+    def __init__(self, ctx: Any, plan: Plan, data: TaskData | InPlaceData) -> None:
         self.ctx = ctx
         self.plan = plan
         self.data = data
@@ -86,12 +87,10 @@ class Monitor:
 
     def evaluate(self, epoch: int, W: np.ndarray) -> None:
         """Add this task's validation sums for the model after ``epoch`` to its row."""
-        p, v = self.plan, self.data.val
-        if v.n_rows == 0:
+        res = self.data.evaluate(W, self.plan)
+        if res is None:
             return
-        st, hist = eval_stats(
-            v.indptr, v.indices, v.data, self.data.y_val, W, p.kind, p.eps, p.has_bias, p.nbins
-        )
+        st, hist = res
         row = np.concatenate([st, hist.ravel()])
         cols = np.arange(OFFSET, self.width)
         self.met.increment(row, rows=epoch, cols=cols)
@@ -125,15 +124,15 @@ class SGDTask:
         p = self.plan
         tm = {"prep": 0.0, "pull": 0.0, "sgd": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
         t_0 = time.perf_counter()
-        d = prepare(part, p, shuffle=True)
+        d: TaskData | InPlaceData | None = prepare_in_place(part, p)
+        if d is None:
+            d = prepare(part, p, shuffle=True)
         K = p.n_outputs
         w = ctx.array(p.weights)
         tm["prep_rows"] = time.perf_counter() - t_0
         ks = w.key_set(d.keys) if K == 1 and p.prune and d.keys.size else None
         mon = Monitor(ctx, p, d)
         tm["prep"] += time.perf_counter() - t_0
-        t = d.train
-        n_train = t.n_rows
         nk = d.keys.shape[0]
         W = np.zeros((nk, K))
         G = np.zeros((nk, K))
@@ -149,7 +148,7 @@ class SGDTask:
             W0 = None
             if rnd == 0:
                 seed = [int(p.seed) & 0xFFFFFFFF, int(p.epoch0 + epoch), int(part.index)]
-                order = epoch_order(n_train, seed)
+                order = d.epoch_order(seed)
                 loss_sum, loss_n = 0.0, 0
                 if epoch > 0:
                     t_0 = time.perf_counter()
@@ -172,10 +171,7 @@ class SGDTask:
                     W0 = pull(w, d.keys, K, ks, not p.prune, d.pos)
                 t_1 = time.perf_counter()
                 W = W0.copy()
-                loss, _steps = local_sgd(
-                    t.indptr, t.indices, t.data, d.y_train, rows, W, p.kind, p.eps,
-                    p.has_bias, eta, p.alpha, p.l1, p.batch, p.average,
-                )  # fmt: skip
+                loss = d.local_sgd(rows, W, p, eta)
                 t_2 = time.perf_counter()
                 push(w, d.keys, (W - W0) * round_share(p, ctx.task_id, rnd), K, d.pos)
                 tm["pull"] += t_1 - t_0
@@ -184,6 +180,8 @@ class SGDTask:
                 loss_sum += loss
                 loss_n += rows.size
             elif rows.size:
+                assert isinstance(d, TaskData)  # in place: ma-sgd only
+                t = d.train
                 bk = batch_keys(t.indptr, t.indices, rows, mark, c)
                 if p.has_bias:
                     bk = np.append(bk, nk - 1)

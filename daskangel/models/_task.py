@@ -34,6 +34,7 @@ import numpy as np
 from .. import config
 from ..data._batch import CSRBatch, index_dtype
 from ..errors import InvalidArgumentError
+from ._kernels import eval_stats, local_sgd
 from ._prep import place_rows, slot_positions, used_keys
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "prepare",
     "pull",
     "push",
+    "split_ids",
     "split_rows",
 ]
 
@@ -86,6 +88,7 @@ class Plan:
     memory: int = 10  # L-BFGS pairs
     average: bool = False  # 'ma-sgd': push the mean of the local iterates (L2 only)
     hot: int = 0  # most frequent features given the first local slots (see _prep)
+    in_place_block: int = 0  # ma-sgd on the stored rows, this many a block (see _inplace)
 
     @property
     def binary(self) -> bool:
@@ -107,6 +110,38 @@ class TaskData:
     y_val: np.ndarray
     pos: np.ndarray | None = None  # slot -> position in keys (hot slots first); None: same
 
+    @property
+    def n_train(self) -> int:
+        return self.train.n_rows
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (for the cache of prepared rows)."""
+        arrays = (self.keys, self.y_train, self.y_val, *_arrays(self.train), *_arrays(self.val))
+        return sum(a.nbytes for a in arrays)
+
+    def epoch_order(self, seed: list[int]) -> np.ndarray:
+        """The training rows in blocks of adjacent rows, blocks in a seeded order."""
+        return epoch_order(self.n_train, seed)
+
+    def local_sgd(self, rows: np.ndarray, W: np.ndarray, plan: Plan, eta: float) -> float:
+        """MA-SGD's local steps over ``rows`` in place on ``W``; returns the loss sum."""
+        t, p = self.train, plan
+        loss, _steps = local_sgd(
+            t.indptr, t.indices, t.data, self.y_train, rows, W, p.kind, p.eps, p.has_bias,
+            eta, p.alpha, p.l1, p.batch, p.average,
+        )  # fmt: skip
+        return float(loss)
+
+    def evaluate(self, W: np.ndarray, plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
+        """Validation sums of the model ``W`` (slot order); None if no validation rows."""
+        v, p = self.val, plan
+        if v.n_rows == 0:
+            return None
+        return eval_stats(  # type: ignore[no-any-return]
+            v.indptr, v.indices, v.data, self.y_val, W, p.kind, p.eps, p.has_bias, p.nbins
+        )
+
 
 def labels_for(labels: np.ndarray, plan: Plan) -> np.ndarray:
     """Labels as the kernels want them: ±1 (binary), class index (K > 1), or values."""
@@ -125,6 +160,14 @@ def labels_for(labels: np.ndarray, plan: Plan) -> np.ndarray:
     if plan.n_outputs == 1:
         return 2.0 * idx - 1.0
     return idx.astype(np.float64)
+
+
+def split_ids(n: int, *, index: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The seeded split of a partition's ``n`` rows: training rows (in a random
+    order) and validation rows (sorted), ``round(n * fraction)`` of them."""
+    n_val = round(n * fraction)
+    order = np.random.default_rng([int(seed) & 0xFFFFFFFF, 7919, int(index)]).permutation(n)
+    return order[n_val:], np.sort(order[:n_val])
 
 
 def split_rows(
@@ -150,10 +193,10 @@ def split_rows(
     """
     pieces = [rows] if isinstance(rows, CSRBatch) else [p for p in rows if p.n_rows]
     n = sum(p.n_rows for p in pieces)
-    n_val = round(n * fraction)
-    order = np.random.default_rng([int(seed) & 0xFFFFFFFF, 7919, int(index)]).permutation(n)
-    val_rows = np.sort(order[:n_val])
-    train_rows = order[n_val:] if shuffle else np.sort(order[n_val:])
+    train_rows, val_rows = split_ids(n, index=index, fraction=fraction, seed=seed)
+    n_val = val_rows.shape[0]
+    if not shuffle:
+        train_rows = np.sort(train_rows)
     dest = np.empty(n, np.int64)
     dest[train_rows] = np.arange(train_rows.shape[0])
     dest[val_rows] = -1 - np.arange(n_val)
@@ -197,7 +240,7 @@ def prepare(part: Any, plan: Plan, shuffle: bool = False) -> TaskData:
     key: tuple[Any, ...] = (id(part), plan.seed, plan.val_fraction, plan.n_features)
     key += (plan.has_bias, shuffle, plan.hot)
     d = _PREPARED.get(part, key)
-    if d is None:
+    if not isinstance(d, TaskData):
         d = split_rows(
             part.pieces(),
             shuffle=shuffle,
@@ -218,10 +261,11 @@ class _PreparedCache:
 
     def __init__(self) -> None:
         # {(id(partition), seed, fraction, n_features, bias, shuffle, hot): (ref, data, bytes)}
-        self.entries: OrderedDict[tuple[Any, ...], tuple[Any, TaskData, int]] = OrderedDict()
+        # (TaskData), or {("in-place", id(partition), ...): ...} (_inplace.InPlaceData)
+        self.entries: OrderedDict[tuple[Any, ...], tuple[Any, Any, int]] = OrderedDict()
         self.lock = threading.Lock()
 
-    def get(self, part: Any, key: tuple[Any, ...]) -> TaskData | None:
+    def get(self, part: Any, key: tuple[Any, ...]) -> Any:
         with self.lock:
             hit = self.entries.get(key)
             if hit is None or hit[0]() is not part:
@@ -229,11 +273,10 @@ class _PreparedCache:
             self.entries.move_to_end(key)
             return hit[1]
 
-    def put(self, part: Any, key: tuple[Any, ...], d: TaskData) -> None:
+    def put(self, part: Any, key: tuple[Any, ...], d: Any) -> None:
+        """Keep ``d`` (with an ``nbytes``) while ``part`` lives, within the byte budget."""
         limit = config.get_bytes("daskangel.models.prepared-cache")
-        size = sum(
-            a.nbytes for a in (d.keys, d.y_train, d.y_val, *_arrays(d.train), *_arrays(d.val))
-        )
+        size = int(d.nbytes)
         if size > limit:
             return
         try:

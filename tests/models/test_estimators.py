@@ -168,7 +168,7 @@ def test_pull_and_push_map_slots_to_keys(ps: angel.PSContext) -> None:
 def _prepared_entries(dask_worker: Any) -> list[int]:
     from daskangel.models._task import _PREPARED
 
-    return sorted(id(e[1].train.indices) for e in _PREPARED.entries.values())
+    return sorted(id(e[1].keys) for e in _PREPARED.entries.values())
 
 
 def test_prepared_rows_are_reused_while_the_partition_lives(client: Client) -> None:

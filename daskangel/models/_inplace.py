@@ -1,0 +1,254 @@
+"""ma-sgd on a partition's rows in place: global column indices, a dense local model.
+
+The general path (:func:`._task.prepare`) copies a partition's rows once, with
+their column indices rewritten as local slots, so a task's weights are a dense
+array over the keys it uses.  For the common MA-SGD case (one output, one row
+per step, L2 only) and a model small enough to hold densely on every task
+(``n_features + 1`` weights and their running sums, 16 bytes a feature, at most
+``daskangel.models.in-place-workspace``), a task skips that copy and reads the
+partition's stored rows where they are:
+
+* the keys it pulls and pushes (Angel's pruned key list) come from one
+  bitmap pass over the stored indices (:func:`._prep.used_keys`);
+* its local model is a ``(n_features + 1, 2)`` float64 workspace: a weight
+  and its running sum for the tail average side by side, so an update touches
+  one cache line (1.3x faster than two arrays on a 10 M-feature model), with
+  the intercept in the last row;
+* an epoch visits the training rows as blocks of ``daskangel.models.in-place-block``
+  adjacent stored rows in a seeded random order (storage order inside a block),
+  and the validation rows are evaluated where they are.
+
+On the kdd2010-shaped benchmark this takes a 5 M-row task from ~6 s of
+preparation to ~0.8 s, at the same SGD speed.
+
+.. warning:: Rows are mixed at the granularity of a block of adjacent stored
+   rows, not shuffled one by one: a file sorted by label gives every block rows
+   of one class.  Shuffle such data when loading it, or set
+   ``daskangel.models.in-place-block`` to 1 (a full permutation, slower reads).
+
+Example
+-------
+>>> import numpy as np
+>>> from daskangel.data._batch import CSRBatch
+>>> rows = CSRBatch.from_arrays([0, 1, 3], [7, 2, 7], [1.0, 1.0, 1.0], [1, 0], 10)
+>>> d = in_place_rows(rows, index=0, fraction=0.0, seed=0, n_features=10, has_bias=True)
+>>> d.keys.tolist(), d.train_ids.tolist()
+([2, 7, 10], [0, 1])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from .. import config
+from ..data._batch import CSRBatch
+from ..errors import InvalidArgumentError
+from ._kernels import SOFTMAX, _dloss, eval_rows
+from ._prep import used_keys
+from ._task import _PREPARED, Plan, epoch_order, labels_for, split_ids
+
+__all__ = ["InPlaceData", "in_place_block", "in_place_rows", "prepare_in_place"]
+
+
+@dataclass
+class InPlaceData:
+    """A task's rows as stored (global column indices), its split and its pruned keys."""
+
+    keys: np.ndarray  # sorted global keys (int64), then the intercept's key n_features
+    rows: CSRBatch  # the partition's stored rows: not a copy
+    train_ids: np.ndarray  # training rows (row numbers in rows), in storage order
+    val_ids: np.ndarray  # validation rows, in storage order
+    y: np.ndarray  # labels of every row (mapped for the loss once prepared)
+    block: int  # rows an epoch visits together
+    has_bias: bool
+    pos: None = None  # slots are keys (see TaskData.pos)
+    work: np.ndarray | None = None  # (n_features + 1, 2): weight, running sum
+
+    @property
+    def n_train(self) -> int:
+        return int(self.train_ids.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this object holds beyond the partition's own rows (for the cache)."""
+        return int(self.keys.nbytes + self.train_ids.nbytes + self.val_ids.nbytes)
+
+    def epoch_order(self, seed: list[int]) -> np.ndarray:
+        """The training rows in blocks of ``block`` adjacent stored rows, blocks shuffled."""
+        return self.train_ids[epoch_order(self.n_train, seed, self.block)]
+
+    def _load(self, W: np.ndarray) -> np.ndarray:
+        if self.work is None:
+            self.work = np.zeros((self.rows.n_features + 1, 2))
+        vp = self.work
+        vp[self.keys, 0] = W[:, 0]
+        vp[self.keys, 1] = 0.0
+        return vp
+
+    def local_sgd(self, rows: np.ndarray, W: np.ndarray, plan: Plan, eta: float) -> float:
+        """One local pass over ``rows`` (from :meth:`epoch_order`) from and into ``W``
+        (``(n_keys, 1)``, the pulled weights of :attr:`keys`); returns the loss sum."""
+        vp = self._load(W)
+        r = self.rows
+        nk = self.keys.shape[0] - (1 if self.has_bias else 0)
+        loss = _sgd_in_place(
+            r.indptr, r.indices, r.data, self.y, rows, vp, self.keys[:nk], plan.kind,
+            plan.eps, self.has_bias, eta, plan.alpha, plan.average,
+        )  # fmt: skip
+        W[:, 0] = vp[self.keys, 0]
+        return float(loss)
+
+    def evaluate(self, W: np.ndarray, plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
+        """Validation sums of the model ``W`` (weights of :attr:`keys`); None if no rows."""
+        if self.val_ids.shape[0] == 0:
+            return None
+        vp = self._load(W)
+        r = self.rows
+        return eval_rows(  # type: ignore[no-any-return]
+            r.indptr, r.indices, r.data, self.y, self.val_ids, vp[:, :1], plan.kind,
+            plan.eps, self.has_bias, plan.nbins,
+        )  # fmt: skip
+
+
+def in_place_rows(
+    rows: CSRBatch,
+    *,
+    index: int,
+    fraction: float,
+    seed: int,
+    n_features: int,
+    has_bias: bool,
+    block: int = 16,
+) -> InPlaceData:
+    """The split and pruned keys of ``rows`` (the same split as :func:`._task.split_rows`)."""
+    train, val = split_ids(rows.n_rows, index=index, fraction=fraction, seed=seed)
+    ix = rows.indices[rows.indptr[0] : rows.indptr[-1]]
+    used, _hot, _bits = used_keys([ix], n_features, 0)
+    keys = np.append(used, n_features) if has_bias else used
+    return InPlaceData(keys, rows, np.sort(train), val, rows.labels, block, has_bias)
+
+
+def prepare_in_place(part: Any, plan: Plan) -> InPlaceData | None:
+    """:class:`InPlaceData` of a partition when the in-place path applies, else None.
+
+    It applies to ma-sgd with one output, one row per step and no L1, on a
+    partition held in memory as one CSR (the ``memory`` level), when the plan
+    allows it (:func:`in_place_block`).  The split and keys are cached on
+    the worker like prepared rows (``daskangel.models.prepared-cache``).
+    """
+    if not _applies(part, plan):
+        return None
+    key = ("in-place", id(part), plan.seed, plan.val_fraction, plan.n_features, plan.has_bias)
+    d = _PREPARED.get(part, key)
+    if not isinstance(d, InPlaceData):
+        [rows] = part.pieces()
+        d = in_place_rows(
+            rows,
+            index=part.index,
+            fraction=plan.val_fraction,
+            seed=plan.seed,
+            n_features=plan.n_features,
+            has_bias=plan.has_bias,
+        )
+        _PREPARED.put(part, key, d)
+    y = labels_for(d.rows.labels, plan)
+    return replace(d, y=y, block=plan.in_place_block, work=None)
+
+
+def _applies(part: Any, plan: Plan) -> bool:
+    if plan.in_place_block <= 0 or plan.solver != "ma-sgd":
+        return False
+    if plan.n_outputs != 1 or plan.kind == SOFTMAX or plan.l1 != 0.0 or plan.batch != 1:
+        return False
+    return getattr(part, "level", None) == "memory" and len(getattr(part, "chunks", ())) == 1
+
+
+def in_place_block(n_features: int) -> int:
+    """:attr:`Plan.in_place_block` from the driver's config: the rows an epoch visits
+    together in place, or 0 when the in-place path is off or its workspace too big."""
+    block = config.get("daskangel.models.in-place-block")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise InvalidArgumentError(
+            f"daskangel.models.in-place-block: expected an int >= 1, got {block!r}"
+        )
+    if not config.get("daskangel.models.in-place"):
+        return 0
+    workspace = (int(n_features) + 1) * 16
+    return block if workspace <= config.get_bytes("daskangel.models.in-place-workspace") else 0
+
+
+@njit(nogil=True, cache=True)
+def _sgd_in_place(  # type: ignore[no-untyped-def]  # pragma: no cover
+    indptr, indices, data, y, order, VP, keys, kind, eps, has_bias, eta, alpha, average
+):
+    """``_kernels._local_sgd_scaled1`` on global indices: weights ``s * VP[:, 0]``, the
+    tail average's running sums in ``VP[:, 1]``, the intercept in the last row.
+
+    Only the rows of ``keys`` (the intercept's excepted) are read at the end, so
+    the workspace's other rows may hold anything.
+    """
+    nk = VP.shape[0]
+    nkeys = keys.shape[0]
+    decay = max(0.0, 1.0 - eta * alpha)
+    n = order.shape[0]
+    t0 = n // 2 if average else n + 1
+    R = np.zeros(0)  # sums moved out when the scale is renormalised (rare)
+    sc = 1.0
+    C = 0.0
+    b = VP[nk - 1, 0] if has_bias else 0.0
+    bsum = 0.0
+    loss = 0.0
+    for t in range(n):
+        on = t >= t0
+        if sc < 1e-9 or decay == 0.0:
+            if on and R.shape[0] == 0:
+                R = np.zeros(nkeys)
+            for i in range(nkeys):
+                j = keys[i]
+                if on:
+                    R[i] += C * VP[j, 0] - VP[j, 1]
+                    VP[j, 1] = 0.0
+                VP[j, 0] *= sc
+            C = 0.0
+            sc = 1.0
+        r = order[t]
+        lo, hi = indptr[r], indptr[r + 1]
+        acc = 0.0
+        for q in range(lo, hi):
+            acc += VP[indices[q], 0] * data[q]
+        lv, d = _dloss(kind, b + sc * acc, y[r], eps)
+        loss += lv
+        g = -eta * d / sc
+        if on:
+            gc = g * C
+            for q in range(lo, hi):
+                j = indices[q]
+                x = data[q]
+                VP[j, 0] += g * x
+                VP[j, 1] += gc * x
+        else:
+            for q in range(lo, hi):
+                VP[indices[q], 0] += g * data[q]
+        if has_bias:
+            b -= eta * d
+        sc *= decay
+        if on:
+            C += sc
+            bsum += b
+    if average and n > t0:
+        for i in range(nkeys):
+            j = keys[i]
+            rs = R[i] if R.shape[0] else 0.0
+            VP[j, 0] = (rs + C * VP[j, 0] - VP[j, 1]) / (n - t0)
+        if has_bias:
+            VP[nk - 1, 0] = bsum / (n - t0)
+    else:
+        for i in range(nkeys):
+            VP[keys[i], 0] *= sc
+        if has_bias:
+            VP[nk - 1, 0] = b
+    return loss

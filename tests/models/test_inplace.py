@@ -1,0 +1,146 @@
+"""ma-sgd on stored rows in place against the prepared (localised) path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import daskangel as angel
+from daskangel import models
+from daskangel.data._batch import CSRBatch
+from daskangel.models._inplace import in_place_rows
+from daskangel.models._kernels import HINGE, LOGISTIC, SQUARED
+from daskangel.models._task import Plan, split_rows
+
+from .conftest import planted
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _plan(kind: int, alpha: float, average: bool, has_bias: bool) -> Plan:
+    return Plan(
+        weights="w", metrics="m", n_features=0, n_outputs=1, kind=kind, eps=1.0,
+        has_bias=has_bias, task="classifier", classes=(0.0, 1.0), logloss=kind == LOGISTIC,
+        solver="ma-sgd", eta0=0.1, power_t=0.5, alpha=alpha, l1=0.0, batch=1,
+        local_steps=None, epochs=1, epoch0=0, val_fraction=0.2, seed=0, train_rows=(),
+        rounds=1, tol=None, patience=1, monitor="val_loss", prune=True, nbins=64,
+        average=average,
+    )  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_rows=st.integers(1, 80),
+    kind=st.sampled_from([LOGISTIC, HINGE, SQUARED]),
+    alpha=st.sampled_from([0.0, 1e-3, 20.0]),  # 20: the scale renormalises every step
+    average=st.booleans(),
+    has_bias=st.booleans(),
+    fraction=st.sampled_from([0.0, 0.3]),
+    seed=st.integers(0, 5),
+)
+def test_in_place_steps_equal_the_prepared_path(
+    n_rows: int,
+    kind: int,
+    alpha: float,
+    average: bool,
+    has_bias: bool,
+    fraction: float,
+    seed: int,
+) -> None:
+    """The same rows in the same order give the same weights, loss and validation
+    sums on stored rows (global indices) as on localised rows (slots)."""
+    n_features = 150
+    rng = np.random.default_rng(seed)
+    X = sp.random(n_rows, n_features, density=0.06, format="csr", random_state=seed)
+    X.data = rng.normal(size=X.nnz).astype(np.float32)
+    labels = rng.integers(0, 2, n_rows).astype(np.float32)
+    rows = CSRBatch.from_arrays(X.indptr, X.indices, X.data, labels, n_features)
+    kw: dict[str, Any] = dict(
+        index=2, fraction=fraction, seed=seed, n_features=n_features, has_bias=has_bias
+    )
+    ref = split_rows(rows, shuffle=False, **kw)
+    got = in_place_rows(rows, block=3, **kw)
+    np.testing.assert_array_equal(got.keys, ref.keys)
+    np.testing.assert_array_equal(labels[got.train_ids], ref.train.labels)
+    np.testing.assert_array_equal(labels[got.val_ids], ref.val.labels)
+    plan = _plan(kind, alpha, average, has_bias)
+    y = 2.0 * labels.astype(np.float64) - 1.0
+    ref.y_train, ref.y_val, got.y = y[got.train_ids], y[got.val_ids], y
+    order = got.epoch_order([seed, 0, 2])
+    assert sorted(order.tolist()) == got.train_ids.tolist()
+    local = np.searchsorted(got.train_ids, order)  # the same rows as prepared positions
+    W0 = rng.normal(size=(ref.keys.size, 1)) * 0.1
+    Wr, Wg = W0.copy(), W0.copy()
+    eta = 0.05
+    loss_r = ref.local_sgd(local, Wr, plan, eta)
+    loss_g = got.local_sgd(order, Wg, plan, eta)
+    assert loss_g == pytest.approx(loss_r, rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(Wg, Wr, rtol=1e-10, atol=1e-12)
+    ev_r, ev_g = ref.evaluate(Wr, plan), got.evaluate(Wg, plan)
+    if ev_r is None:
+        assert ev_g is None and got.val_ids.size == 0
+    else:
+        assert ev_g is not None
+        np.testing.assert_allclose(ev_g[0], ev_r[0], rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(ev_g[1], ev_r[1])
+
+
+def test_epoch_order_keeps_blocks_of_adjacent_stored_rows() -> None:
+    rows = CSRBatch.from_arrays(np.arange(101), np.arange(100), np.ones(100), np.zeros(100), 100)
+    d = in_place_rows(rows, index=0, fraction=0.0, seed=0, n_features=100, has_bias=False, block=8)
+    o = d.epoch_order([0, 1, 0])
+    assert sorted(o.tolist()) == list(range(100))
+    where = np.argsort(o)  # where each stored row comes in the epoch
+    for b in range(0, 100, 8):  # a block's rows come together, in storage order
+        assert (np.diff(where[b : b + 8]) == 1).all()
+    assert not (o == np.arange(100)).all()  # and the blocks are mixed
+    assert (d.epoch_order([0, 2, 0]) != o).any()  # a fresh order each epoch
+
+
+def _cached_kinds(dask_worker: Any) -> list[str]:
+    from daskangel.models._task import _PREPARED
+
+    return sorted(type(e[1]).__name__ for e in _PREPARED.entries.values())
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_fit_in_place_or_prepared_recovers_the_planted_model(
+    client: Client, in_place: bool
+) -> None:
+    """The driver's config picks the path; both fit the planted model alike, and a
+    dataset spilled to disk always takes the prepared path."""
+    X, y, w = planted(n=3000)
+    for level in ("memory", "disk"):
+        ds = angel.data.from_array(X, y).persist(n_partitions=2, storage=level)
+        with dask.config.set({"daskangel.models.in-place": in_place}):
+            clf = models.LogisticRegression(solver="ma-sgd", max_iter=6, random_state=1).fit(ds)
+        kinds = {k for v in client.run(_cached_kinds).values() for k in v}
+        expected = "InPlaceData" if in_place and level == "memory" else "TaskData"
+        assert expected in kinds, (level, kinds)
+        assert float(np.corrcoef(clf.coef_.ravel(), w)[0, 1]) > 0.99
+        assert clf.score(X, y) > 0.96
+        assert clf.history_.val_auc.iloc[-1] > 0.99
+        clf.close()
+        ds.release()
+        del ds
+        client.run(lambda: __import__("gc").collect())
+
+
+def test_bad_in_place_block_config_is_refused_with_its_key(client: Client) -> None:
+    X, y, _ = planted(n=300)
+    clf = models.LogisticRegression(max_iter=1)
+    with (
+        dask.config.set({"daskangel.models.in-place-block": 0}),
+        pytest.raises(
+            ValueError, match=r"daskangel.models.in-place-block: expected an int >= 1, got 0"
+        ),
+    ):
+        clf.fit(X, y)
+    assert not getattr(clf, "_arrays", None)
