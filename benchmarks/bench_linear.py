@@ -41,9 +41,10 @@ not counted: the data is in memory for every contender).
   ``--cap`` seconds; past the cap it is reported as ``> cap`` with the best
   log-loss it reached.
 * **daskangel, 2nd fit**: the same pruned fit run again on the persisted
-  dataset: each worker kept its partition's prepared rows (split, shuffled,
-  localised: ``daskangel.models.prepared-cache``), as in a ``partial_fit``
-  loop or a parameter search; reported next to the first fit, which pays them.
+  dataset: each worker kept what it derived from its partition (here, trained
+  in place, the split and the pruned key list; otherwise the prepared rows:
+  ``daskangel.models.prepared-cache``), as in a ``partial_fit`` loop or a
+  parameter search; reported next to the first fit, which pays for it.
 * **pruning** (Angel's Fig. 12b at model level): seconds per epoch of
   ma-sgd with pruned pulls (only the keys a partition uses, by key-set tag)
   vs full pulls (``prune=False``: every task pulls the whole model).
@@ -215,7 +216,7 @@ def run_angel(a: Any, client: Any, ds: Any, target: float) -> dict[str, Any]:
     models.LogisticRegression(solver="ma-sgd", max_iter=2).fit(Xw, yw).close()
     for name, prune in (("pruned", True), ("full", False), ("warm", True)):
         epochs = a.epochs if name == "pruned" else min(2, a.epochs)
-        if name == "warm":  # the same fit again: the rows are prepared already (cached)
+        if name == "warm":  # the same fit again: split and keys cached on the workers
             reached = out.get("epochs_to_target")
             epochs = reached or epochs
         est = models.LogisticRegression(
@@ -411,7 +412,7 @@ def main() -> None:
         w_t = ag.get("warm_time")
         r = f"{w_t / sk['time']:.2f}" if w_t and sk.get("time") else "-"
         print(
-            f"{'daskangel, 2nd fit (rows prepared)':34} {fmt(w_t):>9} {'':>7}  "
+            f"{'daskangel, 2nd fit (keys cached)':34} {fmt(w_t):>9} {'':>7}  "
             f"daskangel/sklearn = {r} (the same fit again on the persisted dataset)"
         )
     if not sk.get("skipped"):

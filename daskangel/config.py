@@ -14,6 +14,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -30,9 +31,20 @@ with open(_fn) as _f:
 dask.config.update_defaults(_defaults)
 
 
+def _get(key: str) -> Any:
+    try:
+        return dask.config.get(key)
+    except KeyError:
+        # ``import daskangel`` inside ``with dask.config.set({"daskangel...": ...})``:
+        # leaving the block drops every daskangel key (they did not exist when it was
+        # entered); merge the defaults back under what is set now
+        dask.config.update(dask.config.config, copy.deepcopy(_defaults), priority="old")
+        return dask.config.get(key)
+
+
 def get(key: str) -> Any:
     """Return the value of a ``daskangel.*`` key."""
-    return dask.config.get(key)
+    return _get(key)
 
 
 # {(key, raw_value): parsed} so hot paths do not re-parse "16MiB" on every call
@@ -41,7 +53,7 @@ _parsed: dict[tuple[str, Any], float] = {}
 
 def get_bytes(key: str) -> int:
     """Return a byte-size key (``"16MiB"`` or an int) as an int."""
-    value = dask.config.get(key)
+    value = _get(key)
     try:
         return int(_parsed[(key, value)])
     except (KeyError, TypeError):
@@ -60,7 +72,7 @@ def get_bytes(key: str) -> int:
 
 def get_seconds(key: str) -> float:
     """Return a duration key (``"30s"`` or a number of seconds) as a float."""
-    value = dask.config.get(key)
+    value = _get(key)
     try:
         return _parsed[(key, value)]
     except (KeyError, TypeError):

@@ -1,4 +1,5 @@
-"""The sparse.COO serialiser registers on first use, after a lazy ``import daskangel``."""
+"""Fresh-process checks: the lazy sparse.COO serialiser, config defaults that survive
+``dask.config.set`` blocks."""
 
 from __future__ import annotations
 
@@ -28,5 +29,26 @@ print("ok")
 
 def test_sparse_serialiser_registers_lazily_in_a_fresh_process() -> None:
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=100)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+CONFIG_CODE = """
+import dask
+with dask.config.set({"daskangel.models.in-place": False}):
+    import daskangel  # first import inside the block: its defaults merge in here
+    assert daskangel.config.get("daskangel.models.in-place") is False
+# leaving the block removed every daskangel key; daskangel's getters bring the defaults back
+assert daskangel.config.get("daskangel.models.in-place") is True
+assert daskangel.config.get_bytes("daskangel.client.max-request-bytes") > 0
+assert daskangel.config.get_seconds("daskangel.client.call-timeout") > 0
+print("ok")
+"""
+
+
+def test_config_defaults_survive_a_set_block_around_the_first_import() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", CONFIG_CODE], capture_output=True, text=True, timeout=100
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"

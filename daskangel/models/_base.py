@@ -39,7 +39,7 @@ from ..context import PSContext
 from ..errors import InvalidArgumentError
 from ..scheduler._clock_rule import BSP, as_sync
 from ..train import train
-from ._inplace import in_place_block
+from ._inplace import in_place_order
 from ._input import Prepared, as_dataset
 from ._kernels import KINDS
 from ._lbfgs import QNTask, qn_arrays
@@ -83,7 +83,7 @@ class LinearModel(BaseEstimator):
         if self.solver not in SOLVERS:
             raise InvalidArgumentError(f"solver: expected one of {SOLVERS}, got {self.solver!r}")
         _hot_keys()  # a bad config value is refused before any array is made
-        in_place_block(0)
+        in_place_order(0)  # (likewise)
         for name in ("max_iter", "n_iter_no_change", "memory"):
             v = getattr(self, name, 1)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -385,12 +385,14 @@ class LinearModel(BaseEstimator):
             prune=bool(self.prune),
             nbins=int(config.get("daskangel.models.auc-bins")),
             hot=_hot_keys() if solver == "ma-sgd" else 0,
-            in_place_block=in_place_block(n_features) if solver == "ma-sgd" else 0,
             optimizer=self._bound(),
             decay_grad=solver == "sgd" and self.optimizer in ("sgd", "momentum"),
             memory=int(self.memory),
             average=bool(getattr(self, "average", False)) and not self.l1,
         )
+        if solver == "ma-sgd":
+            block, streams = in_place_order(n_features)
+            plan = _replace(plan, in_place_block=block, in_place_streams=streams)
         if solver not in ("lbfgs", "owlqn") and train_rows:
             per = _per_round(plan)
             rounds = max(1, -(-max(train_rows) // per))

@@ -66,7 +66,7 @@ def test_in_place_steps_equal_the_prepared_path(
         index=2, fraction=fraction, seed=seed, n_features=n_features, has_bias=has_bias
     )
     ref = split_rows(rows, shuffle=False, **kw)
-    got = in_place_rows(rows, block=3, **kw)
+    got = in_place_rows(rows, block=3, streams=2, **kw)
     np.testing.assert_array_equal(got.keys, ref.keys)
     np.testing.assert_array_equal(labels[got.train_ids], ref.train.labels)
     np.testing.assert_array_equal(labels[got.val_ids], ref.val.labels)
@@ -92,16 +92,26 @@ def test_in_place_steps_equal_the_prepared_path(
         np.testing.assert_array_equal(ev_g[1], ev_r[1])
 
 
-def test_epoch_order_keeps_blocks_of_adjacent_stored_rows() -> None:
-    rows = CSRBatch.from_arrays(np.arange(101), np.arange(100), np.ones(100), np.zeros(100), 100)
-    d = in_place_rows(rows, index=0, fraction=0.0, seed=0, n_features=100, has_bias=False, block=8)
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 300), block=st.integers(1, 20), streams=st.integers(1, 9))
+def test_epoch_order_interleaves_blocks_of_adjacent_stored_rows(
+    n: int, block: int, streams: int
+) -> None:
+    """Every row once; a block's rows in storage order, ``streams`` apart (interleaved
+    with the other blocks of its group, fewer near the end); fresh each epoch."""
+    rows = CSRBatch.from_arrays(np.arange(n + 1), np.arange(n), np.ones(n), np.zeros(n), n)
+    d = in_place_rows(
+        rows, index=0, fraction=0.0, seed=0, n_features=n, has_bias=False, block=block,
+        streams=streams,
+    )  # fmt: skip
     o = d.epoch_order([0, 1, 0])
-    assert sorted(o.tolist()) == list(range(100))
+    assert sorted(o.tolist()) == list(range(n))
     where = np.argsort(o)  # where each stored row comes in the epoch
-    for b in range(0, 100, 8):  # a block's rows come together, in storage order
-        assert (np.diff(where[b : b + 8]) == 1).all()
-    assert not (o == np.arange(100)).all()  # and the blocks are mixed
-    assert (d.epoch_order([0, 2, 0]) != o).any()  # a fresh order each epoch
+    for b in range(0, n, block):
+        gaps = np.diff(where[b : b + block])
+        assert ((gaps >= 1) & (gaps <= streams)).all()
+    if n // block >= 4:
+        assert (d.epoch_order([0, 2, 0]) != o).any()  # a fresh order each epoch
 
 
 def _cached_kinds(dask_worker: Any) -> list[str]:
@@ -136,11 +146,12 @@ def test_fit_in_place_or_prepared_recovers_the_planted_model(
 def test_bad_in_place_block_config_is_refused_with_its_key(client: Client) -> None:
     X, y, _ = planted(n=300)
     clf = models.LogisticRegression(max_iter=1)
-    with (
-        dask.config.set({"daskangel.models.in-place-block": 0}),
-        pytest.raises(
-            ValueError, match=r"daskangel.models.in-place-block: expected an int >= 1, got 0"
-        ),
-    ):
-        clf.fit(X, y)
-    assert not getattr(clf, "_arrays", None)
+    for key in ("in-place-block", "in-place-streams"):
+        with (
+            dask.config.set({f"daskangel.models.{key}": 0}),
+            pytest.raises(
+                ValueError, match=rf"daskangel.models.{key}: expected an int >= 1, got 0"
+            ),
+        ):
+            clf.fit(X, y)
+        assert not getattr(clf, "_arrays", None)
