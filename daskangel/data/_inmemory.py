@@ -44,7 +44,12 @@ def _to_batch(x: Any, y: Any, table: Table | None, n_features: int) -> CSRBatch:
         return table.frame_to_batch(x)
     import scipy.sparse as sp
 
-    m = sp.csr_matrix(x) if not sp.issparse(x) else x.tocsr()
+    if sp.issparse(x):
+        m = x.tocsr()
+    elif hasattr(x, "to_scipy_sparse"):  # pydata sparse (COO, GCXS): dask's sparse blocks
+        m = sp.csr_matrix(x.to_scipy_sparse())
+    else:
+        m = sp.csr_matrix(x)
     m.sum_duplicates()
     n = m.shape[0]
     labels = np.zeros(n, np.float32) if y is None else np.asarray(y, np.float32).reshape(n)

@@ -198,6 +198,12 @@ def test_from_memory_and_dask_objects(client):
         b = angel.data.from_array(obj, y).persist(n_partitions=3).compute()
         order = np.argsort(b.labels)
         np.testing.assert_array_equal(b.to_scipy().toarray()[order], X)
+    import sparse
+
+    for fmt in ("coo", "gcxs"):  # dask arrays of pydata sparse blocks
+        xs = da.from_array(X, chunks=(25, 5)).map_blocks(sparse.asarray, format=fmt)
+        b = angel.data.from_array(xs, da.from_array(y, chunks=25)).persist().compute()
+        np.testing.assert_array_equal(b.to_scipy().toarray()[np.argsort(b.labels)], X)
     xa = client.persist(da.from_array(X, chunks=(25, 5)))
     ds = angel.data.from_array(xa, da.from_array(y, chunks=25)).persist()
     # chunks were assigned to the workers already holding them
