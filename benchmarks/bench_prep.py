@@ -11,7 +11,12 @@ One task's partition of the kdd2010-shaped set of ``bench_linear.py`` (default
   pages shows), and the same copy keeping the rows in order (so the cost of
   the random placement shows);
 * the local SGD kernel's speed (M nnz/s, tail-averaged, one pass) with the
-  slots in key order against hot features first (``hot-keys``).
+  slots in key order against hot features first (``hot-keys``);
+* the in-place path (:mod:`daskangel.models._inplace`, what ma-sgd uses on a
+  memory partition: one stored CSR, so the chunks are joined first, untimed):
+  its preparation (split and pruned keys) and its SGD pass over global indices
+  in the epoch order it uses (blocks of 16 rows, 32 interleaved) and, for
+  comparison, a full permutation.
 
 Every figure is the median of ``--repeat`` runs.
 """
@@ -31,10 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _kddgen import GenSpec, make_chunk
 from _timing import median_time
 
-from daskangel.data._batch import CSRBatch
+from daskangel.data._batch import CSRBatch, concat
 from daskangel.models import _prep
+from daskangel.models._inplace import in_place_rows
 from daskangel.models._kernels import LOGISTIC, local_sgd
-from daskangel.models._task import epoch_order, split_rows
+from daskangel.models._task import Plan, epoch_order, split_rows
 
 
 def main() -> None:
@@ -117,6 +123,31 @@ def main() -> None:
             f"{'slots: ' + ('hot features first' if hot else 'key order'):46} {s:8.2f} {t.nnz / s / 1e6:8.1f}"
         )
         del d
+    one = concat(chunks, D)
+    chunks.clear()  # the joined copy replaces them
+    kw.pop("index")
+    print(f"\n{'in place (one stored CSR)':46} {'seconds':>8} {'M nnz/s':>8}")
+    t = median_time(lambda: in_place_rows(one, index=0, **kw), a.repeat)
+    print(f"{'  split and pruned keys':46} {t:8.2f}")
+    d = in_place_rows(one, index=0, **kw)
+    d.y = 2.0 * one.labels[:].astype(np.float64) - 1.0
+    plan = Plan(
+        weights="w", metrics="m", n_features=D, n_outputs=1, kind=LOGISTIC, eps=1.0,
+        has_bias=True, task="classifier", classes=(0.0, 1.0), logloss=True, solver="ma-sgd",
+        eta0=0.05, power_t=0.5, alpha=1e-7, l1=0.0, batch=1, local_steps=None, epochs=1,
+        epoch0=0, val_fraction=0.01, seed=0, train_rows=(), rounds=1, tol=None, patience=1,
+        monitor="val_loss", prune=True, nbins=64, average=True,
+    )  # fmt: skip
+    W = np.zeros((d.keys.size, 1))
+    d.local_sgd(d.train_ids[:100], W.copy(), plan, 0.05)  # compile
+    orders = (
+        ("  SGD, blocks of 16 rows, 32 interleaved", d.epoch_order([0, 0, 0])),
+        ("  SGD, full permutation", d.train_ids[np.random.default_rng(0).permutation(d.n_train)]),
+    )
+    for name, o in orders:
+        s = median_time(lambda o=o: d.local_sgd(o, W.copy(), plan, 0.05), a.repeat)
+        nnz_train = int(np.diff(one.indptr)[d.train_ids].sum())
+        print(f"{name:46} {s:8.2f} {nnz_train / s / 1e6:8.1f}")
     print(f"\nload at end {os.getloadavg()[0]:.2f}")
 
 
