@@ -39,7 +39,8 @@ from _timing import median_time
 from daskangel.data._batch import CSRBatch, concat
 from daskangel.models import _prep
 from daskangel.models._inplace import in_place_rows
-from daskangel.models._kernels import LOGISTIC, local_sgd
+from daskangel.models._kernels import LOGISTIC
+from daskangel.models._local_sgd import local_sgd
 from daskangel.models._task import Plan, epoch_order, split_rows
 
 

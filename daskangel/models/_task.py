@@ -34,7 +34,8 @@ import numpy as np
 from .. import config
 from ..data._batch import CSRBatch, index_dtype
 from ..errors import InvalidArgumentError
-from ._kernels import eval_stats, local_sgd
+from ._kernels import eval_stats
+from ._local_sgd import local_sgd
 from ._prep import place_rows, slot_positions, used_keys
 
 __all__ = [

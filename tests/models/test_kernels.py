@@ -19,14 +19,12 @@ from daskangel.models._kernels import (
     SOFTMAX,
     SQ_HINGE,
     SQUARED,
-    _local_sgd_scaled,
-    _local_sgd_scaled1,
     batch_keys,
     eval_stats,
     grad_rows,
-    local_sgd,
     margins,
 )
+from daskangel.models._local_sgd import _local_sgd_scaled, _local_sgd_scaled1, local_sgd
 from daskangel.models._metrics import auc_from_hist, should_stop
 from daskangel.models._task import epoch_order, split_rows
 
