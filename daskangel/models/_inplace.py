@@ -199,7 +199,7 @@ def in_place_order(n_features: int) -> tuple[int, int]:
 def _sgd_in_place(  # type: ignore[no-untyped-def]  # pragma: no cover
     indptr, indices, data, y, order, VP, keys, kind, eps, has_bias, eta, alpha, average
 ):
-    """``_kernels._local_sgd_scaled1`` on global indices: weights ``s * VP[:, 0]``, the
+    """``_local_sgd._local_sgd_scaled1`` on global indices: weights ``s * VP[:, 0]``, the
     tail average's running sums in ``VP[:, 1]``, the intercept in the last row.
 
     Only the rows of ``keys`` (the intercept's excepted) are read at the end, so
