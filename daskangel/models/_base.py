@@ -27,30 +27,26 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-import warnings
 import weakref
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from .. import config, ops
+from .. import ops
 from ..context import PSContext
 from ..errors import InvalidArgumentError
 from ..scheduler._clock_rule import BSP, as_sync
 from ..train import train
-from ._inplace import in_place_order
 from ._input import Prepared, as_dataset
 from ._kernels import KINDS
 from ._lbfgs import QNTask, qn_arrays
 from ._metrics import finish, row_width
-from ._solvers import SGDTask, _per_round
+from ._params import SOLVERS, check_params, make_plan
+from ._solvers import SGDTask
 from ._task import Plan
 
 __all__ = ["SOLVERS", "LinearModel"]
-
-SOLVERS = ("sgd", "ma-sgd", "ftrl", "lbfgs", "owlqn")
-SERVER_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam")
 
 
 def _close(ps: PSContext) -> None:
@@ -80,43 +76,7 @@ class LinearModel(BaseEstimator):
     # -- parameters -----------------------------------------------------------------
 
     def _check_params(self) -> None:
-        if self.solver not in SOLVERS:
-            raise InvalidArgumentError(f"solver: expected one of {SOLVERS}, got {self.solver!r}")
-        _hot_keys()  # a bad config value is refused before any array is made
-        in_place_order(0)  # (likewise)
-        for name in ("max_iter", "n_iter_no_change", "memory"):
-            v = getattr(self, name, 1)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise InvalidArgumentError(f"{name}: expected an int >= 1, got {v!r}")
-        for name in ("alpha", "l1"):
-            v = getattr(self, name, 0.0)
-            if not isinstance(v, (int, float, np.number)) or not np.isfinite(v) or v < 0:
-                raise InvalidArgumentError(f"{name}: expected a finite number >= 0, got {v!r}")
-        lr = self.learning_rate
-        if not isinstance(lr, (int, float, np.number)) or not lr > 0 or not np.isfinite(lr):
-            raise InvalidArgumentError(f"learning_rate: expected a positive number, got {lr!r}")
-        vf = self.validation_fraction
-        if not isinstance(vf, (int, float, np.number)) or not 0 <= vf < 1:
-            raise InvalidArgumentError(
-                f"validation_fraction: expected a number in [0, 1), got {vf!r}"
-            )
-        for name in ("batch_size", "local_steps", "n_tasks"):
-            v = getattr(self, name)
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1
-            ):
-                raise InvalidArgumentError(f"{name}: expected None or an int >= 1, got {v!r}")
-        if self.optimizer not in SERVER_OPTIMIZERS:
-            raise InvalidArgumentError(
-                f"optimizer: expected one of {SERVER_OPTIMIZERS}, got {self.optimizer!r}"
-            )
-        as_sync(self.sync)
-        if self.solver == "owlqn" and not self.l1:
-            warnings.warn("solver='owlqn' with l1=0 is plain L-BFGS", UserWarning, stacklevel=3)
-        if self.l1 and self.solver == "lbfgs":
-            raise InvalidArgumentError(
-                "l1: solver='lbfgs' cannot handle an L1 penalty; use solver='owlqn'"
-            )
+        check_params(self)
 
     # -- the PS side ------------------------------------------------------------------
 
@@ -332,72 +292,7 @@ class LinearModel(BaseEstimator):
         return self
 
     def _plan(self, data: Prepared, n_features: int, K: int, epochs: int, n_parts: int) -> Plan:
-        ds = data.ds
-        vf = float(self.validation_fraction)
-        train_rows = tuple(int(i.n_rows - round(i.n_rows * vf)) for i in ds.info)
-        solver = self.solver
-        batch = self.batch_size or (1 if solver == "ma-sgd" else 64)
-        if solver in ("lbfgs", "owlqn"):
-            batch = max(train_rows) if train_rows else 1
-        classes = None
-        if self._task == "classifier":
-            classes = (
-                tuple(float(i) for i in range(len(self.classes_)))
-                if data.encoded
-                else tuple(float(c) for c in self.classes_)
-            )
-        staleness = as_sync(self.sync).staleness
-        early = bool(self.early_stopping) and staleness is not None
-        if self.early_stopping and staleness is None:
-            warnings.warn(
-                "early_stopping needs BSP or SSP; ASP trains every epoch", UserWarning, stacklevel=4
-            )
-        monitor = "val_loss" if vf > 0 else "train_loss"
-        plan = Plan(
-            weights=self._arrays["weights"],
-            metrics=f"{self._arrays['weights']}.m{uuid.uuid4().hex[:6]}",
-            n_features=n_features,
-            n_outputs=K,
-            kind=self._kind(K),
-            eps=float(getattr(self, "epsilon", 1.35)),
-            has_bias=bool(self.fit_intercept),
-            task=self._task,
-            classes=classes,
-            logloss=self._loss == "logistic",
-            solver=solver,
-            eta0=float(self.learning_rate),
-            power_t=float(self.power_t),
-            alpha=float(self.alpha),
-            l1=float(self.l1),
-            batch=int(batch),
-            local_steps=self.local_steps,
-            epochs=int(epochs),
-            epoch0=int(getattr(self, "t_", 0)),
-            val_fraction=vf,
-            seed=int(self.random_state or 0),
-            train_rows=train_rows,
-            rounds=1,
-            tol=float(self.tol)
-            if (self.tol is not None and (early or solver in ("lbfgs", "owlqn")))
-            else None,
-            patience=int(self.n_iter_no_change),
-            monitor=monitor,
-            prune=bool(self.prune),
-            nbins=int(config.get("daskangel.models.auc-bins")),
-            hot=_hot_keys() if solver == "ma-sgd" else 0,
-            optimizer=self._bound(),
-            decay_grad=solver == "sgd" and self.optimizer in ("sgd", "momentum"),
-            memory=int(self.memory),
-            average=bool(getattr(self, "average", False)) and not self.l1,
-        )
-        if solver == "ma-sgd":
-            block, streams = in_place_order(n_features)
-            plan = _replace(plan, in_place_block=block, in_place_streams=streams)
-        if solver not in ("lbfgs", "owlqn") and train_rows:
-            per = _per_round(plan)
-            rounds = max(1, -(-max(train_rows) // per))
-            plan = _replace(plan, rounds=rounds)
-        return plan
+        return make_plan(self, data, n_features, K, epochs)
 
     def _record(self, rows: np.ndarray, plan: Plan) -> None:
         import pandas as pd
@@ -462,18 +357,3 @@ class LinearModel(BaseEstimator):
         from ._io import save_model
 
         save_model(self, url)
-
-
-def _hot_keys() -> int:
-    value = config.get("daskangel.models.hot-keys")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgumentError(
-            f"daskangel.models.hot-keys: expected an int >= 0 (0: off), got {value!r}"
-        )
-    return value
-
-
-def _replace(plan: Plan, **kw: Any) -> Plan:
-    import dataclasses
-
-    return dataclasses.replace(plan, **kw)
