@@ -7,7 +7,11 @@ On a 2-worker LocalCluster (processes), for each transport ("handlers", "actors"
 * dense get and increment bandwidth for 1 / 8 / 64 MiB payloads (a float32 vector
   auto-partitioned over both servers), next to *raw*: bare calls to the same
   servers moving the same bytes the same way (one concurrent call per server),
-  and *local*: the same copy / add in numpy in this process;
+  and *local*: the same copy / add in numpy in this process.  Servers apply an
+  increment after replying (write-behind), so increments are timed as bursts of
+  ``BURST`` back-to-back calls closed by a call that waits for every queued add
+  (``version_token``), against as many raw sends closed by a small raw round trip:
+  no add is left over to slow down whatever is timed next;
 * latency of a small get (one row of 100 float32), next to a bare round trip
   carrying 400 bytes;
 * rows/s of a 1,000-row batched get from a 100,000 x 100 matrix;
@@ -39,6 +43,7 @@ from daskangel.psarray._blocks import SparseBlock
 from daskangel.psarray._packed import pack_by_bounds
 
 MiB = 1 << 20
+BURST = 4  # increments per timed burst (see the module docstring)
 
 
 class RawPlugin(WorkerPlugin):
@@ -131,15 +136,21 @@ def bench_transport(
             got = paired_median_times(
                 {"get": w.get, "raw": lambda s=shares: raw.call("source", s)}, repeat, warmup=1
             )
-            put = paired_median_times(
-                {
-                    "inc": lambda w=w, vals=vals: w.increment(vals),
-                    "raw": lambda s=sink_shares: raw.call("sink", s),
-                },
-                repeat,
-                warmup=1,
-            )
-            t_get, t_raw_get, t_inc, t_raw_put = got["get"], got["raw"], put["inc"], put["raw"]
+            tiny = dict.fromkeys(shares, 400)
+
+            def inc_burst(w: angel.PSArray = w, vals: np.ndarray = vals) -> None:
+                for _ in range(BURST):
+                    w.increment(vals)
+                w.version_token()  # answered once every queued add is applied
+
+            def raw_burst(s: dict[str, np.ndarray] = sink_shares, t: dict[str, int] = tiny) -> None:
+                for _ in range(BURST):
+                    raw.call("sink", s)
+                raw.call("source", t)
+
+            put = paired_median_times({"inc": inc_burst, "raw": raw_burst}, repeat, warmup=1)
+            t_get, t_raw_get = got["get"], got["raw"]
+            t_inc, t_raw_put = put["inc"] / BURST, put["raw"] / BURST
             local = np.zeros(n, "float32")
             t_loc_get = median_time(local.copy, repeat, warmup=1)
             t_loc_inc = median_time(

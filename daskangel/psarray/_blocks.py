@@ -138,7 +138,9 @@ class DenseBlock:
         d = self.own()
         values = values.astype(d.dtype, copy=False)
         if rows is None and cols is None:
-            if add:
+            if add and values.shape == d.shape and values.flags.c_contiguous:
+                K.add_into(d, values)
+            elif add:
                 d += values
             else:
                 d[...] = values

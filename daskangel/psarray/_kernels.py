@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit
 
 __all__ = [
+    "add_into",
     "counting_group",
     "all_finite",
     "gallop_find",
@@ -66,6 +67,25 @@ def sort_pairs(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarr
         return packed // n, vals[order]
     perm = np.argsort(keys, kind="stable")
     return keys[perm], vals[perm]
+
+
+@njit(nogil=True, cache=True)
+def _add_flat(dest, values):  # type: ignore[no-untyped-def]
+    for i in range(dest.shape[0]):
+        dest[i] += values[i]
+
+
+def add_into(dest: np.ndarray, values: np.ndarray) -> None:
+    """``dest += values`` for C-contiguous arrays of one shape and dtype.
+
+    numpy adds a misaligned operand (a frame Dask's comm received at an odd offset
+    after the message header) through a buffered loop, 1.4-2x slower; compiled
+    code reads it at full speed.  Aligned operands go to numpy.
+    """
+    if values.flags.aligned:
+        np.add(dest, values, out=dest)
+    else:
+        _add_flat(dest.reshape(-1), values.reshape(-1))
 
 
 @njit(nogil=True, cache=True)

@@ -5,6 +5,8 @@ plain functions registered by name with :func:`server_op` (other modules add the
 own, e.g. psf execution or snapshot writing), and take and return plain values and
 numpy arrays.  A server runs one operation at a time: every operation holds the
 server's lock, so an increment of a block is atomic with respect to a get of it.
+Updates are acknowledged once validated and applied right after, before any later
+operation but another update (write-behind, :mod:`._behind`).
 
 :class:`PSWorkerPlugin` installs the servers of a worker and registers one comm
 handler, ``daskangel_ps``, following the pattern of distributed's P2P shuffle
@@ -41,6 +43,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from .. import config
 from .._wire import error_reply, unwrap_arrays, wrap_arrays
 from ..errors import BlockBusyError, DaskAngelError, InvalidArgumentError, StaleLayoutError
+from ._behind import DEFERRABLE_OPS, Deferred, WriteBehind
 from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
 from ._holds import WRITE_OPS, Holds, Prepared
 from ._packed import PACK_SHIFT
@@ -69,19 +72,28 @@ SERVER_OPS: dict[str, ServerOp] = {}
 ASYNC_OPS: dict[str, Callable[..., Awaitable[Any]]] = {}
 
 
-def server_op(name: str, writes: bool = False) -> Callable[[ServerOp], ServerOp]:
+def server_op(
+    name: str,
+    writes: bool = False,
+    defer: Callable[[PSServer, dict[str, Any]], bool] | None = None,
+) -> Callable[[ServerOp], ServerOp]:
     """Register ``fn(server, **kwargs)`` as the server operation ``name``.
 
     ``writes=True`` marks an op that changes blocks.  Such an op waits while a
     prepared two-phase write (see :meth:`PSServer.reserve`) holds one of the blocks
     it writes: those are ``parts[*]["block"]`` of the arrays named by the op's
-    ``written`` argument, or of ``array`` when there is none.
+    ``written`` argument, or of ``array`` when there is none.  ``defer``: a
+    predicate of ``(server, kwargs)``; for the requests it accepts, the op is called
+    with ``defer=True``, validates, and returns a :class:`~._behind.Deferred` whose
+    ``apply`` makes the change (write-behind).
     """
 
     def deco(fn: ServerOp) -> ServerOp:
         SERVER_OPS[name] = fn
         if writes:
             WRITE_OPS.add(name)
+        if defer is not None:
+            DEFERRABLE_OPS[name] = defer
         return fn
 
     return deco
@@ -103,7 +115,7 @@ def server_async_op(
     return deco
 
 
-class PSServer(Holds):
+class PSServer(Holds, WriteBehind):
     """One parameter server: the blocks it holds, its statistics, its lock."""
 
     def __init__(self, address: str, index: int) -> None:
@@ -128,6 +140,7 @@ class PSServer(Holds):
         self._io: ThreadPoolExecutor | None = None
         self._lock: asyncio.Lock | None = None
         self.init_holds()
+        self.init_behind()
         self._executor: ThreadPoolExecutor | None = None
 
     def block(self, array: str, block: int) -> Block:
@@ -160,6 +173,13 @@ class PSServer(Holds):
         fn(block)
 
     @property
+    def executor(self) -> ThreadPoolExecutor:  # type: ignore[override]
+        """The server's op thread: large ops and every write-behind apply, in order."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"daskangel-ps-{self.index}")
+        return self._executor
+
+    @property
     def io_executor(self) -> ThreadPoolExecutor:
         """The server's thread for file I/O (snapshots), apart from its op thread."""
         if self._io is None:
@@ -176,13 +196,17 @@ class PSServer(Holds):
 
     # -- running ops -----------------------------------------------------------
 
-    async def run(self, op: str, cost: int = 0, **kwargs: Any) -> Any:
+    async def run(self, op: str, cost: int = 0, *, may_defer: bool = False, **kwargs: Any) -> Any:
         """Run ``op`` under the server lock: inline when cheap, else in its thread.
 
         A write op first waits (without holding the lock) while a prepared
-        two-phase write holds one of its blocks.  (The lock is taken inline, not
-        through :meth:`locked`: this is every request's path, and a small get
-        costs tens of microseconds in all.)
+        two-phase write holds one of its blocks.  With ``may_defer`` (only for
+        arguments nobody else holds: received ones, not a local caller's arrays) a
+        deferrable op that is large, or arrives while writes are queued, is
+        validated here and applied behind the reply; any other op first waits for
+        the queued writes.  (The lock is taken
+        inline, not through :meth:`locked`: this is every request's path, and a
+        small get costs tens of microseconds in all.)
         """
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -196,14 +220,17 @@ class PSServer(Holds):
         try:
             if self.reserved:
                 await self.wait_unreserved(op, kwargs)
-            if cost < config.get_bytes("daskangel.server.inline-bytes"):
+            small = cost < config.get_bytes("daskangel.server.inline-bytes")
+            deferrable = DEFERRABLE_OPS.get(op) if may_defer else None
+            if deferrable and (self.behind or not small) and deferrable(self, kwargs):
+                out = self.timed(op, cost, kwargs, defer=True)
+                return self.defer(op, cost, out) if isinstance(out, Deferred) else out
+            if self.behind:
+                await self.drain()
+            if small:
                 return self.timed(op, cost, kwargs)
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    1, thread_name_prefix=f"daskangel-ps-{self.index}"
-                )
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, lambda: self.timed(op, cost, kwargs))
+            return await loop.run_in_executor(self.executor, lambda: self.timed(op, cost, kwargs))
         finally:
             # a commit or abort may have freed blocks that writes wait for
             assert self._cond is not None
@@ -222,6 +249,8 @@ class PSServer(Holds):
             async with self._lock:
                 self.waiting -= 1
                 acquired = True
+                if self.behind:
+                    await self.drain()
                 yield
         finally:
             if not acquired:
@@ -238,6 +267,7 @@ class PSServer(Holds):
         return result
 
     def close(self) -> None:
+        self.drop_behind()
         self.blocks.clear()
         self.shadows.clear()
         self.reserved.clear()
@@ -367,7 +397,19 @@ def record_tag(
         seqs.popitem(last=False)
 
 
-@server_op("update", writes=True)
+def _dense_values(server: PSServer, kwargs: dict[str, Any]) -> bool:
+    """Write-behind for updates of dense blocks by dense values (memory-bound adds
+    and copies); packed and coordinate parts, and sparse blocks, apply in place."""
+    array = kwargs["array"]
+    for p in kwargs["parts"]:
+        if "coo_rows" in p or "packed" in p:
+            return False
+        if not isinstance(server.blocks.get((array, int(p["block"]))), DenseBlock):
+            return False
+    return True
+
+
+@server_op("update", writes=True, defer=_dense_values)
 def _update(
     server: PSServer,
     array: str,
@@ -375,10 +417,13 @@ def _update(
     add: bool,
     tag: list[Any] | None = None,
     clock: int | None = None,
-) -> bool:
+    defer: bool = False,
+) -> bool | Deferred:
     """Apply writes to blocks; ``False`` when ``tag`` shows it was applied before.
 
     ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts.
+    With ``defer``, every part is checked now and a :class:`Deferred` returned whose
+    ``apply`` writes them (the tag counts as applied from now on).
     """
     parts = unapplied(server, tag, array, _plain_indices(parts))
     if not parts:
@@ -391,14 +436,21 @@ def _update(
             _check_packed(b, p, add)
         else:
             b.check(p["rows"], p["cols"])
-    for b, p in zip(blocks, parts, strict=True):
-        if "packed" in p:
-            fn = lambda blk, p=p: blk.update_packed(int(p["rows"][0]), p["packed"])  # noqa: E731
-        elif "coo_rows" in p:
-            fn = lambda blk, p=p: blk.update_coo(p["coo_rows"], p["coo_cols"], p["values"], add)  # noqa: E731
-        else:
-            fn = lambda blk, p=p: blk.update(p["rows"], p["cols"], p["values"], add)  # noqa: E731
-        server.write_block((array, int(p["block"])), b, clock, fn)
+
+    def apply() -> None:
+        for b, p in zip(blocks, parts, strict=True):
+            if "packed" in p:
+                fn = lambda blk, p=p: blk.update_packed(int(p["rows"][0]), p["packed"])  # noqa: E731
+            elif "coo_rows" in p:
+                fn = lambda blk, p=p: blk.update_coo(p["coo_rows"], p["coo_cols"], p["values"], add)  # noqa: E731
+            else:
+                fn = lambda blk, p=p: blk.update(p["rows"], p["cols"], p["values"], add)  # noqa: E731
+            server.write_block((array, int(p["block"])), b, clock, fn)
+
+    if defer:
+        record_tag(server, tag, array, parts)
+        return Deferred(True, apply)
+    apply()
     record_tag(server, tag, array, parts)
     return True
 
@@ -502,12 +554,14 @@ class PSWorkerPlugin(WorkerPlugin):
             s = self.servers[index] = PSServer(self.worker.address, index)
         return s
 
-    async def _run(self, ps_op: str, server: int, cost: int, kwargs: dict[str, Any]) -> Any:
+    async def _run(
+        self, ps_op: str, server: int, cost: int, kwargs: dict[str, Any], received: bool
+    ) -> Any:
         srv = self.server(int(server))
         afn = ASYNC_OPS.get(ps_op)
         if afn is not None:
             return await afn(srv, **kwargs)
-        return await srv.run(ps_op, cost, **kwargs)
+        return await srv.run(ps_op, cost, may_defer=received, **kwargs)
 
     async def handle(
         self, ps_op: str, server: int, cost: int = 0, pad: Any = None, **kwargs: Any
@@ -525,13 +579,15 @@ class PSWorkerPlugin(WorkerPlugin):
             if all(p.get("rows") is None and p.get("cols") is None for p in kwargs["parts"]):
                 cost = 0  # whole dense blocks are lent, not copied: no work to offload
         try:
-            return wrap_arrays(await self._run(ps_op, server, cost, unwrap_arrays(kwargs)))
+            reply = await self._run(ps_op, server, cost, unwrap_arrays(kwargs), True)
+            return wrap_arrays(reply)
         except DaskAngelError as e:
             return error_reply(e)
 
     async def call_local(self, op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
-        """The same call from this worker's own process: nothing is serialised."""
-        return await self._run(op, server, cost, kwargs)
+        """The same call from this worker's own process: nothing is serialised (so
+        nothing is applied behind the reply: the caller may reuse its arrays)."""
+        return await self._run(op, server, cost, kwargs, False)
 
 
 def get_worker_loop() -> Any:
