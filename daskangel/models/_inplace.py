@@ -134,11 +134,14 @@ def in_place_rows(
     streams: int = 32,
 ) -> InPlaceData:
     """The split and pruned keys of ``rows`` (the same split as :func:`._task.split_rows`)."""
-    train, val = split_ids(rows.n_rows, index=index, fraction=fraction, seed=seed)
+    _train, val = split_ids(rows.n_rows, index=index, fraction=fraction, seed=seed)
+    keep = np.ones(rows.n_rows, bool)
+    keep[val] = False
+    train = np.flatnonzero(keep)  # the same rows in storage order (no sort)
     ix = rows.indices[rows.indptr[0] : rows.indptr[-1]]
     used, _hot, _bits = used_keys([ix], n_features, 0)
     keys = np.append(used, n_features) if has_bias else used
-    return InPlaceData(keys, rows, np.sort(train), val, rows.labels, block, streams, has_bias)
+    return InPlaceData(keys, rows, train, val, rows.labels, block, streams, has_bias)
 
 
 def prepare_in_place(part: Any, plan: Plan) -> InPlaceData | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import KeyListMissingError, ShapeMismatchError
+from ._kernels import is_increasing
 from ._keylists import KeySet
 from ._pullcache import Fetch
 from ._routing import normalize_index, plan_axis
@@ -45,14 +46,14 @@ class _KeyPlan:
         blocks: list[int],
         locals_: list[np.ndarray],
         outs: list[Any],
-        uniq_inv: np.ndarray,
+        uniq_inv: np.ndarray | None,
         n: int,
     ) -> None:
         self.name = name
         self.blocks = blocks  # touched blocks
         self.locals = locals_  # their block-local keys (for re-registering)
         self.outs = outs  # where each block's values go among the unique keys
-        self.uniq_inv = uniq_inv  # unique keys -> the order the user gave
+        self.uniq_inv = uniq_inv  # unique keys -> the order the user gave (None: same)
         self.n = n  # number of unique keys
 
 
@@ -89,10 +90,14 @@ class KeySetPulls:
             )
         c, _ = normalize_index("cols", cols, m.shape[1])
         idx = np.arange(m.shape[1], dtype=np.int64) if c is None else c
-        uniq, inv = np.unique(idx, return_inverse=True)
+        inv: np.ndarray | None = None  # None: the keys are sorted and distinct already
+        uniq = idx
+        if not is_increasing(idx):
+            uniq, inv = np.unique(idx, return_inverse=True)
+            inv = inv.ravel()
         plan = plan_axis(m.layout, "cols", uniq, m.shape[1])
         locals_ = [np.arange(uniq.shape[0]) if x is None else x for x in plan.local]
-        kp = _KeyPlan(name, plan.blocks, locals_, plan.out, inv.ravel(), uniq.shape[0])
+        kp = _KeyPlan(name, plan.blocks, locals_, plan.out, inv, uniq.shape[0])
         tag = tag or uuid.uuid4().hex
         b = self.binding
         b.run(self._register, tag, kp)
@@ -164,7 +169,8 @@ class KeySetPulls:
                 new.future.set_result(out)
 
             cf.add_done_callback(lambda r: self._merger.submit(complete, r))
-        return f.future.result()[kp.uniq_inv]
+        res = f.future.result()  # shared by every reader of this fetch: never handed out
+        return res.copy() if kp.uniq_inv is None else res[kp.uniq_inv]
 
     def drop_key_set(self, ks: KeySet) -> None:
         """Forget a key set here and on its servers."""

@@ -117,6 +117,16 @@ def plan_axis(layout: Layout, axis: str, idx: Index, extent: int) -> AxisPlan:
     m = idx.shape[0]
     if n == 1:
         return AxisPlan([0], [idx if hashed else idx - bounds[0]], [slice(0, m)], m)
+    if not hashed and K.is_sorted(idx):  # sorted keys (key lists): cut, no gather
+        cuts = np.searchsorted(idx, np.asarray(bounds[1:n], dtype=np.int64))
+        edges = [0, *cuts.tolist(), m]
+        hit = [g for g in range(n) if edges[g] < edges[g + 1]]
+        return AxisPlan(
+            hit,
+            [idx[edges[g] : edges[g + 1]] - bounds[g] for g in hit],
+            [slice(edges[g], edges[g + 1]) for g in hit],
+            m,
+        )
     if hashed:
         order, starts = K.counting_group(layout.col_block_of(idx), n)
         local = idx[order]

@@ -174,6 +174,23 @@ def test_key_set_pull_sends_only_a_tag(ps, client):
         W.key_set([0])
 
 
+def test_sorted_key_sets_pull_like_any_other(ps):
+    """Sorted distinct keys (a task's pruned key list) take the no-gather path; the
+    values come back in order, and the returned array is the caller's own."""
+    v = ps.random("v_sorted_keys", shape=(100_000,), seed=4)
+    full = v.get()
+    rng = np.random.default_rng(2)
+    sorted_keys = np.sort(rng.choice(100_000, 5000, replace=False))
+    for keys in (sorted_keys, sorted_keys[::-1], np.array([0, 99_999]), np.array([7])):
+        ks = v.key_set(keys)
+        a = v.get(cols=ks)
+        np.testing.assert_array_equal(a, full[keys])
+        a[:] = -1.0  # a reader's copy: the next pull is not affected
+        np.testing.assert_array_equal(v.get(cols=ks), full[keys])
+    v.increment(np.ones(sorted_keys.size, "float32"), cols=sorted_keys)
+    np.testing.assert_allclose(v.get(cols=sorted_keys), full[sorted_keys] + 1)
+
+
 # -- the update buffer ------------------------------------------------------------------------
 
 

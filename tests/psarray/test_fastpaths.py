@@ -252,3 +252,32 @@ def test_packed_and_general_paths_agree_with_lazy_init(ctx: angel.PSContext) -> 
     finally:
         ctx.drop("lazy_a")
         ctx.drop("lazy_b")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(0, 199), max_size=120),
+    st.lists(st.integers(1, 199), max_size=6),
+    st.booleans(),
+)
+def test_plan_axis_cuts_sorted_indices_like_it_groups_any(
+    idx: list[int], cuts: list[int], sort: bool
+) -> None:
+    """Sorted indices are cut into slices by block bounds; the plan puts every index in
+    its block, at its position, exactly as the general grouping does."""
+    from daskangel.psarray._layout import Layout
+    from daskangel.psarray._routing import plan_axis
+
+    a = np.sort(np.asarray(idx, np.int64)) if sort else np.asarray(idx, np.int64)
+    bounds = (0, *sorted(set(cuts)), 200)
+    lay = Layout((1, 200), (0, 1), "range", bounds, len(bounds) - 1)
+    plan = plan_axis(lay, "cols", a, 200)
+    got = np.full(a.shape[0], -1, np.int64)
+    for g, loc, out in zip(plan.blocks, plan.local, plan.out, strict=True):
+        assert loc is not None
+        assert ((loc >= 0) & (loc < bounds[g + 1] - bounds[g])).all()
+        got[out] = loc + bounds[g]
+    np.testing.assert_array_equal(got, a)
+    assert plan.blocks == sorted(plan.blocks)
+    if sort:
+        assert all(isinstance(o, slice) for o in plan.out)
