@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import os
 import statistics
 import tarfile
@@ -219,10 +220,10 @@ def angel_estimator(p: Problem, solver: str) -> Any:
     )  # fmt: skip
 
 
-def run_angel(p: Problem, solver: str, repeat: int) -> Result:
+def run_angel(p: Problem, solver: str, repeat: int, seed: int = 0) -> Result:
     times, epochs = [], []
     for _ in range(repeat):
-        est = angel_estimator(p, solver)
+        est = angel_estimator(p, solver).set_params(random_state=seed)
         t = time.perf_counter()
         est.fit(p.Xtr, p.ytr)
         times.append(time.perf_counter() - t)
@@ -250,7 +251,30 @@ def main() -> None:
     ap.add_argument("--datasets", default="a9a,w8a,news20,dna")
     ap.add_argument("--solvers", default="lbfgs,ma-sgd")
     ap.add_argument("--repeat", type=int, default=1, help="runs per fit (median time)")
+    ap.add_argument(
+        "--seeds", type=int, default=1, help="fit with random_state 0..N-1 (a row each)"
+    )
+    ap.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a dask config value for the daskangel fits (repeatable), e.g. "
+        "daskangel.models.in-place-streams=1",
+    )
     args = ap.parse_args()
+    import dask
+    import yaml
+
+    overrides = {}
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("daskangel."):
+            ap.error(f"--config: expected daskangel.KEY=VALUE, got {item!r}")
+        overrides[key] = yaml.safe_load(value)
+    if overrides:
+        print(f"config: {overrides}")
+    dask.config.set(overrides)
     root = Path(args.data)
     names = [n for n in args.datasets.split(",") if n]
     for n in names:
@@ -261,10 +285,11 @@ def main() -> None:
     from distributed import Client, LocalCluster
 
     header = (
-        f"{'dataset':8} {'solver':7} {'sk acc%':>8} {'sk AUC':>7} {'sk s':>6} "
+        f"{'dataset':8} {'solver':7} {'rs':>3} {'sk acc%':>8} {'sk AUC':>7} {'sk s':>6} "
         f"{'da acc%':>8} {'da AUC':>7} {'da s':>6} {'ep':>4} {'d acc':>6} {'d AUC':>7}  result"
     )
     rows: list[str] = []
+    deltas: dict[tuple[str, str], list[float]] = {}  # {(dataset, solver): [d acc per seed]}
     all_pass = True
     print(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores)")
     with (
@@ -280,14 +305,15 @@ def main() -> None:
                 continue
             print("  " + p.describe(), flush=True)
             ref = run_sklearn(p, args.repeat)
-            for solver in solvers:
-                print(f"  fitting daskangel {solver} ...", flush=True)
-                got = run_angel(p, solver, args.repeat)
+            for solver, seed in itertools.product(solvers, range(args.seeds)):
+                print(f"  fitting daskangel {solver} (random_state={seed}) ...", flush=True)
+                got = run_angel(p, solver, args.repeat, seed)
                 ok = passes(p, ref, got)
                 all_pass &= ok
                 d_auc = "-" if p.multiclass else f"{got.auc - ref.auc:+.4f}"
+                deltas.setdefault((name, solver), []).append(100 * (got.acc - ref.acc))
                 rows.append(
-                    f"{name:8} {solver:7} {_fmt(ref.acc, True):>8} {_fmt(ref.auc, False):>7} "
+                    f"{name:8} {solver:7} {seed:>3} {_fmt(ref.acc, True):>8} {_fmt(ref.auc, False):>7} "
                     f"{ref.seconds:6.2f} {_fmt(got.acc, True):>8} {_fmt(got.auc, False):>7} "
                     f"{got.seconds:6.2f} {got.epochs:>4} {100 * (got.acc - ref.acc):+6.2f} "
                     f"{d_auc:>7}  {'pass' if ok else 'FAIL'}"
@@ -296,6 +322,9 @@ def main() -> None:
     print()
     print(header)
     print("\n".join(rows))
+    if args.seeds > 1:
+        for (name, solver), d in deltas.items():
+            print(f"{name} {solver}: mean d acc over {len(d)} seeds {statistics.mean(d):+.2f}")
     print(
         "\ntargets: binary |d acc| <= 0.30 points and |d AUC| <= 0.003; dna |d acc| <= 1 point"
         f"\nload average at end: {os.getloadavg()[0]:.2f}"
