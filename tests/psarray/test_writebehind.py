@@ -4,6 +4,7 @@ later operation still sees it (read-your-writes), in order, all-or-nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,17 +25,23 @@ def _configure(values: dict[str, Any]) -> None:
     dask.config.set(values)
 
 
-@pytest.fixture(params=["loop", "thread"])
-def behind(request: pytest.FixtureRequest, client: Client) -> Iterator[str]:
-    """Every received dense update is deferred, and applied on the event loop or
-    in the server's op thread."""
+@contextlib.contextmanager
+def _behind_mode(client: Client, mode: str) -> Iterator[str]:
+    """Every received dense update is deferred, and applied on the event loop
+    (``"loop"``) or in the server's op thread (``"thread"``)."""
     defaults = {k: dask.config.get(k) for k in KEYS}
-    thread = "0B" if request.param == "thread" else "1TiB"
+    thread = "0B" if mode == "thread" else "1TiB"
     client.run(_configure, dict(zip(KEYS, ("0B", thread), strict=True)))
     try:
-        yield request.param
+        yield mode
     finally:
         client.run(_configure, defaults)
+
+
+@pytest.fixture(params=["loop", "thread"])
+def behind(request: pytest.FixtureRequest, client: Client) -> Iterator[str]:
+    with _behind_mode(client, request.param) as mode:
+        yield mode
 
 
 @pytest.mark.timeout(120)
@@ -107,16 +114,16 @@ def _ungate(dask_worker: Any) -> bool:
 
 
 @pytest.mark.timeout(120)
-def test_a_get_waits_for_a_queued_add(ps: angel.PSContext, client: Client, behind: str) -> None:
-    if behind != "thread":
-        pytest.skip("the gate holds adds in the op thread")
+def test_a_get_waits_for_a_queued_add(ps: angel.PSContext, client: Client) -> None:
+    """(Adds in the op thread: the gate holds them there.)"""
     w = ps.zeros("g", (1000,), dtype="float64", block_shape=(500,))
-    client.run(_gate_adds)
-    try:
-        w.increment(np.arange(1000.0))  # acknowledged while its adds are held
-        got = w.get()
-    finally:
-        opened = client.run(_ungate)
+    with _behind_mode(client, "thread"):
+        client.run(_gate_adds)
+        try:
+            w.increment(np.arange(1000.0))  # acknowledged while its adds are held
+            got = w.get()
+        finally:
+            opened = client.run(_ungate)
     np.testing.assert_array_equal(got, np.arange(1000.0))
     servers = {b.server.address for b in w.blocks}
     assert all(opened[a] for a in servers)  # each server's get had to wait
