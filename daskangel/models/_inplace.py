@@ -47,12 +47,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from .. import config
 from ..data._batch import CSRBatch
 from ..errors import InvalidArgumentError
-from ._kernels import SOFTMAX, _dloss, eval_rows
+from ._kernels import SOFTMAX, eval_rows
+from ._local_sgd import sgd_pairs
 from ._prep import used_keys
 from ._task import _PREPARED, Plan, epoch_order, labels_for, split_ids
 
@@ -103,7 +103,7 @@ class InPlaceData:
         vp = self._load(W)
         r = self.rows
         nk = self.keys.shape[0] - (1 if self.has_bias else 0)
-        loss = _sgd_in_place(
+        loss = sgd_pairs(
             r.indptr, r.indices, r.data, self.y, rows, vp, self.keys[:nk], plan.kind,
             plan.eps, self.has_bias, eta, plan.alpha, plan.average,
         )  # fmt: skip
@@ -196,76 +196,3 @@ def in_place_order(n_features: int) -> tuple[int, int]:
     if workspace > config.get_bytes("daskangel.models.in-place-workspace"):
         return 0, 1
     return out[0], out[1]
-
-
-@njit(nogil=True, cache=True)
-def _sgd_in_place(  # type: ignore[no-untyped-def]  # pragma: no cover
-    indptr, indices, data, y, order, VP, keys, kind, eps, has_bias, eta, alpha, average
-):
-    """``_local_sgd._local_sgd_scaled1`` on global indices: weights ``s * VP[:, 0]``, the
-    tail average's running sums in ``VP[:, 1]``, the intercept in the last row.
-
-    Only the rows of ``keys`` (the intercept's excepted) are read at the end, so
-    the workspace's other rows may hold anything.
-    """
-    nk = VP.shape[0]
-    nkeys = keys.shape[0]
-    decay = max(0.0, 1.0 - eta * alpha)
-    n = order.shape[0]
-    t0 = n // 2 if average else n + 1
-    R = np.zeros(0)  # sums moved out when the scale is renormalised (rare)
-    sc = 1.0
-    C = 0.0
-    b = VP[nk - 1, 0] if has_bias else 0.0
-    bsum = 0.0
-    loss = 0.0
-    for t in range(n):
-        on = t >= t0
-        if sc < 1e-9 or decay == 0.0:
-            if on and R.shape[0] == 0:
-                R = np.zeros(nkeys)
-            for i in range(nkeys):
-                j = keys[i]
-                if on:
-                    R[i] += C * VP[j, 0] - VP[j, 1]
-                    VP[j, 1] = 0.0
-                VP[j, 0] *= sc
-            C = 0.0
-            sc = 1.0
-        r = order[t]
-        lo, hi = indptr[r], indptr[r + 1]
-        acc = 0.0
-        for q in range(lo, hi):
-            acc += VP[indices[q], 0] * data[q]
-        lv, d = _dloss(kind, b + sc * acc, y[r], eps)
-        loss += lv
-        g = -eta * d / sc
-        if on:
-            gc = g * C
-            for q in range(lo, hi):
-                j = indices[q]
-                x = data[q]
-                VP[j, 0] += g * x
-                VP[j, 1] += gc * x
-        else:
-            for q in range(lo, hi):
-                VP[indices[q], 0] += g * data[q]
-        if has_bias:
-            b -= eta * d
-        sc *= decay
-        if on:
-            C += sc
-            bsum += b
-    if average and n > t0:
-        for i in range(nkeys):
-            j = keys[i]
-            rs = R[i] if R.shape[0] else 0.0
-            VP[j, 0] = (rs + C * VP[j, 0] - VP[j, 1]) / (n - t0)
-        if has_bias:
-            VP[nk - 1, 0] = bsum / (n - t0)
-    else:
-        for i in range(nkeys):
-            VP[keys[i], 0] *= sc
-        if has_bias:
-            VP[nk - 1, 0] = b
-    return loss

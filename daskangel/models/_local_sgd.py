@@ -3,7 +3,7 @@
 ``local_sgd`` runs minibatch SGD in place on a task's dense local weights
 ``W`` (``(n_keys, K)``, slots as in :mod:`._kernels`).  Without L1 the
 weights are kept as ``s * V`` so the L2 decay is one scalar product per step
-(:func:`_local_sgd_scaled`, and :func:`_local_sgd_scaled1` for the one-output,
+(:func:`_local_sgd_scaled`, and :func:`sgd_pairs` for the one-output,
 one-row-per-step case); with L1 every key catches up on the steps it missed
 when next touched (:func:`_local_sgd_lazy`).  ``average=True`` (L2 only) ends
 at the mean of the iterates of the second half of the pass.
@@ -26,7 +26,7 @@ from numba import njit
 
 from ._kernels import LOGISTIC, SOFTMAX, _dloss, _row_d, _row_margin
 
-__all__ = ["LOGISTIC", "local_sgd"]
+__all__ = ["LOGISTIC", "local_sgd", "sgd_pairs"]
 
 
 @njit(nogil=True, cache=True)
@@ -286,36 +286,65 @@ def _local_sgd_scaled(  # type: ignore[no-untyped-def]  # pragma: no cover
 def _local_sgd_scaled1(  # type: ignore[no-untyped-def]  # pragma: no cover
     indptr, indices, data, y, order, W, kind, eps, has_bias, eta, alpha, average
 ):
-    """:func:`_local_sgd_scaled` for one output and one row per step (the CTR case):
-    flat arrays and no loops over outputs, so the per-entry work compiles tight."""
+    """:func:`_local_sgd_scaled` for one output and one row per step (the CTR case),
+    through :func:`sgd_pairs` on a ``(n_keys, 2)`` workspace."""
     nk = W.shape[0]
     nf = nk - 1 if has_bias else nk
+    VP = np.zeros((nk, 2))
+    for j in range(nk):
+        VP[j, 0] = W[j, 0]
+    keys = np.arange(nf)
+    loss = sgd_pairs(
+        indptr, indices, data, y, order, VP, keys, kind, eps, has_bias, eta, alpha, average
+    )
+    for j in range(nk):
+        W[j, 0] = VP[j, 0]
+    return loss, order.shape[0]
+
+
+@njit(nogil=True, cache=True)
+def sgd_pairs(  # type: ignore[no-untyped-def]  # pragma: no cover
+    indptr, indices, data, y, order, VP, keys, kind, eps, has_bias, eta, alpha, average
+):
+    """One output, one row per step, L2 only: weights ``s * VP[:, 0]``, the tail
+    average's running sums in ``VP[:, 1]`` (side by side: an update touches one cache
+    line), the intercept in the last row; returns the loss sum.
+
+    Column indices are rows of ``VP`` (local slots, or global features on the
+    in-place path, :mod:`._inplace`); ``keys`` are the rows that can be touched
+    (the intercept's excepted): only they are renormalised and finished at the
+    end, so the workspace's other rows may hold anything.  ``VP[keys, 1]`` must be
+    zero on entry.
+    """
+    nk = VP.shape[0]
+    nkeys = keys.shape[0]
     decay = max(0.0, 1.0 - eta * alpha)
     n = order.shape[0]
     t0 = n // 2 if average else n + 1
-    V = W[:, 0].copy()
-    P = np.zeros(nk if average else 0)
-    R = np.zeros(nk if average else 0)
+    R = np.zeros(0)  # sums moved out when the scale is renormalised (rare)
     sc = 1.0
     C = 0.0
-    b = V[nk - 1] if has_bias else 0.0
+    b = VP[nk - 1, 0] if has_bias else 0.0
     bsum = 0.0
     loss = 0.0
     for t in range(n):
         on = t >= t0
-        if sc < 1e-9 or decay == 0.0:  # renormalise V (rare); the sums so far go to R
-            for j in range(nf):
+        if sc < 1e-9 or decay == 0.0:
+            if on and R.shape[0] == 0:
+                R = np.zeros(nkeys)
+            for i in range(nkeys):
+                j = keys[i]
                 if on:
-                    R[j] += C * V[j] - P[j]
-                    P[j] = 0.0
-                V[j] *= sc
+                    R[i] += C * VP[j, 0] - VP[j, 1]
+                    VP[j, 1] = 0.0
+                VP[j, 0] *= sc
             C = 0.0
             sc = 1.0
         r = order[t]
         lo, hi = indptr[r], indptr[r + 1]
         acc = 0.0
         for q in range(lo, hi):
-            acc += V[indices[q]] * data[q]
+            acc += VP[indices[q], 0] * data[q]
         lv, d = _dloss(kind, b + sc * acc, y[r], eps)
         loss += lv
         g = -eta * d / sc
@@ -324,11 +353,11 @@ def _local_sgd_scaled1(  # type: ignore[no-untyped-def]  # pragma: no cover
             for q in range(lo, hi):
                 j = indices[q]
                 x = data[q]
-                V[j] += g * x
-                P[j] += gc * x
+                VP[j, 0] += g * x
+                VP[j, 1] += gc * x
         else:
             for q in range(lo, hi):
-                V[indices[q]] += g * data[q]
+                VP[indices[q], 0] += g * data[q]
         if has_bias:
             b -= eta * d
         sc *= decay
@@ -336,16 +365,18 @@ def _local_sgd_scaled1(  # type: ignore[no-untyped-def]  # pragma: no cover
             C += sc
             bsum += b
     if average and n > t0:
-        for j in range(nf):
-            W[j, 0] = (R[j] + C * V[j] - P[j]) / (n - t0)
+        for i in range(nkeys):
+            j = keys[i]
+            rs = R[i] if R.shape[0] else 0.0
+            VP[j, 0] = (rs + C * VP[j, 0] - VP[j, 1]) / (n - t0)
         if has_bias:
-            W[nk - 1, 0] = bsum / (n - t0)
+            VP[nk - 1, 0] = bsum / (n - t0)
     else:
-        for j in range(nf):
-            W[j, 0] = sc * V[j]
+        for i in range(nkeys):
+            VP[keys[i], 0] *= sc
         if has_bias:
-            W[nk - 1, 0] = b
-    return loss, n
+            VP[nk - 1, 0] = b
+    return loss
 
 
 @njit(nogil=True, cache=True)
