@@ -54,7 +54,7 @@ from ..errors import InvalidArgumentError
 from ._kernels import SOFTMAX, eval_rows
 from ._local_sgd import sgd_pairs
 from ._prep import used_keys
-from ._task import _PREPARED, Plan, epoch_order, labels_for, split_ids
+from ._task import _PREPARED, Plan, epoch_order, labels_for, split_args, split_ids, split_key
 
 __all__ = ["InPlaceData", "in_place_order", "in_place_rows", "prepare_in_place"]
 
@@ -154,19 +154,10 @@ def prepare_in_place(part: Any, plan: Plan) -> InPlaceData | None:
     """
     if not _applies(part, plan):
         return None
-    key = ("in-place", id(part), plan.seed, plan.val_fraction, plan.n_features, plan.has_bias)
-    d = _PREPARED.get(part, key)
-    if not isinstance(d, InPlaceData):
-        [rows] = part.pieces()
-        d = in_place_rows(
-            rows,
-            index=part.index,
-            fraction=plan.val_fraction,
-            seed=plan.seed,
-            n_features=plan.n_features,
-            has_bias=plan.has_bias,
-        )
-        _PREPARED.put(part, key, d)
+    key = ("in-place", id(part), *split_key(plan))
+    d: InPlaceData = _PREPARED.get_or_make(
+        part, key, lambda: in_place_rows(part.pieces()[0], **split_args(part, plan))
+    )
     y = labels_for(d.rows.labels, plan)
     return replace(d, y=y, block=plan.in_place_block, streams=plan.in_place_streams, work=None)
 

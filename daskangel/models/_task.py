@@ -25,9 +25,9 @@ import itertools
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -47,9 +47,13 @@ __all__ = [
     "prepare",
     "pull",
     "push",
+    "split_args",
     "split_ids",
+    "split_key",
     "split_rows",
 ]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -239,31 +243,39 @@ def prepare(part: Any, plan: Plan, shuffle: bool = False) -> TaskData:
     .. warning:: The cache is memory Dask counts as *unmanaged*: a worker holds
        a partition's rows twice while it is cached.
     """
-    key: tuple[Any, ...] = (id(part), plan.seed, plan.val_fraction, plan.n_features)
-    key += (plan.has_bias, shuffle, plan.hot)
-    d = _PREPARED.get(part, key)
-    if not isinstance(d, TaskData):
-        d = split_rows(
-            part.pieces(),
-            shuffle=shuffle,
-            hot=plan.hot,
-            index=part.index,
-            fraction=plan.val_fraction,
-            seed=plan.seed,
-            n_features=plan.n_features,
-            has_bias=plan.has_bias,
-        )
-        _PREPARED.put(part, key, d)
+    key = ("prepared", id(part), *split_key(plan), shuffle, plan.hot)
+    d = _PREPARED.get_or_make(
+        part,
+        key,
+        lambda: split_rows(part.pieces(), shuffle=shuffle, hot=plan.hot, **split_args(part, plan)),
+    )
     y_train, y_val = labels_for(d.y_train, plan), labels_for(d.y_val, plan)
     return TaskData(d.keys, d.train, d.val, y_train, y_val, d.pos)
+
+
+def split_key(plan: Plan) -> tuple[Any, ...]:
+    """What a partition's split and keys depend on, beyond the partition."""
+    return (plan.seed, plan.val_fraction, plan.n_features, plan.has_bias)
+
+
+def split_args(part: Any, plan: Plan) -> dict[str, Any]:
+    """The keyword arguments of :func:`split_rows` / ``in_place_rows`` for a partition."""
+    return dict(
+        index=part.index,
+        fraction=plan.val_fraction,
+        seed=plan.seed,
+        n_features=plan.n_features,
+        has_bias=plan.has_bias,
+    )
 
 
 class _PreparedCache:
     """Prepared rows per (partition, split), LRU within a byte budget (thread-safe)."""
 
     def __init__(self) -> None:
-        # {(id(partition), seed, fraction, n_features, bias, shuffle, hot): (ref, data, bytes)}
-        # (TaskData), or {("in-place", id(partition), ...): ...} (_inplace.InPlaceData)
+        # {("prepared", id(partition), seed, fraction, n_features, bias, shuffle, hot):
+        #  (weakref to the partition, TaskData, bytes)}, and ("in-place", id(partition),
+        #  seed, fraction, n_features, bias) -> _inplace.InPlaceData
         self.entries: OrderedDict[tuple[Any, ...], tuple[Any, Any, int]] = OrderedDict()
         self.lock = threading.Lock()
 
@@ -274,6 +286,17 @@ class _PreparedCache:
                 return None
             self.entries.move_to_end(key)
             return hit[1]
+
+    def get_or_make(self, part: Any, key: tuple[Any, ...], make: Callable[[], T]) -> T:
+        """The entry of ``key`` for ``part``, made (and kept) if missing.
+
+        ``key[0]`` names the kind of entry, so one key never finds another kind.
+        """
+        d = self.get(part, key)
+        if d is None:
+            d = make()
+            self.put(part, key, d)
+        return d  # type: ignore[no-any-return]
 
     def put(self, part: Any, key: tuple[Any, ...], d: Any) -> None:
         """Keep ``d`` (with an ``nbytes``) while ``part`` lives, within the byte budget."""
