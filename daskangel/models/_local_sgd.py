@@ -122,15 +122,7 @@ def _local_sgd_lazy(  # type: ignore[no-untyped-def]  # pragma: no cover
             for k in range(K):
                 m[k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
             loss += _row_d(kind, m, y[r], eps)
-            for q in range(indptr[r], indptr[r + 1]):
-                j = indices[q]
-                if mark[j] != t:
-                    mark[j] = t
-                    touched[nt] = j
-                    nt += 1
-                x = data[q]
-                for k in range(K):
-                    gbuf[j, k] += m[k] * x
+            nt = _accumulate(indptr, indices, data, r, m, t, mark, touched, nt, gbuf)
             if has_bias:
                 for k in range(K):
                     gbuf[nk - 1, k] += m[k]
@@ -155,6 +147,33 @@ def _local_sgd_lazy(  # type: ignore[no-untyped-def]  # pragma: no cover
             for k in range(K):
                 W[j, k] = S[j, k] / (t - t0)
     return loss, t
+
+
+@njit(nogil=True, cache=True)
+def _accumulate(indptr, indices, data, r, m, t, mark, touched, nt, gbuf):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Add row ``r``'s gradient (``m`` = d loss / d margins) into ``gbuf``; keys first
+    touched in step ``t`` are appended to ``touched``.  Returns the new count."""
+    for q in range(indptr[r], indptr[r + 1]):
+        j = indices[q]
+        if mark[j] != t:
+            mark[j] = t
+            touched[nt] = j
+            nt += 1
+        x = data[q]
+        for k in range(m.shape[0]):
+            gbuf[j, k] += m[k] * x
+    return nt
+
+
+@njit(nogil=True, cache=True)
+def _scaled_margins(indptr, indices, data, V, sc, has_bias, r, m):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Row ``r``'s margins into ``m`` for weights ``sc * V`` (intercept, last row, unscaled)."""
+    nk = V.shape[0]
+    for k in range(V.shape[1]):
+        acc = 0.0
+        for q in range(indptr[r], indptr[r + 1]):
+            acc += V[indices[q], k] * data[q]
+        m[k] = (V[nk - 1, k] if has_bias else 0.0) + sc * acc
 
 
 @njit(nogil=True, cache=True)
@@ -204,12 +223,7 @@ def _local_sgd_scaled(  # type: ignore[no-untyped-def]  # pragma: no cover
         end = min(i + batch, n)
         if batch == 1:
             r = order[i]
-            for k in range(K):
-                mm = V[nk - 1, k] if has_bias else 0.0
-                acc = 0.0
-                for q in range(indptr[r], indptr[r + 1]):
-                    acc += V[indices[q], k] * data[q]
-                m[k] = mm + sc * acc
+            _scaled_margins(indptr, indices, data, V, sc, has_bias, r, m)
             loss += _row_d(kind, m, y[r], eps)
             for q in range(indptr[r], indptr[r + 1]):
                 j = indices[q]
@@ -226,21 +240,9 @@ def _local_sgd_scaled(  # type: ignore[no-untyped-def]  # pragma: no cover
             nt = 0
             for p in range(i, end):
                 r = order[p]
-                for k in range(K):
-                    mm = V[nk - 1, k] if has_bias else 0.0
-                    acc = 0.0
-                    for q in range(indptr[r], indptr[r + 1]):
-                        acc += V[indices[q], k] * data[q]
-                    m[k] = mm + sc * acc
+                _scaled_margins(indptr, indices, data, V, sc, has_bias, r, m)
                 loss += _row_d(kind, m, y[r], eps)
-                for q in range(indptr[r], indptr[r + 1]):
-                    j = indices[q]
-                    if mark[j] != t:
-                        mark[j] = t
-                        touched[nt] = j
-                        nt += 1
-                    for k in range(K):
-                        gbuf[j, k] += m[k] * data[q]
+                nt = _accumulate(indptr, indices, data, r, m, t, mark, touched, nt, gbuf)
                 if has_bias:
                     for k in range(K):
                         gbuf[nk - 1, k] += m[k]
