@@ -181,7 +181,10 @@ def in_place_order(n_features: int) -> tuple[int, int]:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InvalidArgumentError(f"{key}: expected an int >= 1, got {v!r}")
         out.append(v)
-    if not config.get("daskangel.models.in-place"):
+    on = config.get("daskangel.models.in-place")
+    if not isinstance(on, bool):
+        raise InvalidArgumentError(f"daskangel.models.in-place: expected true or false, got {on!r}")
+    if not on:
         return 0, 1
     workspace = (int(n_features) + 1) * 16
     if workspace > config.get_bytes("daskangel.models.in-place-workspace"):

@@ -146,12 +146,16 @@ def test_fit_in_place_or_prepared_recovers_the_planted_model(
 def test_bad_in_place_block_config_is_refused_with_its_key(client: Client) -> None:
     X, y, _ = planted(n=300)
     clf = models.LogisticRegression(max_iter=1)
-    for key in ("in-place-block", "in-place-streams"):
+    bad = [
+        ("in-place-block", 0, r"expected an int >= 1, got 0"),
+        ("in-place-streams", 0, r"expected an int >= 1, got 0"),
+        ("in-place", "no", r"expected true or false, got 'no'"),
+        ("in-place-workspace", "lots", r"expected a byte size .*got 'lots'"),
+    ]
+    for key, value, message in bad:
         with (
-            dask.config.set({f"daskangel.models.{key}": 0}),
-            pytest.raises(
-                ValueError, match=rf"daskangel.models.{key}: expected an int >= 1, got 0"
-            ),
+            dask.config.set({f"daskangel.models.{key}": value}),
+            pytest.raises(ValueError, match=rf"daskangel.models.{key}: {message}"),
         ):
             clf.fit(X, y)
         assert not getattr(clf, "_arrays", None)
