@@ -122,10 +122,7 @@ def _local_sgd_lazy(  # type: ignore[no-untyped-def]  # pragma: no cover
             for k in range(K):
                 m[k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
             loss += _row_d(kind, m, y[r], eps)
-            nt = _accumulate(indptr, indices, data, r, m, t, mark, touched, nt, gbuf)
-            if has_bias:
-                for k in range(K):
-                    gbuf[nk - 1, k] += m[k]
+            nt = _accumulate(indptr, indices, data, r, m, t, mark, touched, nt, gbuf, has_bias)
         step = eta / (end - i)
         for u in range(nt):
             j = touched[u]
@@ -150,9 +147,10 @@ def _local_sgd_lazy(  # type: ignore[no-untyped-def]  # pragma: no cover
 
 
 @njit(nogil=True, cache=True)
-def _accumulate(indptr, indices, data, r, m, t, mark, touched, nt, gbuf):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """Add row ``r``'s gradient (``m`` = d loss / d margins) into ``gbuf``; keys first
-    touched in step ``t`` are appended to ``touched``.  Returns the new count."""
+def _accumulate(indptr, indices, data, r, m, t, mark, touched, nt, gbuf, has_bias):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Add row ``r``'s gradient (``m`` = d loss / d margins) into ``gbuf`` (the
+    intercept's in its last row); keys first touched in step ``t`` are appended to
+    ``touched``.  Returns the new count."""
     for q in range(indptr[r], indptr[r + 1]):
         j = indices[q]
         if mark[j] != t:
@@ -162,6 +160,9 @@ def _accumulate(indptr, indices, data, r, m, t, mark, touched, nt, gbuf):  # typ
         x = data[q]
         for k in range(m.shape[0]):
             gbuf[j, k] += m[k] * x
+    if has_bias:
+        for k in range(m.shape[0]):
+            gbuf[gbuf.shape[0] - 1, k] += m[k]
     return nt
 
 
@@ -242,10 +243,7 @@ def _local_sgd_scaled(  # type: ignore[no-untyped-def]  # pragma: no cover
                 r = order[p]
                 _scaled_margins(indptr, indices, data, V, sc, has_bias, r, m)
                 loss += _row_d(kind, m, y[r], eps)
-                nt = _accumulate(indptr, indices, data, r, m, t, mark, touched, nt, gbuf)
-                if has_bias:
-                    for k in range(K):
-                        gbuf[nk - 1, k] += m[k]
+                nt = _accumulate(indptr, indices, data, r, m, t, mark, touched, nt, gbuf, has_bias)
             step = eta / (end - i)
             for u in range(nt):
                 j = touched[u]
