@@ -223,10 +223,13 @@ class Binding:
         safe) or a :class:`TimeoutError` is raised.
         """
         loop = asyncio.get_running_loop()
-        me = asyncio.current_task()
         check = config.get_seconds("daskangel.client.liveness-check")
         limit = loop.time() + config.get_seconds("daskangel.client.call-timeout")
-        state: dict[str, Any] = {"why": None, "probe": None, "timer": None}
+        # Everything the timer callbacks share lives in ``state``, which is cleared
+        # on the way out: the callbacks then hold no path back to this task, whose
+        # result (a large get's output) must be freed as soon as the caller drops
+        # it, not at the next cyclic garbage collection.
+        state: dict[str, Any] = {"why": None, "probe": None, "task": asyncio.current_task()}
 
         def fire() -> None:
             state["probe"] = asyncio.ensure_future(probe())
@@ -239,12 +242,15 @@ class Binding:
                 gone = {fresh.servers[b] for b in fresh.lost}
                 gone |= set(meta.servers) - set(fresh.servers)
                 if not any(s in gone for s in servers):
-                    state["timer"] = loop.call_later(check, fire)
+                    if "fire" in state:  # not finished meanwhile
+                        state["timer"] = loop.call_later(check, state["fire"])
                     return
                 state["why"] = "lost"
-            if me is not None:
-                me.cancel()
+            task = state.get("task")
+            if task is not None:
+                task.cancel()
 
+        state["fire"] = fire
         state["timer"] = loop.call_later(check, fire)
         try:
             if len(calls) == 1:
@@ -254,6 +260,7 @@ class Binding:
                     return [e]
             return list(await asyncio.gather(*calls, return_exceptions=True))
         except asyncio.CancelledError:
+            me = state["task"]
             if state["why"] is None or me is None:
                 raise
             me.uncancel()
@@ -268,6 +275,7 @@ class Binding:
             p = state["probe"]
             if p is not None and not p.done() and p is not asyncio.current_task():
                 p.cancel()
+            state.clear()
 
     async def _wait(self, name: str, generation: int, timeout: float) -> ArrayMeta:
         d = await self.scheduler.daskangel_wait_meta(

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import dask
@@ -201,6 +203,39 @@ def test_large_gets_read_in_place_equal_the_model(ctx: angel.PSContext, limit: s
                 np.testing.assert_array_equal(arr.get(), model + 1)
             finally:
                 ctx.drop(f"big{k}")
+
+
+def test_a_large_gets_output_is_freed_as_soon_as_the_caller_drops_it(
+    ctx: angel.PSContext,
+) -> None:
+    """No reference cycle may hold a get's output (or an increment's values) until
+    the next garbage collection: every large get would then page-fault fresh
+    memory, which cost 5x the transfer itself on the benchmark VM."""
+    arr = ctx.zeros("freed", (1, 300_000), dtype="float32")
+    try:
+        arr.get()  # warm: metadata, connections
+        gc.collect()
+        gc.disable()
+        try:
+            got = arr.get()
+            assert got.base is not None and len(arr.blocks) > 1
+            out = weakref.ref(got.base)
+            del got
+            assert out() is None, "a get's output outlived the call"
+            got = arr.get_async().result()
+            out = weakref.ref(got.base)
+            del got
+            assert out() is None, "a get_async's output outlived the call"
+            vals = np.ones((1, 300_000), "float32")
+            held = weakref.ref(vals)
+            arr.increment(vals)
+            del vals
+            assert held() is None, "an increment's values outlived the call"
+        finally:
+            gc.enable()
+        np.testing.assert_array_equal(arr.get(), 1)
+    finally:
+        ctx.drop("freed")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
