@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["landed", "match_frames", "send_recv_into"]
+__all__ = ["landed", "match_frames", "read_into_targets", "send_recv_into"]
 
 
 def landed(result: Any, target: np.ndarray | None) -> bool:
@@ -72,7 +72,7 @@ def match_frames(
     return out
 
 
-async def _read_into(comm: Any, sizes: list[int], targets: list[np.ndarray | None]) -> Any:
+async def read_into_targets(comm: Any, sizes: list[int], targets: list[np.ndarray | None]) -> Any:
     """``comm.read()``, reading matched frames into their targets (TCP comms only)."""
     from distributed.comm.tcp import TCP, convert_stream_closed_error, from_frames, read_bytes_rw
     from tornado.iostream import StreamClosedError
@@ -133,9 +133,14 @@ async def send_recv_into(
     msg: dict[str, Any],
     sizes: list[int],
     targets: list[np.ndarray | None],
+    follow: dict[str, Any] | None = None,
 ) -> Any:
     """One pooled request/response like ``pool(address).<op>(**msg)``, with the
-    reply's large frames read into ``targets`` (see :func:`match_frames`)."""
+    reply's large frames read into ``targets`` (see :func:`match_frames`).
+
+    ``follow``: a second message written right after the request, on the same
+    comm, for the handler to read itself (an update's values, received into
+    reused buffers: :mod:`daskangel.psarray._recvpool`)."""
     from distributed.core import clean_exception
 
     comm = await pool.connect(address)
@@ -144,7 +149,9 @@ async def send_recv_into(
         force_close = please_close = False
         try:
             await comm.write({**msg, "op": op, "reply": True}, on_error="raise")
-            response = await _read_into(comm, sizes, targets)
+            if follow is not None:
+                await comm.write(follow, on_error="raise")
+            response = await read_into_targets(comm, sizes, targets)
         except (TimeoutError, OSError):
             force_close = True  # as distributed.core.send_recv: never reuse this comm
             raise

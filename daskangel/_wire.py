@@ -33,6 +33,7 @@ __all__ = [
     "actor_key",
     "call_server",
     "error_reply",
+    "split_follow",
     "unwrap_arrays",
     "wrap_arrays",
 ]
@@ -121,6 +122,25 @@ def _has_large_array(obj: Any, limit: int) -> bool:
     return False
 
 
+def split_follow(op: str, kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """An update's kwargs without its large values, and those values.
+
+    When the dense values of an update (every part's ``values``) add up to at
+    least ``daskangel.client.follow-bytes``, they travel in a message of their own
+    right after the request, which the server reads into reused buffers
+    (:mod:`daskangel.psarray._recvpool`); the request then says ``follow`` (their
+    byte counts).  Anything else: ``(kwargs, [])``, sent as one message.
+    """
+    parts = kwargs.get("parts") if op == "update" else None
+    if not parts or not all(isinstance(p.get("values"), np.ndarray) for p in parts):
+        return kwargs, []
+    values = [np.ascontiguousarray(p["values"]) for p in parts]
+    if sum(v.nbytes for v in values) < config.get_bytes("daskangel.client.follow-bytes"):
+        return kwargs, []
+    rest = [{k: x for k, x in p.items() if k != "values"} for p in parts]
+    return {**kwargs, "parts": rest, "follow": [v.nbytes for v in values]}, values
+
+
 def _pad(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``{"pad": _PAD}`` when the message carries an array worth aligning, else ``{}``."""
     limit = config.get_bytes("daskangel.client.align-bytes")
@@ -144,6 +164,12 @@ async def call_server(
     (see :mod:`daskangel._recv`; the caller checks which ones landed).
     """
     if transport == "handlers":
+        kwargs, values = split_follow(op, kwargs)
+        if values:
+            msg = {"ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
+            follow = {"values": [to_serialize(v) for v in values]}
+            reply = await send_recv_into(rpc, address, "daskangel_ps", msg, [], [], follow)
+            return unwrap_arrays(_raise_if_error(reply))
         msg = {**_pad(kwargs), "ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
         if into is not None:
             reply = await send_recv_into(rpc, address, "daskangel_ps", msg, *into)

@@ -47,6 +47,7 @@ from ._behind import DEFERRABLE_OPS, Deferred, WriteBehind
 from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
 from ._holds import WRITE_OPS, Holds, Prepared
 from ._packed import PACK_SHIFT
+from ._recvpool import ReceivePool, read_follow
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -535,6 +536,7 @@ class PSWorkerPlugin(WorkerPlugin):
         # {server_index: PSServer}
         self.servers: dict[int, PSServer] = {}
         self.worker: Worker | None = None
+        self.receive_pool = ReceivePool()
 
     def setup(self, worker: Worker) -> None:
         self.worker = worker
@@ -564,7 +566,14 @@ class PSWorkerPlugin(WorkerPlugin):
         return await srv.run(ps_op, cost, may_defer=received, **kwargs)
 
     async def handle(
-        self, ps_op: str, server: int, cost: int = 0, pad: Any = None, **kwargs: Any
+        self,
+        comm: Any,
+        ps_op: str,
+        server: int,
+        cost: int = 0,
+        pad: Any = None,
+        follow: list[int] | None = None,
+        **kwargs: Any,
     ) -> Any:
         """The ``daskangel_ps`` comm handler: run ``ps_op`` and frame its arrays.
 
@@ -573,7 +582,20 @@ class PSWorkerPlugin(WorkerPlugin):
         wire.  A whole dense block is *lent* instead of copied (``get``'s ``lend``):
         the block copies itself before its next write.  Expected errors (bad index,
         stale layout) go back to the caller without an error log on the worker.
+
+        ``follow``: the parts' values come in the next message on ``comm``, read here
+        into reused buffers (:mod:`._recvpool`) before anything else happens, so a
+        request that fails still leaves the comm in step.
         """
+        if follow is not None:
+            values = await read_follow(comm, follow, self.receive_pool)
+            parts = kwargs.get("parts")
+            if not isinstance(parts, (list, tuple)) or len(parts) != len(values):
+                return error_reply(
+                    InvalidArgumentError("follow: expected one values array per part")
+                )
+            for p, v in zip(parts, values, strict=True):
+                p["values"] = v
         if ps_op == "get":
             kwargs["lend"] = True
             if all(p.get("rows") is None and p.get("cols") is None for p in kwargs["parts"]):

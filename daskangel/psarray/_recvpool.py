@@ -1,0 +1,133 @@
+"""Receiving an update's values into reused buffers on the server.
+
+Dask's TCP comm reads every frame of a message into a buffer allocated for it,
+and a Dask worker returns freed memory to the kernel at once
+(``MALLOC_TRIM_THRESHOLD_``, set by the nanny), so each large increment arrived
+in memory the kernel had to map again, page by page: on the 2-core benchmark VM
+the page faults cost about as much as the copy out of the socket.
+
+A large dense update therefore travels as two messages on the same comm (the
+client's side is ``daskangel._recv.send_recv_into(..., follow=...)``): the
+request, with ``follow = [byte count of each part's values]``, then a message
+holding only the values.  The ``daskangel_ps`` handler reads the second message
+itself (:func:`read_follow`), straight into a buffer of a :class:`ReceivePool`,
+whose buffers are touched once and reused as soon as nothing refers to them
+(the write-behind apply that read them has finished).  A request that fails
+still consumes its follow message, so the comm stays in step.
+
+Example
+-------
+>>> pool = ReceivePool(limit=1 << 20)
+>>> a, b = pool.take([1000, 24])
+>>> a.nbytes, b.nbytes, b.ctypes.data % 64
+(1000, 24, 0)
+>>> del a, b
+>>> x = pool.take([512])[0]; y = pool.take([512])[0]  # both held: two buffers
+>>> x.base is y.base
+False
+>>> n = pool.nbytes; del x, y
+>>> _ = pool.take([512]); pool.nbytes == n  # released ones are reused
+True
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from .. import config
+from .._recv import read_into_targets
+from ..errors import InvalidArgumentError
+
+__all__ = ["ReceivePool", "read_follow"]
+
+_ALIGN = 64  # each part's values start on a cache line
+
+
+def _padded(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+class ReceivePool:
+    """Buffers for received values, reused once no array refers to them.
+
+    ``limit`` caps the bytes the pool keeps (default
+    ``daskangel.server.receive-pool-bytes``); a request that does not fit gets a
+    buffer of its own, freed as usual.  Use from one thread (the event loop).
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = (
+            config.get_bytes("daskangel.server.receive-pool-bytes") if limit is None else limit
+        )
+        # pooled buffers: uint8 arrays owning their memory.  A view of one has it as
+        # ``base`` (numpy collapses view chains to the owner), so a buffer is free
+        # when only this list refers to it.
+        self._bufs: list[np.ndarray] = []
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._bufs)
+
+    def _free(self, i: int) -> bool:
+        # references: the list's and getrefcount's argument; every view adds one
+        return sys.getrefcount(self._bufs[i]) <= 2
+
+    def _buffer(self, total: int) -> np.ndarray:
+        need = total + _ALIGN  # room to start on a 64-byte boundary wherever it lies
+        best = -1
+        for i in range(len(self._bufs)):
+            size = self._bufs[i].nbytes
+            if size >= need and self._free(i) and (best < 0 or size < self._bufs[best].nbytes):
+                best = i
+        if best >= 0:
+            return self._bufs[best]
+        if need > self.limit:
+            return np.empty(need, np.uint8)
+        # make room: drop free buffers, smallest first, until the new one fits
+        while self.nbytes + need > self.limit:
+            free = [i for i in range(len(self._bufs)) if self._free(i)]
+            if not free:
+                return np.empty(need, np.uint8)
+            del self._bufs[min(free, key=lambda i: self._bufs[i].nbytes)]
+        self._bufs.append(np.empty(need, np.uint8))
+        return self._bufs[-1]
+
+    def take(self, sizes: list[int]) -> list[np.ndarray]:
+        """One uint8 array per size, each 64-byte aligned, in one (pooled) buffer."""
+        total = sum(_padded(s) for s in sizes)
+        buf = self._buffer(total)
+        pos = (-buf.ctypes.data) % _ALIGN
+        out = []
+        for s in sizes:
+            out.append(buf[pos : pos + s])
+            pos += _padded(s)
+        return out
+
+
+async def read_follow(comm: Any, sizes: list[int], pool: ReceivePool) -> list[np.ndarray]:
+    """Read the values message that follows a request, into ``pool``'s buffers.
+
+    Returns one array per part: views of the pooled buffer for parts of at least
+    ``daskangel.client.direct-read-bytes`` whose frames were the sizes announced;
+    arrays of their own otherwise (small parts, a non-TCP comm).
+    """
+    if not isinstance(sizes, (list, tuple)) or not all(
+        isinstance(s, int) and s >= 0 for s in sizes
+    ):
+        raise InvalidArgumentError(f"follow: expected a list of byte counts, got {sizes!r}")
+    # small parts are read as usual: only frames of at least direct-read-bytes are
+    # matched by size, so no header frame can be taken for one
+    limit = config.get_bytes("daskangel.client.direct-read-bytes")
+    want = [s if s >= limit else 0 for s in sizes]
+    bufs = pool.take(want)
+    targets: list[np.ndarray | None] = [b if n else None for b, n in zip(bufs, want, strict=True)]
+    msg = await read_into_targets(comm, want, targets)
+    values = msg.get("values") if isinstance(msg, dict) else None
+    if not isinstance(values, (list, tuple)) or len(values) != len(sizes):
+        raise InvalidArgumentError(
+            f"follow: expected a message of {len(sizes)} values, got {type(msg).__name__}"
+        )
+    return list(values)

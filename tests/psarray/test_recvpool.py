@@ -1,0 +1,171 @@
+"""Updates whose values follow their request into reused server buffers.
+
+* :class:`ReceivePool` on its own: alignment, reuse only once released, the cap;
+* over real comms (2 worker processes): follow-path increments and sets equal a
+  NumPy model, a worker's pool stops growing once warm, and a request the server
+  rejects still consumes its values message (the comm stays usable).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import daskangel as angel
+from daskangel._wire import call_server, split_follow
+from daskangel.errors import NonFiniteError, StaleLayoutError
+from daskangel.psarray._recvpool import ReceivePool
+
+pytestmark = pytest.mark.timeout(300)
+
+
+# -- the pool alone ----------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5000), min_size=1, max_size=4), min_size=1, max_size=12))
+def test_pool_hands_out_aligned_disjoint_views_and_reuses_only_released_buffers(
+    requests: list[list[int]],
+) -> None:
+    pool = ReceivePool(limit=40_000)
+    held: list[list[np.ndarray]] = []
+    for k, sizes in enumerate(requests):
+        views = pool.take(sizes)
+        assert [v.nbytes for v in views] == sizes
+        assert all(v.ctypes.data % 64 == 0 for v in views if v.nbytes)
+        for v in views:
+            v[:] = k % 251  # mark: no view handed out while held may see this
+        held.append(views)
+        if k % 3 == 2:
+            held.pop(0)  # release the oldest request
+        for j, vs in enumerate(held):
+            tag = (k - len(held) + 1 + j) % 251
+            for v in vs:
+                assert (v == tag).all(), "a buffer still in use was handed out again"
+        assert pool.nbytes <= pool.limit
+
+
+def test_pool_reuses_a_released_buffer_and_keeps_to_its_limit() -> None:
+    pool = ReceivePool(limit=10_000)
+    a = pool.take([4000])
+    size = pool.nbytes
+    del a
+    b = pool.take([4000])
+    assert pool.nbytes == size  # reused, not grown
+    c = pool.take([4000])  # b still held: a second buffer
+    assert pool.nbytes == 2 * size
+    d = pool.take([4000])  # over the limit while both are held: unpooled
+    assert pool.nbytes == 2 * size and d[0].nbytes == 4000
+    big = pool.take([20_000])  # larger than the limit: never pooled
+    assert pool.nbytes == 2 * size and big[0].nbytes == 20_000
+    del b, c, d, big
+
+
+def test_split_follow_moves_only_large_dense_update_values() -> None:
+    v = np.ones((1, 100_000), "float32")
+    parts = [{"block": 0, "rows": None, "cols": None, "values": v}]
+    with dask.config.set({"daskangel.client.follow-bytes": "256KiB"}):
+        kw, vals = split_follow("update", {"array": "a", "parts": parts})
+        assert kw["follow"] == [v.nbytes] and vals[0] is v
+        assert "values" not in kw["parts"][0] and "values" in parts[0]  # caller's dict kept
+        assert split_follow("update", {"parts": [{**parts[0], "values": v[:, :10]}]})[1] == []
+        assert split_follow("get", {"parts": parts})[1] == []
+
+
+# -- over real comms ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ctx(client: Client) -> Any:
+    with angel.PSContext(client) as ps:
+        yield ps
+
+
+def _pool_bytes(dask_worker: Any) -> int:
+    return int(dask_worker.plugins["daskangel-ps"].receive_pool.nbytes)
+
+
+@pytest.mark.parametrize("follow", ["1B", "256KiB"])
+def test_follow_path_updates_equal_the_model(ctx: angel.PSContext, follow: str) -> None:
+    rng = np.random.default_rng(0)
+    shape = (40, 30_000)  # 4.8 MB in float32: several blocks on both servers
+    model = rng.standard_normal(shape).astype("float32")
+    arr = ctx.from_array("follow", model)
+    try:
+        with dask.config.set({"daskangel.client.follow-bytes": follow}):
+            for _ in range(3):
+                v = rng.standard_normal(shape).astype("float32")
+                arr.increment(v)
+                model += v
+            rows = rng.choice(shape[0], 7, replace=False)
+            v = rng.standard_normal((7, shape[1])).astype("float32")
+            arr.increment(v, rows=rows)
+            model[rows] += v
+            arr.set(np.full((2, shape[1]), 5, "float32"), rows=[0, 1])
+            model[[0, 1]] = 5
+            with pytest.raises(NonFiniteError):
+                bad = np.ones(shape, "float32")
+                bad[-1, -1] = np.nan
+                arr.increment(bad)
+            np.testing.assert_allclose(arr.get(), model, rtol=1e-5, atol=1e-5)
+    finally:
+        ctx.drop("follow")
+
+
+def test_worker_pools_reuse_their_buffers(ctx: angel.PSContext, client: Client) -> None:
+    n = 2_000_000
+    arr = ctx.zeros("warm", (1, n), dtype="float32")
+    try:
+        per_call: dict[str, int] = {}
+        for blk in arr.blocks:
+            a = blk.server.address
+            per_call[a] = per_call.get(a, 0) + blk.shape[1] * 4
+        v = np.ones((1, n), "float32")
+        for _ in range(20):
+            arr.increment(v)
+        arr.version_token()  # every queued add applied: buffers released
+        pooled = client.run(_pool_bytes)
+        for a, b in pooled.items():
+            # 20 calls, each kept apart, would need 20x; write-behind overlaps a
+            # receive with at most the apply or two before it
+            assert 0 < b <= 4 * (per_call[a] + 64 * len(arr.blocks)), (a, b, per_call[a])
+        np.testing.assert_array_equal(arr.get(), 20)
+    finally:
+        ctx.drop("warm")
+
+
+def test_a_rejected_follow_request_leaves_the_comm_in_step(ctx: angel.PSContext) -> None:
+    arr = ctx.zeros("step", (1, 1_000_000), dtype="float32")
+    try:
+        b = arr._binding
+        blk = arr.blocks[0]
+        v = np.ones(blk.shape, "float32")
+
+        async def bogus_then_real() -> Any:
+            pool = await b.pool()
+            part = {"block": 10_000, "rows": None, "cols": None, "values": v}
+            kw = {"array": "step", "parts": [part], "add": True}
+            with pytest.raises(StaleLayoutError):  # no such block: rejected after reading
+                await call_server(
+                    pool, blk.server.address, blk.server.index, "update", "handlers", 0, kw
+                )
+            part = {**part, "block": blk.id}
+            kw = {"array": "step", "parts": [part], "add": True}
+            return await call_server(
+                pool, blk.server.address, blk.server.index, "update", "handlers", 0, kw
+            )
+
+        with dask.config.set({"daskangel.client.follow-bytes": "1B"}):
+            assert b.run(bogus_then_real) is True
+        got = arr.get()[0]
+        lo, hi = blk.cols
+        np.testing.assert_array_equal(got[lo:hi], 1)
+        np.testing.assert_array_equal(np.delete(got, np.s_[lo:hi]), 0)
+    finally:
+        ctx.drop("step")
