@@ -144,6 +144,11 @@ async def send_recv_into(
     from distributed.core import clean_exception
 
     comm = await pool.connect(address)
+    # Dask's comm measures every message (dask.sizeof) to decide whether to
+    # (de)serialise it in a thread; a PS message is a small dict and zero-copy
+    # numpy frames, so the measuring (~50 us a message) and the thread hop only
+    # cost time.  The comms of this pool carry nothing but PS calls.
+    comm.allow_offload = False
     prev_name, comm.name = comm.name, f"ConnectionPool.{op}"
     try:
         force_close = please_close = False

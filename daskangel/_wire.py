@@ -171,10 +171,8 @@ async def call_server(
             reply = await send_recv_into(rpc, address, "daskangel_ps", msg, [], [], follow)
             return unwrap_arrays(_raise_if_error(reply))
         msg = {**_pad(kwargs), "ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
-        if into is not None:
-            reply = await send_recv_into(rpc, address, "daskangel_ps", msg, *into)
-        else:
-            reply = await rpc(address).daskangel_ps(**msg)
+        sizes, targets = into if into is not None else ([], [])
+        reply = await send_recv_into(rpc, address, "daskangel_ps", msg, sizes, targets)
         return unwrap_arrays(_raise_if_error(reply))
     if transport == "actors":
         msg = {

@@ -587,6 +587,8 @@ class PSWorkerPlugin(WorkerPlugin):
         into reused buffers (:mod:`._recvpool`) before anything else happens, so a
         request that fails still leaves the comm in step.
         """
+        if comm is not None:
+            comm.allow_offload = False  # as the caller's side (daskangel._recv)
         if follow is not None:
             values = await read_follow(comm, follow, self.receive_pool)
             parts = kwargs.get("parts")
