@@ -19,7 +19,9 @@ On a 2-worker LocalCluster (processes), for each transport ("handlers", "actors"
   then the same keys again), per server, next to the same update (packing, then the
   block's packed update) on one local block.
 
-Every figure is the median of ``--repeat`` runs (small calls: of 300); a daskangel
+Every figure is the median of ``--repeat`` runs (dense transfers: ``repeat x 64 / MiB``
+runs, so that each size times as many bytes and the 1 MiB medians are as steady as
+the 64 MiB ones; small calls: of 300); a daskangel
 call and its raw counterpart are timed in turns (``paired_median_times``), so load
 from other processes on the shared cores weighs on both alike.
 """
@@ -133,8 +135,9 @@ def bench_transport(
             vals = np.ones(n, "float32")
             shares = shares_of(w, mb * MiB)
             sink_shares = {a: np.ones(b // 4, "float32") for a, b in shares.items()}
+            rounds = repeat * (64 // mb)  # as many bytes timed per size: steady medians
             got = paired_median_times(
-                {"get": w.get, "raw": lambda s=shares: raw.call("source", s)}, repeat, warmup=1
+                {"get": w.get, "raw": lambda s=shares: raw.call("source", s)}, rounds, warmup=3
             )
             tiny = dict.fromkeys(shares, 400)
 
@@ -148,7 +151,7 @@ def bench_transport(
                     raw.call("sink", s)
                 raw.call("source", t)
 
-            put = paired_median_times({"inc": inc_burst, "raw": raw_burst}, repeat, warmup=1)
+            put = paired_median_times({"inc": inc_burst, "raw": raw_burst}, rounds, warmup=3)
             t_get, t_raw_get = got["get"], got["raw"]
             t_inc, t_raw_put = put["inc"] / BURST, put["raw"] / BURST
             local = np.zeros(n, "float32")

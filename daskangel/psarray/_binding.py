@@ -253,12 +253,20 @@ class Binding:
         state["fire"] = fire
         state["timer"] = loop.call_later(check, fire)
         try:
-            if len(calls) == 1:
+            # the other calls become tasks (started on the loop's next turn); the first
+            # runs here at once, so its request leaves without waiting for that turn
+            rest = [asyncio.ensure_future(c) for c in calls[1:]]
+            try:
                 try:
-                    return [await calls[0]]
+                    first = await calls[0]
                 except Exception as e:  # noqa: BLE001 - sorted out by the caller, as with gather
-                    return [e]
-            return list(await asyncio.gather(*calls, return_exceptions=True))
+                    first = e
+                return [first, *await asyncio.gather(*rest, return_exceptions=True)]
+            except BaseException:
+                for t in rest:
+                    t.cancel()
+                    t.add_done_callback(_consume)  # nobody awaits it any more
+                raise
         except asyncio.CancelledError:
             me = state["task"]
             if state["why"] is None or me is None:
@@ -313,6 +321,12 @@ class Binding:
                 f"array {meta.name!r}: PS server(s) {', '.join(servers)} left the cluster "
                 f"holding blocks {lost[:20]}, and {why}"
             )
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Mark an abandoned task's outcome as seen (no "exception never retrieved")."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _into(
