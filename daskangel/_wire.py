@@ -122,23 +122,42 @@ def _has_large_array(obj: Any, limit: int) -> bool:
     return False
 
 
-def split_follow(op: str, kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """An update's kwargs without its large values, and those values.
+# the fields of an update's parts that may carry its bulk
+_BULK = ("values", "packed", "coo_rows", "coo_cols")
 
-    When the dense values of an update (every part's ``values``) add up to at
-    least ``daskangel.client.follow-bytes``, they travel in a message of their own
-    right after the request, which the server reads into reused buffers
-    (:mod:`daskangel.psarray._recvpool`); the request then says ``follow`` (their
-    byte counts).  Anything else: ``(kwargs, [])``, sent as one message.
+
+def split_follow(op: str, kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """An update's kwargs without its bulk arrays, and those arrays.
+
+    When the arrays of an update's parts (dense ``values``, packed sparse pairs,
+    coordinates) add up to at least ``daskangel.client.follow-bytes``, those over
+    ``daskangel.client.inline-array-bytes`` travel in a message of their own right
+    after the request, which the server reads into reused buffers
+    (:mod:`daskangel.psarray._recvpool`); the request then says ``follow``:
+    ``[[part index, field, bytes], ...]`` in the order of that message.  Anything
+    else: ``(kwargs, [])``, sent as one message.
     """
     parts = kwargs.get("parts") if op == "update" else None
-    if not parts or not all(isinstance(p.get("values"), np.ndarray) for p in parts):
+    if not parts:
         return kwargs, []
-    values = [np.ascontiguousarray(p["values"]) for p in parts]
-    if sum(v.nbytes for v in values) < config.get_bytes("daskangel.client.follow-bytes"):
+    inline = config.get_bytes("daskangel.client.inline-array-bytes")
+    found = [
+        (i, k, p[k])
+        for i, p in enumerate(parts)
+        for k in _BULK
+        if isinstance(p.get(k), np.ndarray) and p[k].nbytes > inline
+    ]
+    if not found or sum(a.nbytes for _, _, a in found) < config.get_bytes(
+        "daskangel.client.follow-bytes"
+    ):
         return kwargs, []
-    rest = [{k: x for k, x in p.items() if k != "values"} for p in parts]
-    return {**kwargs, "parts": rest, "follow": [v.nbytes for v in values]}, values
+    arrays = [np.ascontiguousarray(a) for _, _, a in found]
+    moved: dict[int, set[str]] = {}
+    for i, k, _ in found:
+        moved.setdefault(i, set()).add(k)
+    rest = [{k: x for k, x in p.items() if k not in moved.get(i, ())} for i, p in enumerate(parts)]
+    follow = [[i, k, a.nbytes] for (i, k, _), a in zip(found, arrays, strict=True)]
+    return {**kwargs, "parts": rest, "follow": follow}, arrays
 
 
 def _pad(kwargs: dict[str, Any]) -> dict[str, Any]:

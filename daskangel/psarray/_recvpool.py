@@ -8,8 +8,8 @@ the page faults cost about as much as the copy out of the socket.
 
 A large dense update therefore travels as two messages on the same comm (the
 client's side is ``daskangel._recv.send_recv_into(..., follow=...)``): the
-request, with ``follow = [byte count of each part's values]``, then a message
-holding only the values.  The ``daskangel_ps`` handler reads the second message
+request, with ``follow = [[part, field, bytes], ...]``, then a message holding
+only those arrays (dense values, packed sparse pairs, coordinates).  The ``daskangel_ps`` handler reads the second message
 itself (:func:`read_follow`), straight into a buffer of a :class:`ReceivePool`,
 whose buffers are touched once and reused as soon as nothing refers to them
 (the write-behind apply that read them has finished).  A request that fails
@@ -107,17 +107,23 @@ class ReceivePool:
         return out
 
 
-async def read_follow(comm: Any, sizes: list[int], pool: ReceivePool) -> list[np.ndarray]:
-    """Read the values message that follows a request, into ``pool``'s buffers.
+async def read_follow(comm: Any, follow: list[Any], pool: ReceivePool) -> list[np.ndarray]:
+    """Read the arrays message that follows a request, into ``pool``'s buffers.
+
+    ``follow`` lists ``[part, field, bytes]`` of each array, in message order.
 
     Returns one array per part: views of the pooled buffer for parts of at least
     ``daskangel.client.direct-read-bytes`` whose frames were the sizes announced;
     arrays of their own otherwise (small parts, a non-TCP comm).
     """
-    if not isinstance(sizes, (list, tuple)) or not all(
-        isinstance(s, int) and s >= 0 for s in sizes
-    ):
-        raise InvalidArgumentError(f"follow: expected a list of byte counts, got {sizes!r}")
+    try:
+        sizes = [int(n) for _, _, n in follow]
+    except (TypeError, ValueError):
+        sizes = [-1]
+    if not sizes or min(sizes) < 0:
+        raise InvalidArgumentError(
+            f"follow: expected [[part, field, bytes], ...], got {str(follow)[:200]}"
+        )
     # small parts are read as usual: only frames of at least direct-read-bytes are
     # matched by size, so no header frame can be taken for one
     limit = config.get_bytes("daskangel.client.direct-read-bytes")
@@ -128,6 +134,6 @@ async def read_follow(comm: Any, sizes: list[int], pool: ReceivePool) -> list[np
     values = msg.get("values") if isinstance(msg, dict) else None
     if not isinstance(values, (list, tuple)) or len(values) != len(sizes):
         raise InvalidArgumentError(
-            f"follow: expected a message of {len(sizes)} values, got {type(msg).__name__}"
+            f"follow: expected a message of {len(sizes)} arrays, got {type(msg).__name__}"
         )
     return list(values)

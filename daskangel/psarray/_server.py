@@ -572,7 +572,7 @@ class PSWorkerPlugin(WorkerPlugin):
         server: int,
         cost: int = 0,
         pad: Any = None,
-        follow: list[int] | None = None,
+        follow: list[list[Any]] | None = None,
         **kwargs: Any,
     ) -> Any:
         """The ``daskangel_ps`` comm handler: run ``ps_op`` and frame its arrays.
@@ -583,21 +583,23 @@ class PSWorkerPlugin(WorkerPlugin):
         the block copies itself before its next write.  Expected errors (bad index,
         stale layout) go back to the caller without an error log on the worker.
 
-        ``follow``: the parts' values come in the next message on ``comm``, read here
+        ``follow``: some of the parts' arrays (``[[part, field, bytes], ...]``) come
+        in the next message on ``comm``, read here
         into reused buffers (:mod:`._recvpool`) before anything else happens, so a
         request that fails still leaves the comm in step.
         """
         if comm is not None:
             comm.allow_offload = False  # as the caller's side (daskangel._recv)
         if follow is not None:
-            values = await read_follow(comm, follow, self.receive_pool)
+            arrays = await read_follow(comm, follow, self.receive_pool)
             parts = kwargs.get("parts")
-            if not isinstance(parts, (list, tuple)) or len(parts) != len(values):
+            try:
+                for (i, field, _), a in zip(follow, arrays, strict=True):
+                    parts[i][field] = a  # type: ignore[index]
+            except (TypeError, IndexError, KeyError, ValueError):
                 return error_reply(
-                    InvalidArgumentError("follow: expected one values array per part")
+                    InvalidArgumentError("follow: expected [[part, field, bytes], ...]")
                 )
-            for p, v in zip(parts, values, strict=True):
-                p["values"] = v
         if ps_op == "get":
             kwargs["lend"] = True
             if all(p.get("rows") is None and p.get("cols") is None for p in kwargs["parts"]):

@@ -89,6 +89,33 @@ def test_update_packed_adds_like_numpy(
     np.testing.assert_allclose(dense.get(None, None), once, rtol=1e-6, atol=1e-3)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 20_000),
+    st.sampled_from([1, 50, 2**11, 2**22, 2**31 - 1]),
+    st.integers(0, 2**32 - 1),
+)
+def test_sort_by_key_orders_keys_stably_at_any_length(n: int, top: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, top + 1, n).astype(np.int64)
+    keys[: min(n, 2)] = [0, top][: min(n, 2)]  # both ends of the key range
+    low = np.arange(n, dtype=np.int64)  # the value bits: where each entry came from
+    packed = (keys << P.PACK_SHIFT) | low
+    got = P.sort_by_key(packed.copy())
+    np.testing.assert_array_equal(got >> P.PACK_SHIFT, np.sort(keys))
+    if n >= 4096:  # the radix path keeps entries of one key in input order
+        order = np.argsort(keys, kind="stable")
+        np.testing.assert_array_equal(got & 0xFFFFFFFF, low[order])
+    u, v = P.unpack_reduce(packed.copy(), np.dtype("int32"), offset=5)
+    want_keys, want_counts = np.unique(keys, return_counts=True)
+    np.testing.assert_array_equal(u, want_keys + 5)
+    # int32 value bits of entry i are i itself: each key sums the positions it had
+    sums = np.zeros(want_keys.size, np.int64)
+    np.add.at(sums, np.searchsorted(want_keys, keys), low)
+    np.testing.assert_array_equal(v, sums.astype(np.int32))
+    assert want_counts.sum() == n
+
+
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

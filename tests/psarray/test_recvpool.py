@@ -13,6 +13,7 @@ from typing import Any
 import dask
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from distributed import Client
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -67,15 +68,25 @@ def test_pool_reuses_a_released_buffer_and_keeps_to_its_limit() -> None:
     del b, c, d, big
 
 
-def test_split_follow_moves_only_large_dense_update_values() -> None:
+def test_split_follow_moves_only_the_bulk_arrays_of_large_updates() -> None:
     v = np.ones((1, 100_000), "float32")
-    parts = [{"block": 0, "rows": None, "cols": None, "values": v}]
+    packed = np.arange(50_000, dtype=np.int64)
+    parts = [
+        {"block": 0, "rows": None, "cols": np.arange(8), "values": v},
+        {"block": 1, "rows": np.array([0]), "packed": packed},
+    ]
     with dask.config.set({"daskangel.client.follow-bytes": "256KiB"}):
-        kw, vals = split_follow("update", {"array": "a", "parts": parts})
-        assert kw["follow"] == [v.nbytes] and vals[0] is v
-        assert "values" not in kw["parts"][0] and "values" in parts[0]  # caller's dict kept
-        assert split_follow("update", {"parts": [{**parts[0], "values": v[:, :10]}]})[1] == []
+        kw, arrays = split_follow("update", {"array": "a", "parts": parts})
+        assert kw["follow"] == [[0, "values", v.nbytes], [1, "packed", packed.nbytes]]
+        assert arrays[0] is v and arrays[1] is packed
+        assert "values" not in kw["parts"][0] and "packed" not in kw["parts"][1]
+        assert kw["parts"][0]["cols"] is parts[0]["cols"]  # small arrays stay inline
+        assert "values" in parts[0]  # the caller's dicts are left alone
+        small = [{**parts[0], "values": v[:, :10]}]
+        assert split_follow("update", {"parts": small})[1] == []
         assert split_follow("get", {"parts": parts})[1] == []
+    with dask.config.set({"daskangel.client.follow-bytes": 0}):
+        assert split_follow("update", {"parts": small})[1] == []  # nothing to move
 
 
 # -- over real comms ------------------------------------------------------------------
@@ -97,6 +108,7 @@ def test_follow_path_updates_equal_the_model(ctx: angel.PSContext, follow: str) 
     shape = (40, 30_000)  # 4.8 MB in float32: several blocks on both servers
     model = rng.standard_normal(shape).astype("float32")
     arr = ctx.from_array("follow", model)
+    sv = ctx.zeros("follow_sparse", (10**9,), sparse=True)
     try:
         with dask.config.set({"daskangel.client.follow-bytes": follow}):
             for _ in range(3):
@@ -114,8 +126,24 @@ def test_follow_path_updates_equal_the_model(ctx: angel.PSContext, follow: str) 
                 bad[-1, -1] = np.nan
                 arr.increment(bad)
             np.testing.assert_allclose(arr.get(), model, rtol=1e-5, atol=1e-5)
+            # packed sparse pairs and coordinate parts follow too
+            keys = rng.integers(0, 10**9, 200_000)
+            vals = rng.standard_normal(keys.size).astype("float32")
+            sv.increment(vals, cols=keys)
+            sv.increment(vals, cols=keys)
+            probe = np.unique(keys)
+            want = np.zeros(probe.size, "float64")
+            np.add.at(want, np.searchsorted(probe, keys), 2 * vals.astype("float64"))
+            np.testing.assert_allclose(sv.get(cols=probe), want, rtol=1e-4, atol=1e-4)
+            r = rng.integers(0, shape[0], 100_000)
+            c = rng.integers(0, shape[1], 100_000)
+            d = rng.standard_normal(r.size).astype("float32")
+            arr.increment(sp.coo_matrix((d, (r, c)), shape=shape))
+            np.add.at(model, (r, c), d)
+            np.testing.assert_allclose(arr.get(), model, rtol=1e-4, atol=1e-4)
     finally:
         ctx.drop("follow")
+        ctx.drop("follow_sparse")
 
 
 def test_worker_pools_reuse_their_buffers(ctx: angel.PSContext, client: Client) -> None:
