@@ -34,10 +34,10 @@ from .errors import ContextClosedError, InvalidArgumentError, InvalidTypeError, 
 from .psarray import PSArray
 from .psarray._binding import Binding, get_binding
 from .psarray._blocks import InitSpec
+from .psarray._endpoints import PSServerActor, PSWorkerPlugin
 from .psarray._layout import AutoPartitioner, BlockPartitioner, Partitioner
 from .psarray._meta import DTYPES, ArrayMeta, ServerId
 from .psarray._server import PLUGIN_NAME as WORKER_PLUGIN
-from .psarray._server import PSServerActor, PSWorkerPlugin
 from .scheduler import PLUGIN_NAME as SCHEDULER_PLUGIN
 from .scheduler import DaskAngelSchedulerPlugin
 

@@ -10,6 +10,7 @@ from . import (
 from ._agent import PSAgent, agent_of, get_agent
 from ._array import PSArray, PSFuture
 from ._blocks import InitSpec
+from ._endpoints import PSWorkerPlugin
 from ._keylists import KeySet
 from ._layout import (
     AutoPartitioner,
@@ -24,7 +25,7 @@ from ._meta import ArrayMeta, BlockInfo, ServerId
 from ._partition import Partition
 from ._psf_client import check_copartitioned
 from ._psf_server import PSF_REGISTRY, psf_name, register_psf
-from ._server import PSServer, PSWorkerPlugin, server_async_op, server_op
+from ._server import PSServer, server_async_op, server_op
 
 __all__ = [
     "ArrayMeta",

@@ -34,8 +34,9 @@ from typing import Any
 
 from .. import config
 from ..errors import PSFError, PSFNotAllowedError
+from ._dataops import record_tag, seen_tag, unapplied
 from ._partition import Partition
-from ._server import PSServer, record_tag, seen_tag, server_op, unapplied
+from ._server import PSServer, server_op
 
 __all__ = ["PSF_REGISTRY", "psf_name", "register_psf", "resolve_psf"]
 

@@ -1,0 +1,273 @@
+"""The PS server's built-in operations on blocks, registered with :func:`server_op`.
+
+``create`` / ``drop`` / ``get`` / ``update`` / ``fill`` / ``versions`` /
+``read_block`` / ``stats`` and the ``ping`` of the heartbeat, with the write-tag
+bookkeeping that applies a retried write once (:func:`unapplied`,
+:func:`record_tag`).  Other modules add their own operations the same way (psf
+execution, snapshots, key lists).  Importing :mod:`._server` registers these.
+
+Example
+-------
+>>> from daskangel.psarray._server import SERVER_OPS
+>>> {"create", "get", "update"} <= set(SERVER_OPS)
+True
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import config
+from ..errors import InvalidArgumentError
+from ._behind import Deferred
+from ._blocks import DenseBlock, InitSpec, make_block
+from ._packed import PACK_SHIFT
+
+if TYPE_CHECKING:
+    pass
+
+from ._server import Block, PSServer, server_async_op, server_op
+
+__all__ = ["as_index", "record_tag", "seen_tag", "unapplied"]
+
+
+# -- built-in operations -------------------------------------------------------
+
+
+@server_async_op("ping")
+async def _ping(server: PSServer, payload: Any = None) -> Any:
+    """Answered by the worker's event loop without the server lock: a server busy
+    with long operations is alive (the heartbeat must not restart it), a hung
+    process is not."""
+    return payload
+
+
+@server_op("create")
+def _create(server: PSServer, array: str, blocks: list[dict[str, Any]]) -> None:
+    made = {}
+    for spec in blocks:
+        key = (array, int(spec["block"]))
+        made[key] = make_block(
+            spec["kind"],
+            tuple(spec["shape"]),  # type: ignore[arg-type]
+            np.dtype(spec["dtype"]),
+            InitSpec.from_dict(spec["init"]),
+            int(spec["row0"]),
+            int(spec["col0"]),
+            int(spec["n_cols"]),
+        )
+    server.blocks.update(made)
+
+
+@server_op("drop", writes=True)
+def _drop(server: PSServer, array: str) -> int:
+    keys = [k for k in server.blocks if k[0] == array]
+    for k in keys:
+        del server.blocks[k]
+    return len(keys)
+
+
+def as_index(x: Any) -> np.ndarray | None:
+    """A part's local index: callers send short ones as plain lists (no frame)."""
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    return np.asarray(x, dtype=np.int64)
+
+
+def _plain_indices(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for p in parts:
+        for k in ("rows", "cols"):
+            if k in p and not isinstance(p[k], np.ndarray):
+                p[k] = as_index(p[k])
+    return parts
+
+
+@server_op("get")
+def _get(
+    server: PSServer, array: str, parts: list[dict[str, Any]], lend: bool = False
+) -> list[np.ndarray]:
+    """Read parts of blocks: new arrays, never views of live blocks.  With ``lend``
+    (the comm handler, which only serialises the reply) a whole dense block is
+    sent as is and copied before its next write instead (``DenseBlock.get``)."""
+    parts = _plain_indices(parts)
+    blocks = [server.block(array, int(p["block"])) for p in parts]
+    for b, p in zip(blocks, parts, strict=True):
+        b.check(p["rows"], p["cols"])
+    if lend:
+        return [
+            b.get(p["rows"], p["cols"], lend=True)  # type: ignore[call-arg]
+            if isinstance(b, DenseBlock)
+            else b.get(p["rows"], p["cols"])
+            for b, p in zip(blocks, parts, strict=True)
+        ]
+    return [b.get(p["rows"], p["cols"]) for b, p in zip(blocks, parts, strict=True)]
+
+
+def seen_tag(server: PSServer, tag: list[Any] | None) -> bool:
+    """True if a write with this ``[writer_id, seq]`` tag was applied here already."""
+    if tag is None:
+        return False
+    return int(tag[1]) in server.applied.get(str(tag[0]), ())
+
+
+def unapplied(
+    server: PSServer, tag: list[Any] | None, array: str, parts: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The parts of a tagged write this server has not applied yet.
+
+    Tags are remembered per block: a write resent after some of its blocks moved
+    here (recovery) applies those parts even though this server applied the same
+    tag to its other blocks before.
+    """
+    if tag is None:
+        return parts
+    seqs = server.applied.get(str(tag[0]))
+    done = seqs.get(int(tag[1])) if seqs is not None else None
+    if not done:
+        return parts
+    return [p for p in parts if (array, int(p["block"])) not in done]
+
+
+def record_tag(
+    server: PSServer,
+    tag: list[Any] | None,
+    array: str = "",
+    parts: list[dict[str, Any]] = (),  # type: ignore[assignment]
+) -> None:
+    """Remember that ``parts`` of a tagged write were applied (the most recent
+    ``write-tag-memory`` tags per writer are kept)."""
+    if tag is None:
+        return
+    seqs = server.applied.setdefault(str(tag[0]), OrderedDict())
+    done = seqs.setdefault(int(tag[1]), set())
+    done.update((array, int(p["block"])) for p in parts)
+    limit = int(config.get("daskangel.server.write-tag-memory"))
+    while len(seqs) > limit:
+        seqs.popitem(last=False)
+
+
+def _dense_values(server: PSServer, kwargs: dict[str, Any]) -> bool:
+    """Write-behind for updates of dense blocks by dense values (memory-bound adds
+    and copies); packed and coordinate parts, and sparse blocks, apply in place."""
+    array = kwargs["array"]
+    for p in kwargs["parts"]:
+        if "coo_rows" in p or "packed" in p:
+            return False
+        if not isinstance(server.blocks.get((array, int(p["block"]))), DenseBlock):
+            return False
+    return True
+
+
+@server_op("update", writes=True, defer=_dense_values)
+def _update(
+    server: PSServer,
+    array: str,
+    parts: list[dict[str, Any]],
+    add: bool,
+    tag: list[Any] | None = None,
+    clock: int | None = None,
+    defer: bool = False,
+) -> bool | Deferred:
+    """Apply writes to blocks; ``False`` when ``tag`` shows it was applied before.
+
+    ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts.
+    With ``defer``, every part is checked now and a :class:`Deferred` returned whose
+    ``apply`` writes them (the tag counts as applied from now on).
+    """
+    parts = unapplied(server, tag, array, _plain_indices(parts))
+    if not parts:
+        return False
+    blocks = [server.block(array, int(p["block"])) for p in parts]
+    for b, p in zip(blocks, parts, strict=True):
+        if "coo_rows" in p:
+            b.check(p["coo_rows"], p["coo_cols"])
+        elif "packed" in p:
+            _check_packed(b, p, add)
+        else:
+            b.check(p["rows"], p["cols"])
+
+    def apply() -> None:
+        for b, p in zip(blocks, parts, strict=True):
+            if "packed" in p:
+                fn = lambda blk, p=p: blk.update_packed(int(p["rows"][0]), p["packed"])  # noqa: E731
+            elif "coo_rows" in p:
+                fn = lambda blk, p=p: blk.update_coo(p["coo_rows"], p["coo_cols"], p["values"], add)  # noqa: E731
+            else:
+                fn = lambda blk, p=p: blk.update(p["rows"], p["cols"], p["values"], add)  # noqa: E731
+            server.write_block((array, int(p["block"])), b, clock, fn)
+
+    if defer:
+        record_tag(server, tag, array, parts)
+        return Deferred(True, apply)
+    apply()
+    record_tag(server, tag, array, parts)
+    return True
+
+
+def _check_packed(b: Block, p: dict[str, Any], add: bool) -> None:
+    """A packed part (one row, ``col << 32 | value bits``) is an add of 4-byte values."""
+    packed = p["packed"]
+    if not add or b.dtype.itemsize != 4 or len(p["rows"]) != 1:
+        raise InvalidArgumentError(
+            "packed: packed columns and values are for increments of one row of a 4-byte dtype"
+        )
+    b.check(p["rows"], None)
+    if packed.shape[0]:
+        lo, hi = int(packed.min()) >> PACK_SHIFT, int(packed.max()) >> PACK_SHIFT
+        b.check(None, np.array([lo, hi]))
+
+
+@server_op("fill", writes=True)
+def _fill(
+    server: PSServer, array: str, parts: list[dict[str, Any]], value: Any, clock: int | None = None
+) -> None:
+    found = [server.block(array, int(p["block"])) for p in parts]
+    for b, p in zip(found, parts, strict=True):
+        server.write_block((array, int(p["block"])), b, clock, lambda blk: blk.fill(value))
+
+
+@server_op("versions")
+def _versions(server: PSServer, array: str, parts: list[dict[str, Any]]) -> list[int]:
+    return [server.block(array, int(p["block"])).version for p in parts]
+
+
+@server_op("read_block")
+def _read_block(server: PSServer, array: str, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Whole blocks: dense data, or the stored entries of a sparse block."""
+    out = []
+    for p in parts:
+        b = server.block(array, int(p["block"]))
+        if isinstance(b, DenseBlock):
+            out.append({"kind": "dense", "data": b.data.copy()})
+        else:
+            r, c, v = b.entries()
+            out.append(
+                {
+                    "kind": "sparse",
+                    "shape": list(b.shape),
+                    "rows": r,
+                    "cols": c,
+                    "values": v,
+                    "default": b.default.item(),
+                }
+            )
+    return out
+
+
+@server_op("stats")
+def _stats(server: PSServer) -> dict[str, Any]:
+    per_array: dict[str, int] = defaultdict(int)
+    for (name, _), b in server.blocks.items():
+        per_array[name] += b.nbytes
+    return {
+        "address": server.address,
+        "index": server.index,
+        "n_blocks": len(server.blocks),
+        "nbytes": server.nbytes,
+        "arrays": dict(per_array),
+        "waiting": server.waiting,
+        "ops": {k: list(v) for k, v in server.op_stats.items()},
+    }

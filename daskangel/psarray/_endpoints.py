@@ -1,0 +1,169 @@
+"""How requests reach a worker's PS servers: the comm handler and the actor.
+
+:class:`PSWorkerPlugin` installs the servers of a worker and registers one comm
+handler, ``daskangel_ps`` (the ``"handlers"`` transport), following the pattern of
+distributed's P2P shuffle plugin; :class:`PSServerActor` is a server as a Dask
+actor (the ``"actors"`` transport).  Both only unwrap a request, run the op on a
+:class:`~._server.PSServer` and wrap its reply.
+
+Example
+-------
+>>> PSWorkerPlugin.name
+'daskangel-ps'
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from .._wire import error_reply, unwrap_arrays, wrap_arrays
+from ..errors import BlockBusyError, DaskAngelError, InvalidArgumentError
+from ._recvpool import ReceivePool, read_follow
+
+if TYPE_CHECKING:
+    from distributed import Worker
+
+from ._server import ASYNC_OPS, PLUGIN_NAME, PSServer
+
+__all__ = ["PSServerActor", "PSWorkerPlugin", "get_worker_loop"]
+
+
+class PSWorkerPlugin(WorkerPlugin):
+    """Installs PS servers on a worker and the ``daskangel_ps`` comm handler.
+
+    Servers are created on first use, one per ``server`` index the scheduler
+    plugin assigns to this worker.
+    """
+
+    name = PLUGIN_NAME
+    idempotent = True  # a second PSContext must not wipe the first one's state
+
+    def __init__(self) -> None:
+        # {server_index: PSServer}
+        self.servers: dict[int, PSServer] = {}
+        self.worker: Worker | None = None
+        self.receive_pool = ReceivePool()
+
+    def setup(self, worker: Worker) -> None:
+        self.worker = worker
+        worker.handlers["daskangel_ps"] = self.handle
+
+    def teardown(self, worker: Worker) -> None:
+        # the handler stays: a request racing with the worker's shutdown then gets
+        # a clean StaleLayoutError (no block here) instead of a KeyError in Dask
+        for s in self.servers.values():
+            s.close()
+        self.servers.clear()
+
+    def server(self, index: int) -> PSServer:
+        s = self.servers.get(index)
+        if s is None:
+            assert self.worker is not None
+            s = self.servers[index] = PSServer(self.worker.address, index)
+        return s
+
+    async def _run(
+        self, ps_op: str, server: int, cost: int, kwargs: dict[str, Any], received: bool
+    ) -> Any:
+        srv = self.server(int(server))
+        afn = ASYNC_OPS.get(ps_op)
+        if afn is not None:
+            return await afn(srv, **kwargs)
+        return await srv.run(ps_op, cost, may_defer=received, **kwargs)
+
+    async def handle(
+        self,
+        comm: Any,
+        ps_op: str,
+        server: int,
+        cost: int = 0,
+        pad: Any = None,
+        follow: list[list[Any]] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The ``daskangel_ps`` comm handler: run ``ps_op`` and frame its arrays.
+
+        Replies never carry views of live blocks: Dask's TCP comm returns from
+        ``write`` before the bytes leave, so a view of a block could change on the
+        wire.  A whole dense block is *lent* instead of copied (``get``'s ``lend``):
+        the block copies itself before its next write.  Expected errors (bad index,
+        stale layout) go back to the caller without an error log on the worker.
+
+        ``follow``: some of the parts' arrays (``[[part, field, bytes], ...]``) come
+        in the next message on ``comm``, read here
+        into reused buffers (:mod:`._recvpool`) before anything else happens, so a
+        request that fails still leaves the comm in step.
+        """
+        if comm is not None:
+            comm.allow_offload = False  # as the caller's side (daskangel._recv)
+        if follow is not None:
+            arrays = await read_follow(comm, follow, self.receive_pool)
+            parts = kwargs.get("parts")
+            try:
+                for (i, field, _), a in zip(follow, arrays, strict=True):
+                    parts[i][field] = a  # type: ignore[index]
+            except (TypeError, IndexError, KeyError, ValueError):
+                return error_reply(
+                    InvalidArgumentError("follow: expected [[part, field, bytes], ...]")
+                )
+        if ps_op == "get":
+            kwargs["lend"] = True
+            if all(p.get("rows") is None and p.get("cols") is None for p in kwargs["parts"]):
+                cost = 0  # whole dense blocks are lent, not copied: no work to offload
+        try:
+            reply = await self._run(ps_op, server, cost, unwrap_arrays(kwargs), True)
+            return wrap_arrays(reply)
+        except DaskAngelError as e:
+            return error_reply(e)
+
+    async def call_local(self, op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
+        """The same call from this worker's own process: nothing is serialised (so
+        nothing is applied behind the reply: the caller may reuse its arrays)."""
+        return await self._run(op, server, cost, kwargs, False)
+
+
+def get_worker_loop() -> Any:
+    from distributed import get_worker
+
+    return get_worker().loop
+
+
+class PSServerActor:
+    """A PS server as a Dask actor (the ``"actors"`` transport).
+
+    Calls arrive through the worker's ``actor_execute`` handler and run one at a
+    time in the worker's actor thread, which makes each operation atomic.
+    """
+
+    def __init__(self, index: int) -> None:
+        from distributed import get_worker
+
+        self.server = PSServer(get_worker().address, index)
+
+    def call(self, op: str, kwargs: dict[str, Any], pad: Any = None) -> Any:
+        """Run ``op``; ``pad`` is the alignment frame every call carries (``_wire``)."""
+        try:
+            return self._call(op, kwargs)
+        except DaskAngelError as e:
+            return error_reply(e)
+
+    def _call(self, op: str, kwargs: dict[str, Any]) -> Any:
+        if op in ASYNC_OPS:
+            from distributed.utils import sync
+
+            return sync(get_worker_loop(), ASYNC_OPS[op], self.server, **kwargs)
+        start = time.perf_counter()
+        if self.server.blocked_until(op, kwargs) is not None:
+            # the actor thread runs one op at a time and cannot wait for a commit
+            raise BlockBusyError(
+                f"op {op!r} on array {kwargs.get('array')!r}: a block is held by a psf "
+                "update in progress; with transport='actors' writes cannot wait, retry"
+            )
+        result = self.server.dispatch(op, **kwargs)
+        st = self.server.op_stats[op]
+        st[0] += 1
+        st[1] += time.perf_counter() - start
+        return result
