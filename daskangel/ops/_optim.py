@@ -34,7 +34,8 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, UnknownNameError
 from ..psarray import ArrayMeta, Partition, PSArray, PSFuture, psf_name
-from ..psarray._array import _coo_parts, _is_sparse_input
+from ..psarray._plan import coo_parts as _coo_parts
+from ..psarray._plan import is_sparse_input as _is_sparse_input
 from ..psarray._psf_server import importable
 from ..psarray._routing import check_values, normalize_index, route_coo
 from ._base import GetFunc, UpdateFunc

@@ -34,9 +34,12 @@ from distributed.comm.core import CommClosedError
 
 from .. import config
 from ..errors import PSIndexError, ServerLostError, ShapeMismatchError
-from ._array import PSArray, _coo_parts, _is_sparse_input
+from ._array import PSArray
 from ._binding import Binding
 from ._meta import ArrayMeta
+from ._plan import coo_parts as _coo_parts
+from ._plan import is_sparse_input as _is_sparse_input
+from ._plan import plan_update, with_block
 from ._pushbuffer import MergeBuffer
 from ._routing import check_size, check_values, normalize_index, route_coo
 
@@ -258,15 +261,15 @@ class UpdatePusher:
         m = arr.meta
         if fmt == "dense":
             full = vals.reshape(m.shape) if m.ndim == 2 else vals.reshape(m.shape[1])
-            return arr._plan_update(full, None, None, "unsafe", "raise")
+            return plan_update(m, full, None, None, "unsafe", "raise")
         assert keys is not None
         if keys.shape[0] == 0:
             return {}, {}
         if mode == "rows":
-            return arr._plan_update(vals, keys, None, "unsafe", "raise")
+            return plan_update(m, vals, keys, None, "unsafe", "raise")
         r, c = np.divmod(keys, m.shape[1])
         coo = route_coo(m.layout, r, c, np.ascontiguousarray(vals[:, 0]))
-        parts = arr._with_block(coo)
+        parts = with_block(coo)
         return parts, {b: p["values"].nbytes * 3 for b, p in parts.items()}
 
     async def send(
