@@ -8,8 +8,8 @@ Example
 >>> ds = ds.persist(n_partitions=8, storage="memory_disk", memory_budget="2GiB")  # doctest: +SKIP
 >>> ds.n_rows, ds.n_features, ds.skipped  # doctest: +SKIP
 >>> def step(part):  # doctest: +SKIP
-...     for batch in part.batches(256, shuffle=True, seed=0, epoch=0):
-...         ...
+...     for batch in part.batches(256, shuffle=True, seed=0, epoch=0):  # doctest: +SKIP
+...         ...  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ fitting it again uploads them to a new context.
 Example
 -------
 >>> from daskangel.models import LogisticRegression               # doctest: +SKIP
->>> clf = LogisticRegression(solver="ma-sgd", max_iter=5).fit(X, y)
->>> clf.history_[["epoch", "train_loss", "val_auc"]]
+>>> clf = LogisticRegression(solver="ma-sgd", max_iter=5).fit(X, y)  # doctest: +SKIP
+>>> clf.history_[["epoch", "train_loss", "val_auc"]]  # doctest: +SKIP
 """
 
 from __future__ import annotations

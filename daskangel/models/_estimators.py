@@ -17,8 +17,8 @@ loss over the training rows plus ``alpha/2 |w|^2 + l1 |w|_1``.
 Example
 -------
 >>> from daskangel.models import LogisticRegression               # doctest: +SKIP
->>> clf = LogisticRegression(max_iter=5, sync="ssp:1").fit(X, y)
->>> clf.predict_proba(X_dask)              # a dask array
+>>> clf = LogisticRegression(max_iter=5, sync="ssp:1").fit(X, y)  # doctest: +SKIP
+>>> clf.predict_proba(X_dask)              # a dask array  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Row layout: ``[train_rows, train_loss, stats[N_STATS], neg_hist[nbins], pos_hist
 Example
 -------
 >>> import numpy as np
->>> row = np.zeros(row_width(4)); row[:8] = [10, 5.0, 4, 3, 0, 0, 0, 2.0]
+>>> row = np.zeros(row_width(4)); row[:8] = [10, 5.0, 4, 3, 3, 0, 0, 2.0]
 >>> row[8:12] = [2, 0, 0, 0]; row[12:16] = [0, 0, 0, 2]
 >>> m = finish(row, "classifier", binary=True, logloss=True, nbins=4)
 >>> m["train_loss"], m["val_accuracy"], m["val_auc"]

@@ -9,10 +9,10 @@ Example
 -------
 >>> import daskangel as angel                                   # doctest: +SKIP
 >>> with angel.PSContext(client) as ps:                         # doctest: +SKIP
-...     x = ps.random("x", shape=(10**6,), seed=0)
-...     y = ps.zeros_like(x)
-...     ps.psf(angel.ops.Axpy(alpha=2.0), x, y)                 # y += 2 x
-...     ps.psf(angel.ops.Dot(), x, y)                           # 2 |x|^2
+...     x = ps.random("x", shape=(10**6,), seed=0)  # doctest: +SKIP
+...     y = ps.zeros_like(x)  # doctest: +SKIP
+...     ps.psf(angel.ops.Axpy(alpha=2.0), x, y)                 # y += 2 x  # doctest: +SKIP
+...     ps.psf(angel.ops.Dot(), x, y)                           # 2 |x|^2  # doctest: +SKIP
 """
 
 from __future__ import annotations

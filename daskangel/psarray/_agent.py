@@ -26,8 +26,8 @@ copy records the slowest clock known when it was sent.
 Example
 -------
 >>> agent = get_agent()                                            # doctest: +SKIP
->>> for rows, vals in agent.get_iter("W", rows=range(10_000), batch=500):
-...     consume(rows, vals)
+>>> for rows, vals in agent.get_iter("W", rows=range(10_000), batch=500):  # doctest: +SKIP
+...     consume(rows, vals)  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ row pulls, keyed by ``(job, tag)``.
 Example
 -------
 >>> ks = get_agent().key_set("w", cols=part_keys)                  # doctest: +SKIP
->>> values = get_agent().get_keys(ks, job=job, floor=clock - 2)
+>>> values = get_agent().get_keys(ks, job=job, floor=clock - 2)  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ Example
 -------
 >>> import numpy as np, daskangel as angel                     # doctest: +SKIP
 >>> with angel.PSContext(client) as ps:                        # doctest: +SKIP
-...     w = ps.zeros("w", shape=(2**20,), dtype="float32")
-...     w.increment(np.ones(3, "float32"), cols=[1, 5, 5])
-...     w.get(cols=[1, 5])
+...     w = ps.zeros("w", shape=(2**20,), dtype="float32")  # doctest: +SKIP
+...     w.increment(np.ones(3, "float32"), cols=[1, 5, 5])  # doctest: +SKIP
+...     w.get(cols=[1, 5])  # doctest: +SKIP
 array([1., 2.], dtype=float32)
 """
 

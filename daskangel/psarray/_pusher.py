@@ -17,8 +17,10 @@ apply a tag once, so a retried push is applied exactly once.
 Example
 -------
 >>> p = get_agent().pusher                                          # doctest: +SKIP
->>> p.increment("w", np.ones(3), cols=[1, 5, 5], job=None, clock=None)
->>> p.flush()                                          # applied once flush returns
+>>> p.increment("w", np.ones(3), cols=[1, 5, 5], job=None, clock=None)  # doctest: +SKIP
+>>> p.flush()  # doctest: +SKIP
+
+``flush`` returns once every buffered update is applied.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Example
 >>> from daskangel.psarray._layout import BlockPartitioner
 >>> lay = BlockPartitioner((1, 4)).layout((1, 10), 4, 2, False)
 >>> plan = plan_axis(lay, "cols", np.array([9, 0, 5]), 10)
->>> [(int(b), list(loc)) for b, loc in zip(plan.blocks, plan.local)]
+>>> [(int(b), loc.tolist()) for b, loc in zip(plan.blocks, plan.local)]
 [(0, [0]), (1, [1]), (2, [1])]
 """
 

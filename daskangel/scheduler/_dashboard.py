@@ -18,8 +18,8 @@ Without bokeh, or without a dashboard, nothing is registered.
 Example
 -------
 >>> import json, urllib.request                                    # doctest: +SKIP
->>> json.load(urllib.request.urlopen(client.dashboard_link.replace("status",
-...     "individual-plots.json")))["Individual Daskangel"]
+>>> json.load(urllib.request.urlopen(client.dashboard_link.replace("status",  # doctest: +SKIP
+...     "individual-plots.json")))["Individual Daskangel"]  # doctest: +SKIP
 '/individual-daskangel'
 """
 

@@ -11,12 +11,12 @@ waiting task never holds a worker thread idle.
 Example
 -------
 >>> def step(ctx, part):                                            # doctest: +SKIP
-...     w = ctx.array("w")
-...     for epoch in ctx.epochs(10):
-...         grad = compute(w.get(cols=part.keys), part)
-...         w.increment(-0.1 * grad, cols=part.keys)
-...         ctx.report(loss=float(loss))
-...         ctx.clock()
+...     w = ctx.array("w")  # doctest: +SKIP
+...     for epoch in ctx.epochs(10):  # doctest: +SKIP
+...         grad = compute(w.get(cols=part.keys), part)  # doctest: +SKIP
+...         w.increment(-0.1 * grad, cols=part.keys)  # doctest: +SKIP
+...         ctx.report(loss=float(loss))  # doctest: +SKIP
+...         ctx.clock()  # doctest: +SKIP
 """
 
 from __future__ import annotations

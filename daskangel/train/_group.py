@@ -13,11 +13,11 @@ secedes from the worker's thread pool.
 Example
 -------
 >>> def step(ctx, part):                                            # doctest: +SKIP
-...     for epoch in ctx.epochs(5):
-...         for s in ctx.round_robin():          # slice s is this member's this round
-...             cols = slices[s]
-...             w = ctx.array("W").get(cols=cols)  ...
-...         ctx.clock()
+...     for epoch in ctx.epochs(5):  # doctest: +SKIP
+...         for s in ctx.round_robin():          # slice s is this member's this round  # doctest: +SKIP
+...             cols = slices[s]  # doctest: +SKIP
+...             w = ctx.array("W").get(cols=cols)  ...  # doctest: +SKIP
+...         ctx.clock()  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ group call and end cleanly.  The task's outcome is returned as a plain dict
 Example
 -------
 >>> out = run_task(spec, fn, partition)                             # doctest: +SKIP
->>> out["status"], out["result"]
+>>> out["status"], out["result"]  # doctest: +SKIP
 ('ok', 42)
 """
 

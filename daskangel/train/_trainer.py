@@ -16,12 +16,12 @@ the task, with its remote traceback, after the other tasks have stopped.
 Example
 -------
 >>> def step(ctx, part):                                            # doctest: +SKIP
-...     w = ctx.array("w")
-...     for _ in ctx.epochs():
-...         w.increment(part.sum(axis=0), rows=0)
-...         ctx.clock()
->>> res = angel.train(ps, step, parts, sync=angel.SSP(staleness=2), epochs=10)
->>> res.history.groupby("clock").time.max()
+...     w = ctx.array("w")  # doctest: +SKIP
+...     for _ in ctx.epochs():  # doctest: +SKIP
+...         w.increment(part.sum(axis=0), rows=0)  # doctest: +SKIP
+...         ctx.clock()  # doctest: +SKIP
+>>> res = angel.train(ps, step, parts, sync=angel.SSP(staleness=2), epochs=10)  # doctest: +SKIP
+>>> res.history.groupby("clock").time.max()  # doctest: +SKIP
 """
 
 from __future__ import annotations
