@@ -7,6 +7,11 @@
   COO chunks with the array's fill value, so daskangel registers a serialiser that
   carries it.  The header stays a superset of distributed's, so a process without
   daskangel still reads the frames (losing only the fill value, as before).
+* ``Client.scheduler_info()`` fetches the scheduler's identity and then returns
+  the client's cached copy, which the client's own periodic refresh (asking for
+  *no* workers, to stay cheap on large clusters) may overwrite in between: the
+  ``"workers"`` it returns were sometimes empty on a healthy cluster.
+  :func:`workers_info` asks the scheduler and returns that answer itself.
 
 Example
 -------
@@ -21,7 +26,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["register_sparse_serializer"]
+__all__ = ["register_sparse_serializer", "workers_info"]
+
+
+def workers_info(client: Any) -> dict[str, dict[str, Any]]:
+    """``{address: info}`` of every worker, fresh from the scheduler (see above).
+
+    ``client`` is a synchronous :class:`distributed.Client`.
+    """
+    info = client.sync(client.scheduler.identity, n_workers=-1)
+    return dict(info["workers"])
 
 
 def register_sparse_serializer() -> None:

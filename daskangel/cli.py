@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from ._compat import workers_info
+
 __all__ = ["MODELS", "main"]
 
 MODELS = {
@@ -198,7 +200,7 @@ def _run(a: argparse.Namespace, kw: dict[str, Any]) -> int:
     try:
         with Client(cluster if cluster is not None else a.scheduler) as client:
             print(f"dashboard: {client.dashboard_link}", flush=True)
-            workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+            workers = sorted(workers_info(client))
             ps_workers = workers[: a.ps] if a.ps else None
             with PSContext(client, workers=ps_workers) as ps:
                 if a.command == "predict":
@@ -209,10 +211,7 @@ def _run(a: argparse.Namespace, kw: dict[str, Any]) -> int:
                 ds = _read(a.data, a.format, a.n_features).persist(
                     client,
                     n_partitions=a.groups
-                    or sum(
-                        w["nthreads"]
-                        for w in client.scheduler_info(n_workers=-1)["workers"].values()
-                    ),
+                    or sum(w["nthreads"] for w in workers_info(client).values()),
                 )
                 est.fit(ds)
                 final = est.history_.iloc[-1].to_dict() if len(est.history_) else {}

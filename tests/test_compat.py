@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -52,3 +53,15 @@ def test_config_defaults_survive_a_set_block_around_the_first_import() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_workers_info_asks_the_scheduler_not_the_clients_cache(client: Any) -> None:
+    """The client's periodic refresh caches an identity without workers; a read of
+    ``scheduler_info()`` racing with it saw none (a flaky test on a healthy cluster)."""
+    from daskangel._compat import workers_info
+
+    client.sync(client._update_scheduler_info, n_workers=0)  # what the refresh stores
+    assert client._scheduler_identity["workers"] == {}
+    got = workers_info(client)
+    assert len(got) == len(client.cluster.workers) == 2
+    assert all("nthreads" in w for w in got.values())

@@ -23,6 +23,7 @@ from typing import Any
 from distributed import Client, Future, default_client
 
 from .. import config
+from .._compat import workers_info
 from ..errors import InvalidArgumentError, InvalidStateError, MalformedInputError
 from ._assign import assign, task_workers
 from ._build import BuildSpec, combine, describe, finalize
@@ -151,7 +152,7 @@ class Dataset:
         if memory_budget is None and storage == "memory_disk" and self.memory_budget:
             memory_budget = self.memory_budget
         budget = budget_bytes(storage, memory_budget)
-        ws = workers or list(client.scheduler_info(n_workers=-1)["workers"])
+        ws = workers or list(workers_info(client))
         tasks = task_workers(ws, n_partitions or len(ws))
         out = Dataset.__new__(Dataset)
         out.__dict__.update(self.__dict__)
@@ -245,7 +246,7 @@ class Dataset:
         """Partitions whose worker has left the cluster."""
         self._check()
         assert self.client is not None
-        live = set(self.client.scheduler_info(n_workers=-1)["workers"])
+        live = set(workers_info(self.client))
         return [i for i, w in enumerate(self._workers) if w not in live]
 
     def repair(self) -> list[int]:
@@ -270,7 +271,7 @@ class Dataset:
         assert self.client is not None
         client = self.client
         pieces, plan, spec, shift, nf = self._recipe
-        live = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        live = sorted(workers_info(client))
         if not live:
             raise InvalidStateError("repair: the cluster has no workers")
         count = {w: 0 for w in live}

@@ -34,6 +34,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from .. import ops
+from .._compat import workers_info
 from ..context import PSContext
 from ..errors import InvalidArgumentError
 from ..scheduler._clock_rule import BSP, as_sync
@@ -223,9 +224,7 @@ class LinearModel(BaseEstimator):
 
     def _fit(self, X: Any, y: Any, epochs: int, classes: Any) -> LinearModel:
         client = self._client()
-        n_tasks = self.n_tasks or sum(
-            w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values()
-        )
+        n_tasks = self.n_tasks or sum(w["nthreads"] for w in workers_info(client).values())
         classifier = self._task == "classifier"
         known = getattr(self, "classes_", None) if classes is None else classes
         data = as_dataset(self, X, y, client, n_tasks, classifier=classifier, classes=known)

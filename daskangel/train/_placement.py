@@ -31,6 +31,7 @@ from typing import Any
 
 from distributed import Client, Future
 
+from .._compat import workers_info
 from ..errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["PLACEMENTS", "assign", "split_piece", "task_pieces"]
@@ -103,7 +104,7 @@ def assign(
 ) -> list[tuple[Any, str]]:
     """``[(partition future or None, worker address)]``, one per task id."""
     n_tasks = n_groups * group_size
-    pool = list(workers) if workers else sorted(client.scheduler_info()["workers"])
+    pool = list(workers) if workers else sorted(workers_info(client))
     if not pool:
         raise InvalidArgumentError("client: the cluster has no workers to train on")
     if data is None:

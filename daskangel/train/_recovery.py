@@ -38,6 +38,7 @@ import distributed
 from distributed import Future
 
 from .. import config
+from .._compat import workers_info
 from ..errors import ServerLostError
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ class Recovery:
         """The live workers; while every worker is down (all restarting at once),
         wait up to ``daskangel.client.recovery-wait`` for one to come back."""
         client = self.trainer.client
-        live = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        live = sorted(workers_info(client))
         if live:
             return live
         wait = config.get_seconds("daskangel.client.recovery-wait")
@@ -145,7 +146,7 @@ class Recovery:
                 f"no worker came back within daskangel.client.recovery-wait ({wait:g}s) "
                 "to rerun the lost training tasks"
             ) from None
-        return sorted(client.scheduler_info(n_workers=-1)["workers"])
+        return sorted(workers_info(client))
 
     def _placed(self, t: int, part: Any) -> tuple[Any, str | None]:
         """The task's data (scattered again if its copy was lost) and a worker for it."""

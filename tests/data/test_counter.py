@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 import daskangel as angel
+from daskangel._compat import workers_info
 
 N = 1_000_000
 
@@ -25,7 +26,7 @@ def logs(tmp_path_factory):
 
 def _traffic(client):
     """Bytes each worker sent to / fetched from *other workers* (Dask's transfer logs)."""
-    workers = set(client.scheduler_info(n_workers=-1)["workers"])
+    workers = set(workers_info(client))
 
     def logs(dask_worker):
         out = [(e["who"], e["total"]) for e in dask_worker.transfer_outgoing_log]

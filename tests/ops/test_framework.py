@@ -10,6 +10,7 @@ import pytest
 
 import daskangel as angel
 from daskangel import ops
+from daskangel._compat import workers_info
 from daskangel.errors import NotCoPartitionedError, PSFError, PSFNotAllowedError
 
 from .funcs import (
@@ -61,7 +62,7 @@ def test_not_copartitioned_error_shows_both_layouts(ps, client):
     assert "'x'" in msg and "'y'" in msg and "[0, 30, 60, 90, 100]" in msg and "[0, 50, 100]" in msg
     assert "zeros_like" in msg
     # the same grid on different servers is not co-partitioned either
-    w1, w2 = sorted(client.scheduler_info()["workers"])
+    w1, w2 = sorted(workers_info(client))
     with angel.PSContext(client, workers=[w1]) as p1, angel.PSContext(client, workers=[w2]) as p2:
         a = p1.zeros("a", (100,), block_shape=(50,))
         b = p2.zeros("b", (100,), block_shape=(50,))
@@ -85,7 +86,7 @@ def test_zeros_like_is_coplaced_even_when_load_differs(ps):
 @pytest.mark.parametrize("kind", ["dense", "sparse"])
 @pytest.mark.parametrize("one_server", [False, True])
 def test_psf_failing_on_one_block_changes_nothing(client, kind, one_server):
-    w = sorted(client.scheduler_info()["workers"])
+    w = sorted(workers_info(client))
     with angel.PSContext(client, workers=w[:1] if one_server else None) as ps:
         if kind == "dense":
             x = ps.random("x", (6, 10), block_shape=(2, 5), seed=1)

@@ -16,6 +16,7 @@ import sparse
 from distributed import Client
 
 import daskangel as angel
+from daskangel._compat import workers_info
 
 
 def test_layout_and_placement(ps: angel.PSContext) -> None:
@@ -143,7 +144,7 @@ def test_servers_per_worker_and_explicit_workers(client: Client) -> None:
         assert len({b.server for b in w.blocks}) == 4
         w.increment(np.ones((1, 8000), "float32"))
         assert w.get().sum() == 8000
-    one = sorted(client.scheduler_info()["workers"])[0]
+    one = sorted(workers_info(client))[0]
     with angel.PSContext(client, workers=[one]) as ps:
         w = ps.zeros("w", (100,))
         assert {b.server.address for b in w.blocks} == {one}
@@ -152,7 +153,7 @@ def test_servers_per_worker_and_explicit_workers(client: Client) -> None:
 
 
 def test_resource_workers(client: Client) -> None:
-    one = sorted(client.scheduler_info()["workers"])[-1]
+    one = sorted(workers_info(client))[-1]
 
     async def tag(dask_worker: Any) -> None:
         await dask_worker.set_resources(**{"daskangel-ps": 1})

@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import daskangel as angel
+from daskangel._compat import workers_info
 from daskangel._recv import landed, match_frames, send_recv_into
 from daskangel._wire import unwrap_arrays, wrap_arrays
 from daskangel.errors import ShapeMismatchError
@@ -176,7 +177,7 @@ def test_send_recv_into_lands_frames_in_place_and_copes_with_surprises(
         dask_worker.handlers["test_arrays"] = arrays
 
     client.run(setup)
-    addr = next(iter(client.scheduler_info()["workers"]))
+    addr = next(iter(workers_info(client)))
 
     async def call(sizes: list[int], expect: list[int], targets: list[Any]) -> Any:
         pool = client.rpc  # a ConnectionPool

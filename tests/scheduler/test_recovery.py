@@ -18,6 +18,7 @@ from distributed import Client, LocalCluster
 
 import daskangel as angel
 from daskangel import _snapshot_format as fmt
+from daskangel._compat import workers_info
 from daskangel.errors import SnapshotError
 from tests.conftest import kill_worker, make_cluster
 
@@ -160,7 +161,7 @@ def test_no_snapshot_means_clear_error(cluster3: Any) -> None:
 @pytest.mark.timeout(180)
 def test_ps_workers_are_kept_when_scaling_down(cluster3: Any) -> None:
     cluster, c = cluster3
-    with angel.PSContext(c, workers=[sorted(c.scheduler_info()["workers"])[0]]) as ps:
+    with angel.PSContext(c, workers=[sorted(workers_info(c))[0]]) as ps:
         w = ps.zeros("w", (10,))
         holder = w.blocks[0].server.address
         closable = cluster.scheduler.workers_to_close(n=3)  # type: ignore[union-attr]
@@ -187,7 +188,7 @@ def test_soak_repeated_kill_and_recover(cluster3: Any, tmp_path: Path) -> None:
             holders = [b.server.address for b in w.blocks if b.server.address not in fresh]
             victim = holders[cycle % len(holders)]
             lost = [b.id for b in w.blocks if b.server.address == victim]
-            before = set(c.scheduler_info()["workers"])
+            before = set(workers_info(c))
             kill_worker(c, cluster, victim)
             for b in lost:
                 expected[b * 100 : (b + 1) * 100] -= 1
@@ -200,7 +201,7 @@ def test_soak_repeated_kill_and_recover(cluster3: Any, tmp_path: Path) -> None:
                     for name, n in cluster.workers.items()
                 }
                 raise AssertionError(f"cycle {cycle}: nannies {nannies}") from e
-            fresh = set(c.scheduler_info()["workers"]) - before
+            fresh = set(workers_info(c)) - before
         # every block lives on exactly one live server, nothing else is held
         stats = c.run(_held_blocks)
         held = [k for blocks in stats.values() for k in blocks]

@@ -8,6 +8,7 @@ import pytest
 from distributed import Event
 
 import daskangel as angel
+from daskangel._compat import workers_info
 from daskangel.errors import JobAbortedError, TaskFailedError
 from daskangel.train import seceded
 
@@ -81,7 +82,7 @@ def _where_step(ctx, part):
 
 
 def test_dataset_partitions_pin_tasks_to_their_workers(ps, client):
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(workers_info(client))
     parts = [client.scatter(np.full(3, i), workers=[workers[i % 2]], hash=False) for i in range(4)]
     res = angel.train(ps, _where_step, _Dataset(parts), progress=False)
     for i, (worker, total) in enumerate(res.results):
@@ -172,7 +173,7 @@ def _all_at_barrier(ctx, part):
 
 def test_waiting_tasks_leave_the_thread_pool(ps, client):
     """A group larger than all worker threads together still meets at a barrier."""
-    n_threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+    n_threads = sum(w["nthreads"] for w in workers_info(client).values())
     size = n_threads + 2
     res = angel.train(ps, _all_at_barrier, None, groups=1, group_size=size, progress=False)
     assert res.results == list(range(size))
