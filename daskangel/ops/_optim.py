@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, UnknownNameError
 from ..psarray import ArrayMeta, Partition, PSArray, PSFuture, psf_name
+from ..psarray._plan import assemble, plan_get
 from ..psarray._plan import coo_parts as _coo_parts
 from ..psarray._plan import is_sparse_input as _is_sparse_input
 from ..psarray._psf_server import importable
@@ -383,9 +384,9 @@ class BoundOptimizer:
         if not self.optimizer.needs_versions:
             return self.weights.get(rows, cols)
         ver = self.state["ver"]
-        m, parts, places, _, full, shape = self.weights._plan_get(rows, cols)
-        fw = self.weights._assemble(m, places, full, shape)
-        fv = ver._assemble(ver.meta, places, full, shape)
+        m, parts, places, _, full, shape = plan_get(self.weights.meta, rows, cols)
+        fw = assemble(m, places, full, shape)
+        fv = assemble(ver.meta, places, full, shape)
         plan = {b: {"rows": p["rows"], "cols": p["cols"]} for b, p in parts.items()}
         return self.weights.psf(PullWithVersions(plan, (fw, fv)), ver)
 

@@ -50,6 +50,7 @@ from ._array import PSArray
 from ._binding import Binding, get_binding
 from ._keylists import KeySet
 from ._meta import ArrayMeta
+from ._plan import assemble, plan_get
 from ._pullcache import Fetch, UnitStore, covered
 from ._pusher import UpdatePusher
 from ._routing import normalize_index
@@ -240,10 +241,10 @@ class PSAgent(KeySetPulls):
         arr = PSArray(name, binding=self.binding)
         try:
             if mode == "rows":
-                m, parts, places, cost, full, shape = arr._plan_get(fetch.keys, None)
+                m, parts, places, cost, full, shape = plan_get(arr.meta, fetch.keys, None)
             else:
-                m, parts, places, cost, full, shape = arr._plan_get(None, fetch.keys)
-            finish = arr._assemble(m, places, full, shape)
+                m, parts, places, cost, full, shape = plan_get(arr.meta, None, fetch.keys)
+            finish = assemble(m, places, full, shape)
             b = self.binding
             cf = b.submit(b.call_blocks, name, "get", parts, cost, {})
         except BaseException as e:

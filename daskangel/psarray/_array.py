@@ -144,29 +144,13 @@ class PSArray:
 
     # -- get --------------------------------------------------------------------
 
-    def _plan_get(self, rows: Any, cols: Any) -> tuple[Any, ...]:
-        """See :func:`._plan.plan_get` (with this handle's current metadata)."""
-        return plan_get(self.meta, rows, cols)
-
-    @staticmethod
-    def _assemble(
-        m: ArrayMeta,
-        places: dict[int, Any],
-        full: tuple[int, int],
-        shape: tuple[int, ...],
-        out: np.ndarray | None = None,
-        into: dict[int, tuple[int, np.ndarray | None]] | None = None,
-    ) -> Callable[[dict[int, Any]], np.ndarray]:
-        """See :func:`._plan.assemble`."""
-        return assemble(m, places, full, shape, out, into)
-
     def get_async(self, rows: Any = None, cols: Any = None) -> PSFuture:
         """Start a :meth:`get`; return a :class:`PSFuture` of the numpy result."""
-        m, parts, places, cost, full, shape = self._plan_get(rows, cols)
+        m, parts, places, cost, full, shape = plan_get(self.meta, rows, cols)
         out, into = direct_targets(m.dtype, full, places, cost)
         b = self._binding
         fut = b.submit(b.call_blocks, self.name, "get", parts, cost, {}, into)
-        return PSFuture(fut, self._assemble(m, places, full, shape, out, into))
+        return PSFuture(fut, assemble(m, places, full, shape, out, into))
 
     def get(self, rows: Any = None, cols: Any = None) -> np.ndarray:
         """Pull the whole array, some rows, some columns, or rows x columns.
@@ -180,11 +164,11 @@ class PSArray:
             if rows is not None:
                 raise ShapeMismatchError("rows: a key-set pull selects columns of a vector only")
             return self._agent().get_keys(cols)
-        m, parts, places, cost, full, shape = self._plan_get(rows, cols)
+        m, parts, places, cost, full, shape = plan_get(self.meta, rows, cols)
         out, into = direct_targets(m.dtype, full, places, cost)
         b = self._binding
         results = b.run(b.call_blocks, self.name, "get", parts, cost, {}, into)
-        return self._assemble(m, places, full, shape, out, into)(results)
+        return assemble(m, places, full, shape, out, into)(results)
 
     def _agent(self) -> Any:
         from ._agent import agent_of
