@@ -250,6 +250,8 @@ class Binding:
             if task is not None:
                 task.cancel()
 
+        if not calls:
+            return []
         state["fire"] = fire
         state["timer"] = loop.call_later(check, fire)
         try:

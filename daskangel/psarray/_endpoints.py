@@ -100,7 +100,11 @@ class PSWorkerPlugin(WorkerPlugin):
         if comm is not None:
             comm.allow_offload = False  # as the caller's side (daskangel._recv)
         if follow is not None:
-            arrays = await read_follow(comm, follow, self.receive_pool)
+            try:
+                arrays = await read_follow(comm, follow, self.receive_pool)
+            except InvalidArgumentError:
+                comm.abort()  # its arrays message was not read: the comm is out of step
+                raise
             parts = kwargs.get("parts")
             try:
                 for (i, field, _), a in zip(follow, arrays, strict=True):

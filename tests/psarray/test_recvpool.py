@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from distributed import Client
+from distributed.comm.core import CommClosedError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import daskangel as angel
+from daskangel._recv import send_recv_into
 from daskangel._wire import call_server, split_follow
 from daskangel.errors import NonFiniteError, StaleLayoutError
 from daskangel.psarray._recvpool import ReceivePool
@@ -197,3 +199,23 @@ def test_a_rejected_follow_request_leaves_the_comm_in_step(ctx: angel.PSContext)
         np.testing.assert_array_equal(np.delete(got, np.s_[lo:hi]), 0)
     finally:
         ctx.drop("step")
+
+
+def test_a_malformed_follow_closes_only_its_comm(ctx: angel.PSContext) -> None:
+    arr = ctx.zeros("malformed", (1, 1_000), dtype="float32")
+    try:
+        b = arr._binding
+        blk = arr.blocks[0]
+
+        async def bogus() -> Any:
+            pool = await b.pool()
+            msg = {"ps_op": "update", "server": blk.server.index, "cost": 0, "array": "malformed"}
+            msg |= {"parts": [{"block": blk.id}], "add": True, "follow": "not a list"}
+            return await send_recv_into(pool, blk.server.address, "daskangel_ps", msg, [], [])
+
+        with pytest.raises((OSError, CommClosedError)):
+            b.run(bogus)
+        arr.increment(np.ones((1, 1_000), "float32"))  # the server still serves
+        np.testing.assert_array_equal(arr.get(), 1)
+    finally:
+        ctx.drop("malformed")
