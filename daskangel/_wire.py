@@ -32,6 +32,7 @@ __all__ = [
     "TRANSPORTS",
     "actor_key",
     "call_server",
+    "check_wire_config",
     "error_reply",
     "split_follow",
     "unwrap_arrays",
@@ -120,6 +121,14 @@ def _has_large_array(obj: Any, limit: int) -> bool:
     if isinstance(obj, (list, tuple)):
         return any(_has_large_array(v, limit) for v in obj)
     return False
+
+
+def check_wire_config() -> None:
+    """Read every ``daskangel.client`` key a call's framing uses, raising on a bad
+    value.  Callers run it before sending any part of a request: otherwise the
+    first server's message could fail on the value while the others were sent."""
+    for key in ("inline-array-bytes", "align-bytes", "follow-bytes"):
+        config.get_bytes(f"daskangel.client.{key}")
 
 
 # the fields of an update's parts that may carry its bulk

@@ -33,7 +33,7 @@ from distributed.core import ConnectionPool
 from distributed.utils import sync
 
 from .. import config
-from .._wire import call_server
+from .._wire import call_server, check_wire_config
 from ..errors import ServerLostError, StaleLayoutError
 from ._meta import ArrayMeta, ServerId
 from ._server import PLUGIN_NAME
@@ -153,6 +153,7 @@ class Binding:
         the parts, and writes carry a tag the server uses to apply them only once,
         so resending is safe.
         """
+        check_wire_config()  # a bad framing key fails here, before any message leaves
         loop = asyncio.get_running_loop()
         deadline = loop.time() + config.get_seconds("daskangel.client.recovery-wait")
         meta = await self.meta(name)

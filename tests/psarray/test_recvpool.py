@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import daskangel as angel
 from daskangel._recv import send_recv_into
 from daskangel._wire import call_server, split_follow
-from daskangel.errors import NonFiniteError, StaleLayoutError
+from daskangel.errors import InvalidArgumentError, NonFiniteError, StaleLayoutError
 from daskangel.psarray._recvpool import ReceivePool
 
 pytestmark = pytest.mark.timeout(300)
@@ -219,3 +219,25 @@ def test_a_malformed_follow_closes_only_its_comm(ctx: angel.PSContext) -> None:
         np.testing.assert_array_equal(arr.get(), 1)
     finally:
         ctx.drop("malformed")
+
+
+def test_bad_follow_and_pool_sizes_name_their_key_and_change_nothing(
+    ctx: angel.PSContext,
+) -> None:
+    arr = ctx.zeros("badkeys", (1, 2_000_000), dtype="float32")  # blocks on both servers
+    try:
+        assert len({blk.server for blk in arr.blocks}) == 2
+        for key in ("follow-bytes", "inline-array-bytes", "align-bytes"):
+            with (
+                dask.config.set({f"daskangel.client.{key}": "lots"}),
+                pytest.raises(InvalidArgumentError, match=f"{key}: expected a byte size"),
+            ):
+                arr.increment(np.ones((1, 2_000_000), "float32"))
+            np.testing.assert_array_equal(arr.get(), 0)  # no server applied its part
+        with (
+            dask.config.set({"daskangel.server.receive-pool-bytes": "lots"}),
+            pytest.raises(InvalidArgumentError, match="receive-pool-bytes: expected a byte size"),
+        ):
+            ReceivePool()
+    finally:
+        ctx.drop("badkeys")
