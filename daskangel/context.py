@@ -31,10 +31,11 @@ from distributed import Client, default_client
 from . import config
 from ._wire import TRANSPORTS, actor_key
 from .errors import ContextClosedError, InvalidArgumentError, InvalidTypeError, ShapeMismatchError
+from .persist import load_into
 from .psarray import PSArray
 from .psarray._binding import Binding, get_binding
-from .psarray._blocks import InitSpec
 from .psarray._endpoints import PSServerActor, PSWorkerPlugin
+from .psarray._initspec import InitSpec
 from .psarray._layout import AutoPartitioner, BlockPartitioner, Partitioner
 from .psarray._meta import DTYPES, ArrayMeta, ServerId
 from .psarray._server import PLUGIN_NAME as WORKER_PLUGIN
@@ -413,9 +414,11 @@ class PSContext:
         arr.meta  # noqa: B018 - raises ArrayNotFoundError if unknown
         return arr
 
-    def arrays(self) -> list[str]:
-        """Names of this context's arrays."""
-        return list(self.client.sync(self._scheduler.daskangel_list, ctx=self.id))
+    def arrays(self, every_context: bool = False) -> list[str]:
+        """Names of this context's arrays (``every_context=True``: of all contexts on the
+        cluster; names are unique cluster-wide)."""
+        ctx = None if every_context else self.id
+        return list(self.client.sync(self._scheduler.daskangel_list, ctx=ctx))
 
     def drop(self, name: str) -> None:
         """Free one array now."""
@@ -450,17 +453,19 @@ class PSContext:
             )
         )
 
-    def load(self, url: str, arrays: list[str] | None = None) -> dict[str, PSArray]:
+    def load(
+        self, url: str, arrays: list[str] | None = None, rename: dict[str, str] | None = None
+    ) -> dict[str, PSArray]:
         """Load a saved model or a snapshot directory's newest snapshot.
 
         Missing arrays are created with their stored layout; existing ones must
         match in shape, dtype and partitioning.  Nothing changes if anything does
-        not match or a block fails its checksum.
+        not match or a block fails its checksum.  ``rename`` (``{stored name:
+        name here}``) loads arrays under other names: stored arrays that shared
+        a layout are created co-placed again, whatever their names.
         """
-        from .persist import load_into
-
         self._check_open()
-        return load_into(self, url, arrays)
+        return load_into(self, url, arrays, rename)
 
     def wait_until_recovered(self, timeout: float | None = None) -> list[str]:
         """Block until the rebuilding of lost servers' blocks has finished.

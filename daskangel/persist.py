@@ -16,18 +16,46 @@ Example
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from . import _snapshot_format as fmt
-from .errors import SnapshotError
-from .psarray._blocks import InitSpec
+from .errors import InvalidArgumentError, SnapshotError
+from .psarray._initspec import InitSpec
 from .psarray._layout import Layout
 
 if TYPE_CHECKING:
-    from .context import PSContext
     from .psarray import PSArray
+
+
+class _Context(Protocol):
+    """What loading needs of a :class:`~daskangel.PSContext` (which calls it: it
+    is typed here, not imported, so ``context`` and ``persist`` import one way)."""
+
+    id: str
+    client: Any
+    binding: Any
+    _scheduler: Any
+
+    def arrays(self) -> list[str]: ...
+
+    def drop(self, name: str) -> None: ...
+
+    def get_array(self, name: str) -> PSArray: ...
+
+    def _create(
+        self,
+        name: str,
+        shape: Any,
+        dtype: Any,
+        init: InitSpec,
+        sparse: bool,
+        block_shape: Any = None,
+        partitioner: Any = None,
+        like: str | None = None,
+    ) -> PSArray: ...
+
 
 __all__ = ["load_arrays", "load_into"]
 
@@ -42,13 +70,21 @@ class _StoredLayout:
         return self._layout
 
 
-def load_into(ps: PSContext, url: str, arrays: list[str] | None = None) -> dict[str, PSArray]:
+def load_into(
+    ps: _Context,
+    url: str,
+    arrays: list[str] | None = None,
+    rename: dict[str, str] | None = None,
+) -> dict[str, PSArray]:
     """Load arrays from a snapshot directory or saved model into a context.
 
     Arrays that exist in the context are overwritten (their shape, dtype,
     storage and partitioning must match the stored ones); missing ones are
     created with the stored layout.  Every block is read and checked before any
     is installed, so a damaged or mismatching store changes nothing.
+    ``rename`` (``{stored name: name here}``) loads stored arrays under other
+    names (a second copy of a saved model beside the first); the result is keyed
+    by the names here.
     """
     version_url, manifest = fmt.resolve(url)
     stored = manifest["arrays"]
@@ -56,6 +92,13 @@ def load_into(ps: PSContext, url: str, arrays: list[str] | None = None) -> dict[
     missing = sorted(set(names) - set(stored))
     if missing:
         raise SnapshotError(f"arrays: {url!r} has no arrays {missing} (it has {sorted(stored)})")
+    rename = dict(rename or {})
+    unknown = sorted(set(rename) - set(names))
+    if unknown:
+        raise InvalidArgumentError(f"rename: {unknown} are not among the arrays loaded ({names})")
+    live = [rename.get(n, n) for n in names]
+    if len(set(live)) != len(live):
+        raise InvalidArgumentError(f"rename: two arrays would be loaded as one name ({live})")
     existing = set(ps.arrays())
     created = []
     # {(layout json, sparse): first array created with it}: arrays saved with one
@@ -63,10 +106,10 @@ def load_into(ps: PSContext, url: str, arrays: list[str] | None = None) -> dict[
     # so psfs over them (optimiser steps, Axpy ...) still work after loading
     placed: dict[tuple[str, bool], str] = {}
     try:
-        for n in names:
+        for src, n in zip(names, live, strict=True):
             if n in existing:
                 continue
-            info = stored[n]
+            info = stored[src]
             shape = (info["shape"][1],) if info["ndim"] == 1 else tuple(info["shape"])
             key = (json.dumps(info["layout"], sort_keys=True), bool(info["sparse"]))
             ps._create(
@@ -80,14 +123,20 @@ def load_into(ps: PSContext, url: str, arrays: list[str] | None = None) -> dict[
             )
             placed.setdefault(key, n)
             created.append(n)
-        ps.client.sync(ps._scheduler.daskangel_restore, ctx=ps.id, url=version_url, arrays=names)
+        ps.client.sync(
+            ps._scheduler.daskangel_restore,
+            ctx=ps.id,
+            url=version_url,
+            arrays=live,
+            rename={n: src for src, n in zip(names, live, strict=True) if n != src} or None,
+        )
     except BaseException:
         for n in created:
             ps.drop(n)
         raise
-    for n in names:
+    for n in live:
         ps.binding.forget(n)
-    return {n: ps.get_array(n) for n in names}
+    return {n: ps.get_array(n) for n in live}
 
 
 def load_arrays(url: str, arrays: list[str] | None = None) -> dict[str, Any]:

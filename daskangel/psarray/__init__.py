@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from . import (
+    _dataops,  # noqa: F401 - registers the built-in block operations
     _keylists,  # noqa: F401 - registers the key-list server operations
     _rank,  # noqa: F401 - registers the feature indexer's server ops
     _snapshot_ops,  # noqa: F401 - registers the snapshot server ops
 )
 from ._agent import PSAgent, agent_of, get_agent
 from ._array import PSArray, PSFuture
-from ._blocks import InitSpec
 from ._endpoints import PSWorkerPlugin
+from ._initspec import InitSpec
 from ._keylists import KeySet
 from ._layout import (
     AutoPartitioner,

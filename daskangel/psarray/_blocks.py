@@ -22,7 +22,6 @@ array([[1., 0.]], dtype=float32)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,43 +29,10 @@ import numpy as np
 from .. import config
 from ..errors import PSIndexError, ShapeMismatchError
 from . import _kernels as K
+from ._initspec import InitSpec
 from ._packed import PACK_SHIFT, unpack_reduce
 
-__all__ = ["DenseBlock", "InitSpec", "SparseBlock", "make_block"]
-
-
-@dataclass(frozen=True, slots=True)
-class InitSpec:
-    """How a block's entries start: a constant, or counter-based random numbers.
-
-    ``kind`` is ``"const"`` (``a`` is the value), ``"uniform"`` (on ``[a, b)``) or
-    ``"normal"`` (mean ``a``, std ``b``).  ``lazy`` (sparse storage only) draws a
-    missing key's value when it is first read or written instead of reading 0.
-    """
-
-    kind: str = "const"
-    a: float = 0.0
-    b: float = 1.0
-    seed: int = 0
-    lazy: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "a": self.a, "b": self.b, "seed": self.seed, "lazy": self.lazy}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> InitSpec:
-        return cls(str(d["kind"]), float(d["a"]), float(d["b"]), int(d["seed"]), bool(d["lazy"]))
-
-    def draw(self, index: np.ndarray, dtype: np.dtype) -> np.ndarray:
-        """Values of the entries with global flat indices ``index``."""
-        if self.kind == "const":
-            return np.full(index.shape[0], self.a, dtype=dtype)
-        out = K.hash_random(
-            np.uint64(self.seed), index.astype(np.int64), self.kind == "normal", self.a, self.b
-        )
-        if dtype.kind in "iu":
-            out = np.floor(out)
-        return out.astype(dtype)
+__all__ = ["DenseBlock", "SparseBlock", "make_block"]
 
 
 def _check_local(name: str, idx: np.ndarray | None, extent: int) -> None:

@@ -23,7 +23,8 @@ import numpy as np
 from .. import config
 from ..errors import InvalidArgumentError
 from ._behind import Deferred
-from ._blocks import DenseBlock, InitSpec, make_block
+from ._blocks import DenseBlock, make_block
+from ._initspec import InitSpec
 from ._packed import PACK_SHIFT
 
 if TYPE_CHECKING:

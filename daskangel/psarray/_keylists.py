@@ -15,7 +15,7 @@ Example
 -------
 >>> import numpy as np
 >>> from daskangel.psarray._server import PSServer
->>> from daskangel.psarray._blocks import InitSpec
+>>> from daskangel.psarray._initspec import InitSpec
 >>> s = PSServer("local", 0)
 >>> s.dispatch("create", array="w", blocks=[{"block": 0, "kind": "dense", "shape": (1, 8),
 ...     "dtype": "float32", "init": InitSpec("const", 2.0).to_dict(), "row0": 0, "col0": 0,

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._wire import TRANSPORTS
 from ..errors import InvalidArgumentError
-from ._blocks import InitSpec
+from ._initspec import InitSpec
 from ._layout import Layout
 
 __all__ = ["DTYPES", "ArrayMeta", "BlockInfo", "ServerId"]

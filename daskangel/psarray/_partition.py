@@ -36,7 +36,8 @@ import numpy as np
 from .. import config
 from ..errors import InvalidTypeError, PSIndexError, ShapeMismatchError
 from . import _kernels as K
-from ._blocks import DenseBlock, InitSpec, SparseBlock
+from ._blocks import DenseBlock, SparseBlock
+from ._initspec import InitSpec
 
 __all__ = ["Partition"]
 

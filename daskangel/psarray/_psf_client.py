@@ -31,7 +31,7 @@ Example
 -------
 >>> from daskangel.psarray._layout import BlockPartitioner
 >>> from daskangel.psarray._meta import ArrayMeta, ServerId
->>> from daskangel.psarray._blocks import InitSpec
+>>> from daskangel.psarray._initspec import InitSpec
 >>> lay = BlockPartitioner((1, 4)).layout((1, 8), 4, 2, False)
 >>> a = ArrayMeta.new("a", (8,), "float32", False, lay, InitSpec())
 >>> a = a.with_servers((ServerId("w1", 0), ServerId("w2", 0)), 1)

@@ -15,7 +15,7 @@ Example
 -------
 >>> import numpy as np
 >>> from daskangel.psarray._server import PSServer
->>> from daskangel.psarray._blocks import InitSpec
+>>> from daskangel.psarray._initspec import InitSpec
 >>> s = PSServer("local", 0)
 >>> spec = {"block": 0, "kind": "sparse", "shape": (1, 100), "dtype": "int64",
 ...         "init": InitSpec().to_dict(), "row0": 0, "col0": 0, "n_cols": 100}

@@ -16,7 +16,7 @@ the server's own thread, so heartbeats keep flowing while a big block is updated
 Example
 -------
 >>> import numpy as np
->>> from daskangel.psarray._blocks import InitSpec
+>>> from daskangel.psarray._initspec import InitSpec
 >>> s = PSServer("local", 0)
 >>> s.dispatch("create", array="w", blocks=[{"block": 0, "kind": "dense", "shape": (1, 4),
 ...     "dtype": "float32", "init": InitSpec().to_dict(), "row0": 0, "col0": 0, "n_cols": 4}])
@@ -273,7 +273,3 @@ class PSServer(Holds, WriteBehind):
     @property
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self.blocks.values())
-
-
-# the built-in operations register themselves (they need PSServer, defined above)
-from . import _dataops  # noqa: E402, F401

@@ -35,7 +35,8 @@ import numpy as np
 
 from .. import _snapshot_format as fmt
 from ..errors import SnapshotError
-from ._blocks import DenseBlock, InitSpec, SparseBlock, make_block
+from ._blocks import DenseBlock, SparseBlock, make_block
+from ._initspec import InitSpec
 from ._server import Block, PSServer, server_async_op, server_op
 
 __all__: list[str] = []
@@ -151,11 +152,16 @@ async def _restore_stage(
     parts: list[dict[str, Any]],
     checksums: dict[str, int],
     token: str,
+    stored: str | None = None,
 ) -> int:
-    """Read and verify blocks in the I/O thread; keep them until commit or abort."""
+    """Read and verify blocks in the I/O thread; keep them until commit or abort.
+
+    ``stored`` is the array's name in the store when it is loaded under another
+    name (``array``).
+    """
     loop = asyncio.get_running_loop()
     blocks = await loop.run_in_executor(
-        server.io_executor, _read, url, array, storage, ndim, parts, checksums
+        server.io_executor, _read, url, stored or array, storage, ndim, parts, checksums
     )
     staged = server.staged.setdefault(token, [])
     staged.extend(((array, int(p["block"])), b) for p, b in zip(parts, blocks, strict=True))

@@ -355,22 +355,25 @@ class SnapshotService:
         arrays: list[str] | None = None,
         blocks: dict[str, list[int]] | None = None,
         targets: dict[str, list[list[Any]]] | None = None,
+        rename: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """Load arrays (or some of their blocks) from a snapshot or saved model.
 
         Every block is read and verified on its server before any is installed,
         so a damaged or mismatching snapshot changes nothing.  ``targets`` gives,
-        per array, the server of each restored block when it moves.
+        per array, the server of each restored block when it moves; ``rename``
+        (``{array: stored name}``) loads a stored array into one of another name.
         """
         version_url, manifest = await asyncio.to_thread(fmt.resolve, url)
         metas = self._arrays(ctx, arrays)
+        stored = {n: (rename or {}).get(n, n) for n in metas}
         for name, m in metas.items():
-            self._check_compatible(name, m, manifest, version_url)
+            self._check_compatible(stored[name], m, manifest, version_url)
         token = uuid.uuid4().hex
         staged: list[ServerId] = []
         try:
             for name, m in metas.items():
-                info = manifest["arrays"][name]
+                info = manifest["arrays"][stored[name]]
                 want = set(blocks[name]) if blocks and name in blocks else None
                 servers = targets[name] if targets and name in targets else m["servers"]
                 per_server: dict[ServerId, list[dict[str, Any]]] = {}
@@ -390,6 +393,7 @@ class SnapshotService:
                             parts=parts,
                             checksums=info["checksums"],
                             token=token,
+                            stored=stored[name],
                         )
                         for s, parts in per_server.items()
                     )

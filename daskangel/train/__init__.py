@@ -15,9 +15,10 @@ SSP(staleness=2)
 from __future__ import annotations
 
 from ..scheduler._clock_rule import ASP, BSP, SSP, Sync
-from ._context import TaskArray, TaskContext, TaskSpec, seceded
+from ._context import TaskArray, TaskContext, seceded
 from ._placement import PLACEMENTS, split_piece
 from ._runner import run_task
+from ._spec import TaskSpec
 from ._trainer import Trainer, TrainResult, train
 
 __all__ = [

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from distributed.comm.core import CommClosedError
@@ -45,28 +44,9 @@ from ..psarray._binding import Binding
 from ..psarray._taskclock import set_task_clock
 from ..scheduler._clock_rule import read_floor
 from ._group import GroupChannel
+from ._spec import TaskSpec
 
 __all__ = ["TaskArray", "TaskContext", "TaskSpec", "seceded"]
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSpec:
-    """Where a task sits in its job (sent with the task to its worker)."""
-
-    job: str
-    task: int
-    group: int
-    rank: int
-    group_size: int
-    n_groups: int
-    staleness: int | None
-    array_staleness: dict[str, int | None] = field(default_factory=dict)
-    epochs: int | None = None
-    sync: str = "BSP()"
-
-    @property
-    def n_tasks(self) -> int:
-        return self.n_groups * self.group_size
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidArgumentError, SyncError
 
 if TYPE_CHECKING:
-    from ._context import TaskSpec
+    from ._spec import TaskSpec
 
 __all__ = ["GroupChannel"]
 

@@ -32,7 +32,7 @@ Used by :class:`~daskangel.train.Trainer`; nothing to call directly.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import distributed
 from distributed import Future
@@ -41,8 +41,22 @@ from .. import config
 from .._compat import workers_info
 from ..errors import ServerLostError
 
-if TYPE_CHECKING:
-    from ._trainer import Trainer
+
+class _Job(Protocol):
+    """What recovery needs of the running :class:`~daskangel.train.Trainer` (typed
+    here, not imported: the trainer imports this module)."""
+
+    job: str
+    client: Any
+    ps: Any
+    data: Any
+    _scheduler: Any
+
+    @property
+    def n_tasks(self) -> int: ...
+
+    def submit_task(self, t: int, part: Any, worker: str | None, attempt: int = 0) -> Any: ...
+
 
 __all__ = ["Recovery"]
 
@@ -75,7 +89,7 @@ def wait_futures(futures: list[Future], timeout: float, first: bool = False) -> 
 class Recovery:
     """Bookkeeping of task futures, and their resubmission after failures."""
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: _Job) -> None:
         self.trainer = trainer
         # {future key: task id}, every future ever submitted for the job
         self.task_of: dict[Any, int] = {}

@@ -26,7 +26,8 @@ from ..errors import JobAbortedError
 from ..psarray import agent_of
 from ..psarray._binding import get_binding
 from ..psarray._taskclock import set_task_clock
-from ._context import TaskContext, TaskSpec
+from ._context import TaskContext
+from ._spec import TaskSpec
 
 __all__ = ["run_task"]
 

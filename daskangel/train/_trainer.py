@@ -44,10 +44,11 @@ from ..errors import (
     TaskFailedError,
 )
 from ..scheduler._clock_rule import Sync, as_sync
-from ._context import TaskContext, TaskSpec
+from ._context import TaskContext
 from ._placement import PLACEMENTS, assign, task_pieces
 from ._recovery import Recovery, _forget_job, wait_futures
 from ._runner import run_task
+from ._spec import TaskSpec
 
 __all__ = ["TrainResult", "Trainer", "train"]
 
