@@ -12,7 +12,7 @@ One task's partition of the kdd2010-shaped set of ``bench_linear.py`` (default
   the random placement shows);
 * the local SGD kernel's speed (M nnz/s, tail-averaged, one pass) with the
   slots in key order against hot features first (``hot-keys``);
-* the in-place path (:mod:`daskangel.models._inplace`, what ma-sgd uses on a
+* the in-place path (:mod:`daskangel.models.linear._inplace`, what ma-sgd uses on a
   memory partition: one stored CSR, so the chunks are joined first, untimed):
   its preparation (split and pruned keys) and its SGD pass over global indices
   in the epoch order it uses (blocks of 16 rows, 32 interleaved) and, for
@@ -37,11 +37,12 @@ from _kddgen import GenSpec, make_chunk
 from _timing import median_time
 
 from daskangel.data._batch import CSRBatch, concat
-from daskangel.models import _prep
-from daskangel.models._inplace import in_place_rows
-from daskangel.models._kernels import LOGISTIC
-from daskangel.models._local_sgd import local_sgd
-from daskangel.models._task import Plan, epoch_order, split_rows
+from daskangel.models.linear import _prep
+from daskangel.models.linear._inplace import in_place_rows
+from daskangel.models.linear._kernels import LOGISTIC
+from daskangel.models.linear._local_sgd import local_sgd
+from daskangel.models._core import epoch_order
+from daskangel.models.linear._task import Plan, split_rows
 
 
 def main() -> None:

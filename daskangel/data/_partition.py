@@ -56,7 +56,7 @@ class Partition:
     """
 
     __slots__ = (
-        "__weakref__",  # caches of derived data (models._task) follow the partition's life
+        "__weakref__",  # caches of derived data (models._core._cache) follow the partition's life
         "chunks",
         "col_range",
         "dataset_id",

@@ -1,10 +1,14 @@
-"""Linear models on the parameter server: scikit-learn estimators trained by Dask tasks.
+"""The algorithm library: one subpackage per model family, on one shared estimator base.
 
-Logistic regression, linear SVMs, least-squares / ridge / Huber / Lasso
-regression and softmax regression, with Angel's solvers: minibatch SGD with a
-server-side optimiser (``'sgd'``), model averaging (``'ma-sgd'``), FTRL
-(``'ftrl'``) and full-batch L-BFGS / OWL-QN (``'lbfgs'`` / ``'owlqn'``).  User
-guide: ``docs/models.md``.
+| family | estimators |
+| --- | --- |
+| ``linear/`` | :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVC`, :class:`LinearRegression`, :class:`Ridge`, :class:`HuberRegressor`, :class:`Lasso` |
+
+Every estimator keeps the scikit-learn contract, trains on the parameter
+server with Dask tasks, and saves to zarr (:func:`load` reads any of them
+back).  The machinery the families share (the estimator base, input coercion,
+the model format, metrics) is in ``models/_core/``.  User guide:
+``docs/models.md``.
 
 Example
 -------
@@ -16,18 +20,18 @@ Example
 
 from __future__ import annotations
 
-from ._base import SOLVERS, LinearModel
-from ._estimators import (
+from ._core import PSEstimator, auc_from_hist, load
+from .linear import (
+    SOLVERS,
     HuberRegressor,
     Lasso,
+    LinearModel,
     LinearRegression,
     LinearSVC,
     LogisticRegression,
     Ridge,
     SoftmaxRegression,
 )
-from ._io import load
-from ._metrics import auc_from_hist
 
 __all__ = [
     "SOLVERS",
@@ -37,6 +41,7 @@ __all__ = [
     "LinearRegression",
     "LinearSVC",
     "LogisticRegression",
+    "PSEstimator",
     "Ridge",
     "SoftmaxRegression",
     "auc_from_hist",

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..data import Dataset, from_array
-from ..errors import InvalidArgumentError
+from ...data import Dataset, from_array
+from ...errors import InvalidArgumentError
 
 __all__ = ["Prepared", "as_dataset", "dataset_classes", "encode_labels", "is_dask"]
 

@@ -1,12 +1,14 @@
-"""Saving and loading linear models: the snapshot layer for arrays, JSON for the rest.
+"""Saving and loading any model: the snapshot layer for arrays, JSON for the rest.
 
-``model.save(url)`` writes the weights (and the server optimiser's state arrays)
-with ``ps.save(url)`` — a zarr v3 group readable without daskangel (see
-``docs/snapshot-format.md``) — and ``url/daskangel-model.json``: the estimator's
-class, its parameters, ``classes_``, ``n_features_in_``, the epoch clock ``t_``
-and ``history_``.  :func:`load` rebuilds the estimator and its arrays in a new
-:class:`~daskangel.PSContext`; training it again continues the learning-rate
-schedule (and FTRL / AdaGrad / Adam state) from the saved clock.
+``model.save(url)`` writes the model's PS arrays (weights, optimiser state,
+topic or factor matrices ...) with ``ps.save(url)`` — a zarr v3 group readable
+without daskangel (see ``docs/snapshot-format.md``) — and
+``url/daskangel-model.json``: the estimator's class, its parameters, the
+family's ``_arrays`` dict (which array plays which part), its ``_saved`` fitted
+attributes (``n_features_in_``, the epoch clock ``t_``, ``classes_`` ...) and
+``history_``.  :func:`load` rebuilds the estimator and its arrays in a new (or
+the given) :class:`~daskangel.PSContext`; training it again continues from the
+saved clock (learning-rate schedules, FTRL / AdaGrad / Adam state).
 
 Example
 -------
@@ -25,64 +27,107 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArrayNotFoundError, InvalidArgumentError, SnapshotError
+from ...errors import InvalidArgumentError, SnapshotError
 
-__all__ = ["FORMAT", "MODEL_FILE", "load", "save_model"]
+__all__ = ["FORMAT", "MODEL_FILE", "array_names", "load", "rename_arrays", "save_model"]
 
-FORMAT = 1
+FORMAT = 2
 MODEL_FILE = "daskangel-model.json"
+PUBLIC = "daskangel.models"  # saved class paths name the public module when they can
+
+
+def array_names(arrays: Any, skip: tuple[str, ...] = ("rule",)) -> list[str]:
+    """The string values of a nested ``_arrays`` dict (keys in ``skip`` are not names)."""
+    if isinstance(arrays, str):
+        return [arrays]
+    if isinstance(arrays, dict):
+        return [n for k, v in arrays.items() if k not in skip for n in array_names(v, skip)]
+    if isinstance(arrays, (list, tuple)):
+        return [n for v in arrays for n in array_names(v, skip)]
+    return []
+
+
+def rename_arrays(arrays: Any, new: dict[str, str], skip: tuple[str, ...] = ("rule",)) -> Any:
+    """``arrays`` with every name replaced by ``new[name]`` (others kept)."""
+    if isinstance(arrays, str):
+        return new.get(arrays, arrays)
+    if isinstance(arrays, dict):
+        return {k: v if k in skip else rename_arrays(v, new, skip) for k, v in arrays.items()}
+    if isinstance(arrays, (list, tuple)):
+        return [rename_arrays(v, new, skip) for v in arrays]
+    return arrays
 
 
 def _plain(v: Any) -> Any:
-    if isinstance(v, (np.integer,)):
+    """A parameter or fitted attribute as JSON (numpy arrays keep their dtype)."""
+    if isinstance(v, np.integer):
         return int(v)
-    if isinstance(v, (np.floating,)):
+    if isinstance(v, np.floating):
         return float(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
     if isinstance(v, np.ndarray):
-        return v.tolist()
+        return {"__ndarray__": v.tolist(), "dtype": v.dtype.str}
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
     return v
 
 
+def _unplain(v: Any) -> Any:
+    if isinstance(v, dict) and "__ndarray__" in v:
+        return np.asarray(v["__ndarray__"], dtype=np.dtype(v["dtype"]))
+    return v
+
+
+def _class_path(cls: type) -> str:
+    public = importlib.import_module(PUBLIC)
+    if getattr(public, cls.__qualname__, None) is cls:
+        return f"{PUBLIC}:{cls.__qualname__}"
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
 def save_model(est: Any, url: str) -> None:
-    """Write ``est`` (fitted, with its weights on a PS) to ``url``."""
+    """Write ``est`` (fitted, with its arrays on a PS) to ``url``."""
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(est, "n_features_in_")
-    if not getattr(est, "_arrays", None) or getattr(est, "_ps", None) is None:
+    if not est._on_ps():
         raise InvalidArgumentError(
-            f"{type(est).__name__}: its weights are not on a PS (unpickled or closed); "
-            "fit it (warm_start=True keeps the weights) before saving"
+            f"{type(est).__name__}: its arrays are not on a PS (unpickled or closed); "
+            "fit it (warm_start=True keeps the learned values) before saving"
         )
-    arrays = est._arrays
-    names = [arrays["weights"], *arrays["state"].values()]
-    est._ps.save(url, arrays=names)
+    est._ps.save(url, arrays=est._array_names())
     params = {k: _plain(v) for k, v in est.get_params().items() if k not in ("client", "ps")}
     hist = getattr(est, "history_", None)
     doc = {
         "format": FORMAT,
-        "class": f"{type(est).__module__}:{type(est).__qualname__}",
+        "class": _class_path(type(est)),
         "params": params,
-        "classes": None if not hasattr(est, "classes_") else est.classes_.tolist(),
-        "classes_dtype": None if not hasattr(est, "classes_") else est.classes_.dtype.str,
-        "n_features_in": int(est.n_features_in_),
-        "t": int(getattr(est, "t_", 0)),
-        "n_iter": int(getattr(est, "n_iter_", 0)),
+        "attrs": {a: _plain(getattr(est, a)) for a in est._saved if hasattr(est, a)},
         "history": None if hist is None else json.loads(hist.to_json(orient="records")),
-        "arrays": {
-            "weights": arrays["weights"],
-            "state": arrays["state"],
-            "rule": arrays.get("rule"),
-        },
+        "arrays": est._arrays,
     }
-    from .._snapshot_format import fs_and_path
+    from ..._snapshot_format import fs_and_path
 
     fs, path = fs_and_path(url)
     with fs.open(f"{path}/{MODEL_FILE}", "w") as f:
         json.dump(doc, f, indent=1)
 
 
+def _from_format_1(doc: dict[str, Any]) -> dict[str, Any]:
+    """A linear model saved before the families shared this format."""
+    attrs: dict[str, Any] = {
+        "n_features_in_": doc["n_features_in"],
+        "t_": doc["t"],
+        "n_iter_": doc["n_iter"],
+    }
+    if doc.get("classes") is not None:
+        attrs["classes_"] = {"__ndarray__": doc["classes"], "dtype": doc["classes_dtype"]}
+    return {**doc, "format": FORMAT, "attrs": attrs}
+
+
 def _read(url: str) -> dict[str, Any]:
-    from .._snapshot_format import fs_and_path
+    from ..._snapshot_format import fs_and_path
 
     fs, path = fs_and_path(url)
     try:
@@ -90,6 +135,8 @@ def _read(url: str) -> dict[str, Any]:
             doc: dict[str, Any] = json.load(f)
     except FileNotFoundError:
         raise SnapshotError(f"url: {url!r} holds no saved daskangel model ({MODEL_FILE})") from None
+    if doc.get("format") == 1:
+        return _from_format_1(doc)
     if doc.get("format") != FORMAT:
         raise SnapshotError(
             f"url: {url!r} has model format {doc.get('format')!r}, expected {FORMAT}"
@@ -97,29 +144,32 @@ def _read(url: str) -> dict[str, Any]:
     return doc
 
 
-def _exists(ps: Any, name: str) -> bool:
+def _class(path: str, url: str) -> type:
+    mod, _, qual = path.partition(":")
     try:
-        ps.get_array(name)
-    except ArrayNotFoundError:
-        return False
-    return True
+        return getattr(importlib.import_module(mod), qual)  # type: ignore[no-any-return]
+    except (ImportError, AttributeError):
+        # saved by an older layout (e.g. daskangel.models._estimators): the public name
+        cls = getattr(importlib.import_module(PUBLIC), qual, None)
+        if cls is None:
+            raise SnapshotError(f"url: {url!r} holds a {path!r}, which is not known here") from None
+        return cls  # type: ignore[no-any-return]
 
 
 def load(url: str, client: Any = None, ps: Any = None) -> Any:
-    """A model saved with ``model.save(url)``, its weights on a new (or the given) PS context."""
+    """A model saved with ``model.save(url)``, its arrays on a new (or the given) PS context.
+
+    Loading the same model twice into one cluster gives the second copy fresh
+    array names (the stored arrays are loaded under them; arrays that shared a
+    layout stay co-placed, as optimiser state must be with its weights).
+    """
     import pandas as pd
 
-    from ..persist import load_arrays
-
     doc = _read(url)
-    mod, _, qual = doc["class"].partition(":")
-    cls = getattr(importlib.import_module(mod), qual)
-    est = cls(**doc["params"], client=client, ps=ps)
-    if doc["classes"] is not None:
-        est.classes_ = np.asarray(doc["classes"], dtype=np.dtype(doc["classes_dtype"]))
-    est.n_features_in_ = int(doc["n_features_in"])
-    est.t_ = int(doc["t"])
-    est.n_iter_ = int(doc["n_iter"])
+    cls = _class(doc["class"], url)
+    est = cls(**{k: _unplain(v) for k, v in doc["params"].items()}, client=client, ps=ps)
+    for a, v in doc["attrs"].items():
+        setattr(est, a, _unplain(v))
     if doc["history"] is not None:
         est.history_ = pd.DataFrame(doc["history"])
     if client is None and ps is None:
@@ -127,25 +177,15 @@ def load(url: str, client: Any = None, ps: Any = None) -> Any:
 
         client = default_client()
     ctx = est._context(client if ps is None else ps.client)
-    arrays = doc["arrays"]
-    names = [arrays["weights"], *arrays["state"].values()]
-    if not any(_exists(ctx, n) for n in names):
-        ctx.load(url, arrays=names)
-        est._arrays = {
-            "weights": arrays["weights"],
-            "state": dict(arrays["state"]),
-            "rule": arrays["rule"],
-        }
-    else:  # the saved model is loaded already: same values, fresh names
-        values = load_arrays(url, arrays=names)
+    est._arrays = doc["arrays"]
+    names = est._array_names()
+    taken = set(ctx.arrays(every_context=True)) & set(names)
+    rename = None
+    if taken:  # the saved model is loaded already: same values, fresh names
         tag = uuid.uuid4().hex[:6]
-        new = {n: f"{n}-{tag}" for n in names}
-        w = ctx.from_array(new[arrays["weights"]], values[arrays["weights"]])
-        for n in arrays["state"].values():  # co-partitioned with w, as the optimiser needs
-            ctx.zeros_like(w, name=new[n], dtype=values[n].dtype).set(
-                values[n], casting="same_kind"
-            )
-        state = {s: new[n] for s, n in arrays["state"].items()}
-        est._arrays = {"weights": new[arrays["weights"]], "state": state, "rule": arrays["rule"]}
-    est._w = None
+        rename = {n: f"{n}-{tag}" for n in names}
+        est._arrays = rename_arrays(doc["arrays"], rename, est._not_names)
+    ctx.load(url, arrays=names, rename=rename)
+    est._reset()
+    est._after_load()
     return est

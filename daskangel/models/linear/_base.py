@@ -1,4 +1,4 @@
-"""The estimator machinery shared by every linear model: fit on the PS, predict anywhere.
+"""What every linear model shares: weights on the PS, fit by the solvers, predict anywhere.
 
 A :class:`LinearModel` keeps its weights on the parameter server: a vector of
 ``n_features + 1`` entries (the intercept last) or, with ``K > 1`` outputs, a
@@ -12,8 +12,10 @@ persisted Dataset (``_input``), runs the solver's tasks with ``angel.train``
 State shapes: ``_arrays = {"weights": name, "state": {slot: name}}``; ``_w`` is
 the pulled ``(n_features + 1, K)`` float64 copy or ``None``.
 
-A pickled model carries its pulled weights and no PS: it predicts locally, and
-fitting it again uploads them to a new context.
+The PS context, pickling, closing and saving come from the families' shared
+base, :class:`~daskangel.models._core.PSEstimator`: a pickled model carries its
+pulled weights and no PS, predicts locally, and uploads them again to a new
+context when it is fitted again.
 
 Example
 -------
@@ -25,21 +27,17 @@ Example
 from __future__ import annotations
 
 import contextlib
-import threading
 import uuid
-import weakref
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
-from .. import ops
-from .._compat import workers_info
-from ..context import PSContext
-from ..errors import InvalidArgumentError
-from ..scheduler._clock_rule import BSP, as_sync
-from ..train import train
-from ._input import Prepared, as_dataset
+from ... import ops
+from ...context import PSContext
+from ...errors import InvalidArgumentError
+from ...scheduler._clock_rule import BSP, as_sync
+from ...train import train
+from .._core import Prepared, PSEstimator, as_dataset
 from ._kernels import KINDS
 from ._lbfgs import QNTask, qn_arrays
 from ._metrics import finish, row_width
@@ -50,22 +48,12 @@ from ._task import Plan
 __all__ = ["SOLVERS", "LinearModel"]
 
 
-def _close(ps: PSContext) -> None:
-    """Free a garbage-collected model's context (from a thread: GC may run on the loop)."""
-    if ps.closed or getattr(ps.client, "status", None) != "running":
-        return
-
-    def run() -> None:
-        with contextlib.suppress(Exception):
-            ps.close()
-
-    threading.Thread(target=run, name="daskangel-model-close", daemon=True).start()
-
-
-class LinearModel(BaseEstimator):
+class LinearModel(PSEstimator):
     """Base of the linear models (see the module docstring); not used directly."""
 
     _loss: str = "logistic"
+    _fitted: ClassVar[tuple[str, ...]] = (*PSEstimator._fitted, "classes_")
+    _saved: ClassVar[tuple[str, ...]] = (*PSEstimator._saved, "classes_")
     # fitted state (instance attributes; declared here for the type checker only)
     _arrays: Any  # see "State shapes" above, or None
     _w: np.ndarray | None
@@ -80,40 +68,6 @@ class LinearModel(BaseEstimator):
         check_params(self)
 
     # -- the PS side ------------------------------------------------------------------
-
-    def _client(self) -> Any:
-        if self.client is not None:
-            return self.client
-        if self.ps is not None:
-            return self.ps.client
-        from distributed import default_client
-
-        return default_client()
-
-    def _context(self, client: Any) -> PSContext:
-        ps = getattr(self, "_ps", None)
-        if ps is not None and not ps.closed:
-            return ps
-        if self.ps is not None:
-            self._ps = self.ps
-        else:
-            self._ps = PSContext(client)
-            self._ps_finalizer = weakref.finalize(self, _close, self._ps)
-        self._arrays = None
-        return self._ps
-
-    def close(self) -> None:
-        """Pull the weights (so the model still predicts) and free its PS arrays."""
-        self._pull()
-        ps = getattr(self, "_ps", None)
-        if ps is not None and self.ps is None:
-            ps.close()
-        elif ps is not None and self._arrays:
-            for n in [self._arrays["weights"], *self._arrays["state"].values()]:
-                with contextlib.suppress(Exception):
-                    ps.drop(n)
-        self._ps = None
-        self._arrays = None
 
     @property
     def ps_array(self) -> Any:
@@ -167,7 +121,7 @@ class LinearModel(BaseEstimator):
     def _pull(self) -> np.ndarray | None:
         if getattr(self, "_w", None) is not None:
             return self._w
-        if not getattr(self, "_arrays", None) or getattr(self, "_ps", None) is None:
+        if not self._on_ps():
             return getattr(self, "_w", None)
         v = np.asarray(self.ps_array.get(), np.float64)
         self._w = v.reshape(v.shape[0], -1)
@@ -211,20 +165,12 @@ class LinearModel(BaseEstimator):
             )
         return self._fit(X, y, 1, None if classes is None else np.asarray(classes))
 
-    def _forget(self) -> None:
-        if getattr(self, "_arrays", None) and getattr(self, "_ps", None) is not None:
-            for n in [self._arrays["weights"], *self._arrays["state"].values()]:
-                with contextlib.suppress(Exception):
-                    self._ps.drop(n)
-        self._arrays = None
+    def _reset(self) -> None:
         self._w = None
-        for a in ("classes_", "n_features_in_", "t_", "n_iter_", "history_"):
-            if hasattr(self, a):
-                delattr(self, a)
 
     def _fit(self, X: Any, y: Any, epochs: int, classes: Any) -> LinearModel:
         client = self._client()
-        n_tasks = self.n_tasks or sum(w["nthreads"] for w in workers_info(client).values())
+        n_tasks = self._n_tasks(client)
         classifier = self._task == "classifier"
         known = getattr(self, "classes_", None) if classes is None else classes
         data = as_dataset(self, X, y, client, n_tasks, classifier=classifier, classes=known)
@@ -294,17 +240,11 @@ class LinearModel(BaseEstimator):
         return make_plan(self, data, n_features, K, epochs)
 
     def _record(self, rows: np.ndarray, plan: Plan) -> None:
-        import pandas as pd
-
         recs = []
         for e, r in enumerate(rows):
             m = finish(r, plan.task, binary=plan.binary, logloss=plan.logloss, nbins=plan.nbins)
             recs.append({"epoch": plan.epoch0 + e + 1, **m})
-        new = pd.DataFrame(recs)
-        old = getattr(self, "history_", None)
-        self.history_ = (
-            new if old is None or plan.epoch0 == 0 else pd.concat([old, new], ignore_index=True)
-        )
+        self._append_history(recs, plan.epoch0)
 
     # -- predicting ---------------------------------------------------------------------
 
@@ -338,21 +278,7 @@ class LinearModel(BaseEstimator):
 
         return margins_of(self, X, self._weights())
 
-    def __getstate__(self) -> dict[str, Any]:
-        with contextlib.suppress(Exception):
-            self._pull()
-        state = dict(self.__dict__)
-        for k in ("_ps", "_ps_finalizer", "_arrays", "train_result_"):
-            state.pop(k, None)
-        return state
-
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
-
-    def save(self, url: str) -> None:
-        """Save weights (and optimiser state) with the snapshot layer, parameters as JSON."""
-        from ._io import save_model
-
-        save_model(self, url)

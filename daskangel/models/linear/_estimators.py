@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
+from .._core._predict import map_rows
 from ._base import LinearModel
-from ._predict import map_rows
 
 __all__ = [
     "HuberRegressor",

@@ -48,13 +48,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import config
-from ..data._batch import CSRBatch
-from ..errors import InvalidArgumentError
+from ... import config
+from ...data._batch import CSRBatch
+from ...errors import InvalidArgumentError
+from .._core._cache import PREPARED
+from .._core._order import epoch_order, split_ids
 from ._kernels import SOFTMAX, eval_rows
 from ._local_sgd import sgd_pairs
 from ._prep import used_keys
-from ._task import _PREPARED, Plan, epoch_order, labels_for, split_args, split_ids, split_key
+from ._task import Plan, labels_for, split_args, split_key
 
 __all__ = ["InPlaceData", "in_place_order", "in_place_rows", "prepare_in_place"]
 
@@ -155,7 +157,7 @@ def prepare_in_place(part: Any, plan: Plan) -> InPlaceData | None:
     if not _applies(part, plan):
         return None
     key = ("in-place", id(part), *split_key(plan))
-    d: InPlaceData = _PREPARED.get_or_make(
+    d: InPlaceData = PREPARED.get_or_make(
         part, key, lambda: in_place_rows(part.pieces()[0], **split_args(part, plan))
     )
     y = labels_for(d.rows.labels, plan)
@@ -172,7 +174,7 @@ def _applies(part: Any, plan: Plan) -> bool:
 
 def in_place_order(n_features: int) -> tuple[int, int]:
     """``(block, streams)`` for :class:`Plan` from the driver's config: how an epoch
-    visits stored rows (:func:`._task.epoch_order`); block 0 when the in-place path
+    visits stored rows (:func:`.._core._order.epoch_order`); block 0 when the in-place path
     is off or its workspace too big."""
     out = []
     for name in ("in-place-block", "in-place-streams"):

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import ops
-from ..psarray import PSArray
+from ... import ops
+from ...psarray import PSArray
 from ._kernels import grad_rows
 from ._psfs import OrthantProject, ProjectDirection, PseudoGradient
 from ._solvers import Monitor

@@ -25,13 +25,13 @@ Example
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
+from .._core._metrics import auc_from_hist
 from ._kernels import N_STATS
 
-__all__ = ["OFFSET", "auc_from_hist", "finish", "row_width", "should_stop"]
+__all__ = ["OFFSET", "finish", "row_width"]
 
 OFFSET = 2  # stats start after train_rows, train_loss
 
@@ -39,15 +39,6 @@ OFFSET = 2  # stats start after train_rows, train_loss
 def row_width(nbins: int) -> int:
     """Width of one metrics row for ``nbins`` AUC bins."""
     return OFFSET + N_STATS + 2 * nbins
-
-
-def auc_from_hist(neg: np.ndarray, pos: np.ndarray) -> float:
-    """Area under the ROC curve from per-bin class counts (bins in score order)."""
-    n_neg, n_pos = float(neg.sum()), float(pos.sum())
-    if n_neg == 0 or n_pos == 0:
-        return float("nan")
-    below = np.concatenate([[0.0], np.cumsum(neg)[:-1]])
-    return float((pos * (below + 0.5 * neg)).sum() / (n_neg * n_pos))
 
 
 def finish(
@@ -78,16 +69,3 @@ def finish(
         h = row[OFFSET + N_STATS :]
         out["val_auc"] = auc_from_hist(h[:nbins], h[nbins : 2 * nbins])
     return out
-
-
-def should_stop(history: list[dict[str, Any]], key: str, tol: float, patience: int) -> bool:
-    """scikit-learn's rule: no improvement of ``key`` by ``tol`` for ``patience`` epochs.
-
-    ``history`` is one dict per finished epoch; an epoch improves if its value is
-    below the best earlier value minus ``tol``.
-    """
-    vals = [h[key] for h in history if key in h and np.isfinite(h[key])]
-    if len(vals) <= patience:
-        return False
-    best = min(vals[: len(vals) - patience])
-    return all(v > best - tol for v in vals[len(vals) - patience :])

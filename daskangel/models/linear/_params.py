@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import config
-from ..errors import InvalidArgumentError
-from ..scheduler._clock_rule import as_sync
+from ... import config
+from ...errors import InvalidArgumentError
+from ...scheduler._clock_rule import as_sync
+from .._core._input import Prepared
 from ._inplace import in_place_order
-from ._input import Prepared
 from ._solvers import _per_round
 from ._task import Plan
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ..data import Dataset
-from ..errors import InvalidArgumentError
-from ._input import is_dask
+from ...data import Dataset
+from ...errors import InvalidArgumentError
+from .._core._input import is_dask
 
-__all__ = ["local_margins", "map_rows", "margins_of"]
+__all__ = ["local_margins", "margins_of"]
 
 
 def local_margins(X: Any, W: np.ndarray) -> np.ndarray:
@@ -40,15 +40,6 @@ def _partition_margins(part: Any, W: np.ndarray) -> np.ndarray:
     if X.shape[1] != n:
         X = X[:, :n]
     return local_margins(X, np.vstack([W[:n], W[-1:]]))
-
-
-def map_rows(m: Any, fn: Any, dtype: Any, two_d: bool) -> Any:
-    """``fn`` applied to margin blocks of a numpy or dask ``(n, K)`` array."""
-    if not is_dask(m):
-        return fn(m)
-    if two_d:
-        return m.map_blocks(fn, dtype=dtype)
-    return m.map_blocks(fn, drop_axis=1, dtype=dtype)
 
 
 def margins_of(est: Any, X: Any, W: np.ndarray) -> Any:

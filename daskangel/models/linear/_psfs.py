@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..ops import ZipMap
+from ...ops import ZipMap
 
 __all__ = ["OrthantProject", "ProjectDirection", "PseudoGradient"]
 

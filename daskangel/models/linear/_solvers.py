@@ -33,10 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from ..psarray import PSArray
+from ...psarray import PSArray
+from .._core._metrics import should_stop
 from ._inplace import InPlaceData, prepare_in_place
 from ._kernels import batch_keys, grad_rows
-from ._metrics import OFFSET, finish, row_width, should_stop
+from ._metrics import OFFSET, finish, row_width
 from ._task import Plan, TaskData, prepare, pull, push
 
 __all__ = ["Monitor", "SGDTask", "round_share"]

@@ -20,35 +20,29 @@ Example
 
 from __future__ import annotations
 
-import functools
 import itertools
-import threading
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
-from .. import config
-from ..data._batch import CSRBatch, index_dtype
-from ..errors import InvalidArgumentError
+from ...data._batch import CSRBatch, index_dtype
+from ...errors import InvalidArgumentError
+from .._core._cache import PREPARED
+from .._core._order import epoch_order, split_ids
 from ._kernels import eval_stats
 from ._local_sgd import local_sgd
 from ._prep import place_rows, slot_positions, used_keys
 
 __all__ = [
-    "SHUFFLE_BLOCK",
     "Plan",
     "TaskData",
-    "epoch_order",
     "labels_for",
     "prepare",
     "pull",
     "push",
     "split_args",
-    "split_ids",
     "split_key",
     "split_rows",
 ]
@@ -168,14 +162,6 @@ def labels_for(labels: np.ndarray, plan: Plan) -> np.ndarray:
     return idx.astype(np.float64)
 
 
-def split_ids(n: int, *, index: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The seeded split of a partition's ``n`` rows: training rows (in a random
-    order) and validation rows (sorted), ``round(n * fraction)`` of them."""
-    n_val = round(n * fraction)
-    order = np.random.default_rng([int(seed) & 0xFFFFFFFF, 7919, int(index)]).permutation(n)
-    return order[n_val:], np.sort(order[:n_val])
-
-
 def split_rows(
     rows: CSRBatch | Sequence[CSRBatch],
     *,
@@ -244,7 +230,7 @@ def prepare(part: Any, plan: Plan, shuffle: bool = False) -> TaskData:
        a partition's rows twice while it is cached.
     """
     key = ("prepared", id(part), *split_key(plan), shuffle, plan.hot)
-    d = _PREPARED.get_or_make(
+    d = PREPARED.get_or_make(
         part,
         key,
         lambda: split_rows(part.pieces(), shuffle=shuffle, hot=plan.hot, **split_args(part, plan)),
@@ -269,102 +255,8 @@ def split_args(part: Any, plan: Plan) -> dict[str, Any]:
     )
 
 
-class _PreparedCache:
-    """Prepared rows per (partition, split), LRU within a byte budget (thread-safe)."""
-
-    def __init__(self) -> None:
-        # {("prepared", id(partition), seed, fraction, n_features, bias, shuffle, hot):
-        #  (weakref to the partition, TaskData, bytes)}, and ("in-place", id(partition),
-        #  seed, fraction, n_features, bias) -> _inplace.InPlaceData
-        self.entries: OrderedDict[tuple[Any, ...], tuple[Any, Any, int]] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, part: Any, key: tuple[Any, ...]) -> Any:
-        with self.lock:
-            hit = self.entries.get(key)
-            if hit is None or hit[0]() is not part:
-                return None
-            self.entries.move_to_end(key)
-            return hit[1]
-
-    def get_or_make(self, part: Any, key: tuple[Any, ...], make: Callable[[], T]) -> T:
-        """The entry of ``key`` for ``part``, made (and kept) if missing.
-
-        ``key[0]`` names the kind of entry, so one key never finds another kind.
-        """
-        d = self.get(part, key)
-        if d is None:
-            d = make()
-            self.put(part, key, d)
-        return d  # type: ignore[no-any-return]
-
-    def put(self, part: Any, key: tuple[Any, ...], d: Any) -> None:
-        """Keep ``d`` (with an ``nbytes``) while ``part`` lives, within the byte budget."""
-        limit = config.get_bytes("daskangel.models.prepared-cache")
-        size = int(d.nbytes)
-        if size > limit:
-            return
-        try:
-            ref = weakref.ref(part, functools.partial(self._dead, key))
-        except TypeError:  # not weak-referenceable: not cached
-            return
-        with self.lock:
-            self.entries[key] = (ref, d, size)
-            total = sum(e[2] for e in self.entries.values())
-            while total > limit:
-                _k, (_r, _d, s) = self.entries.popitem(last=False)
-                total -= s
-
-    def _dead(self, key: tuple[Any, ...], _ref: Any) -> None:
-        self.drop(key)
-
-    def drop(self, key: tuple[Any, ...]) -> None:
-        with self.lock:
-            self.entries.pop(key, None)
-
-
 def _arrays(b: CSRBatch) -> tuple[np.ndarray, ...]:
     return (b.indptr, b.indices, b.data, b.labels)
-
-
-_PREPARED = _PreparedCache()
-
-
-# rows an epoch visits together (adjacent in memory) in :func:`epoch_order`
-SHUFFLE_BLOCK = 64
-
-
-def epoch_order(
-    n: int, seed: list[int], block: int = SHUFFLE_BLOCK, streams: int = 1
-) -> np.ndarray:
-    """The rows ``0 .. n-1`` as blocks of ``block`` adjacent rows in a seeded random order.
-
-    The training rows were shuffled once when they were copied
-    (``split_rows(shuffle=True)``); visiting them by blocks keeps SGD's reads
-    sequential (1.6x faster than a full permutation on a 10 M-feature model)
-    while each epoch still sees a fresh order of blocks.  With ``streams > 1``
-    the blocks are taken ``streams`` at a time and their rows interleaved (row 0
-    of each, then row 1 of each, ...): consecutive rows then come from
-    ``streams`` random places of the data, for rows that were never shuffled
-    (in place, :mod:`._inplace`), at no cost to the reads.
-
-    .. warning:: Rows of one block stay together in every epoch: an epoch's order
-       is a random order of blocks, not a uniform permutation of the rows.
-
-    Example
-    -------
-    >>> epoch_order(6, [0], block=2).tolist()
-    [4, 5, 0, 1, 2, 3]
-    >>> epoch_order(7, [0], block=2, streams=2).tolist()  # blocks (4 5) (0 1), (2 3) (6)
-    [4, 0, 5, 1, 2, 6, 3]
-    """
-    nb = (n + block - 1) // block
-    ng = (nb + streams - 1) // streams
-    perm = np.random.default_rng(seed).permutation(ng * streams)  # slots: blocks, padding
-    starts = np.where(perm < nb, perm * block, n)  # a padding slot reads no row
-    rows = (starts[:, None] + np.arange(block)[None, :]).reshape(ng, streams, block)
-    o = rows.transpose(0, 2, 1).ravel()
-    return o[o < n] if n % block or ng * streams != nb else o
 
 
 def pull(

@@ -10,9 +10,9 @@ from distributed import Client
 
 import daskangel as angel
 from daskangel import models
-from daskangel.models._task import pull, push
+from daskangel.models.linear._task import pull, push
 
-from .conftest import planted
+from ..conftest import planted
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -166,7 +166,7 @@ def test_pull_and_push_map_slots_to_keys(ps: angel.PSContext) -> None:
 
 
 def _prepared_entries(dask_worker: Any) -> list[int]:
-    from daskangel.models._task import _PREPARED
+    from daskangel.models._core import PREPARED as _PREPARED
 
     return sorted(id(e[1].keys) for e in _PREPARED.entries.values())
 

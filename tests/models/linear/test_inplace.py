@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 import daskangel as angel
 from daskangel import models
 from daskangel.data._batch import CSRBatch
-from daskangel.models._inplace import in_place_rows
-from daskangel.models._kernels import HINGE, LOGISTIC, SQUARED
-from daskangel.models._task import Plan, split_rows
+from daskangel.models.linear._inplace import in_place_rows
+from daskangel.models.linear._kernels import HINGE, LOGISTIC, SQUARED
+from daskangel.models.linear._task import Plan, split_rows
 
-from .conftest import planted
+from ..conftest import planted
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -115,7 +115,7 @@ def test_epoch_order_interleaves_blocks_of_adjacent_stored_rows(
 
 
 def _cached_kinds(dask_worker: Any) -> list[str]:
-    from daskangel.models._task import _PREPARED
+    from daskangel.models._core import PREPARED as _PREPARED
 
     return sorted(type(e[1]).__name__ for e in _PREPARED.entries.values())
 

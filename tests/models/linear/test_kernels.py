@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 from daskangel.data._batch import CSRBatch
-from daskangel.models._kernels import (
+from daskangel.models.linear._kernels import (
     HINGE,
     HUBER,
     LOGISTIC,
@@ -24,9 +24,10 @@ from daskangel.models._kernels import (
     grad_rows,
     margins,
 )
-from daskangel.models._local_sgd import _local_sgd_scaled, _local_sgd_scaled1, local_sgd
-from daskangel.models._metrics import auc_from_hist, should_stop
-from daskangel.models._task import epoch_order, split_rows
+from daskangel.models.linear._local_sgd import _local_sgd_scaled, _local_sgd_scaled1, local_sgd
+from daskangel.models._core import auc_from_hist, should_stop
+from daskangel.models._core import epoch_order
+from daskangel.models.linear._task import split_rows
 
 
 def _csr(n: int = 40, d: int = 12, seed: int = 0) -> sp.csr_matrix:

@@ -1,0 +1,175 @@
+"""The estimator machinery every model family shares: a PS context, its arrays, history.
+
+:class:`PSEstimator` is a scikit-learn ``BaseEstimator`` whose fitted state
+lives in PS arrays of a :class:`~daskangel.PSContext`: the one given as
+``ps=``, or one it opens on ``client=`` (or the default client) and closes when
+the model is closed or garbage-collected.  A family (``models/linear/``,
+``models/lda/`` ...) subclasses it and says
+
+* which PS arrays it owns: ``_arrays``, a JSON-able dict whose string values
+  (at any depth) are array names, e.g.
+  ``{"weights": "lr-1f2e.w", "state": {"z": "lr-1f2e.opt.z"}, "rule": "FTRL"}``;
+  :meth:`_array_names` lists them (override it if some strings are not names);
+* what predicting needs locally: :meth:`_pull` copies it from the PS (it is
+  called before pickling and closing) and :meth:`_reset` forgets the copies;
+* which fitted attributes a refit from scratch forgets (``_fitted``) and which
+  the zarr model format saves (``_saved``; see :mod:`._io`).
+
+A pickled model carries what :meth:`_pull` copied and no PS: it predicts
+locally, and fitting it again uploads to a new context.
+
+Example
+-------
+>>> class Toy(PSEstimator):
+...     def __init__(self, client=None, ps=None):
+...         self.client, self.ps = client, ps
+>>> t = Toy()
+>>> t._arrays = {"w": "toy.w", "state": {"n": "toy.n"}, "rule": None}
+>>> t._array_names()
+['toy.w', 'toy.n']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from typing import Any, ClassVar
+
+from sklearn.base import BaseEstimator
+
+from ..._compat import workers_info
+from ...context import PSContext
+from ._io import array_names, save_model
+
+__all__ = ["PSEstimator"]
+
+
+def _close(ps: PSContext) -> None:
+    """Free a garbage-collected model's context (from a thread: GC may run on the loop)."""
+    if ps.closed or getattr(ps.client, "status", None) != "running":
+        return
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            ps.close()
+
+    threading.Thread(target=run, name="daskangel-model-close", daemon=True).start()
+
+
+class PSEstimator(BaseEstimator):
+    """Base of every daskangel estimator (see the module docstring); not used directly."""
+
+    # fitted attributes a fit from scratch forgets (a family adds its own)
+    _fitted: ClassVar[tuple[str, ...]] = ("n_features_in_", "t_", "n_iter_", "history_")
+    # fitted attributes the model format saves (JSON: numbers, strings, numpy arrays)
+    _saved: ClassVar[tuple[str, ...]] = ("n_features_in_", "t_", "n_iter_")
+    # keys of ``_arrays`` whose values are not array names
+    _not_names: ClassVar[tuple[str, ...]] = ("rule",)
+    # never pickled: the live context and what refers to it
+    _unpicklable: ClassVar[tuple[str, ...]] = ("_ps", "_ps_finalizer", "_arrays", "train_result_")
+
+    _arrays: Any  # the family's dict of PS array names, or None
+
+    # -- the PS side ----------------------------------------------------------------
+
+    def _client(self) -> Any:
+        """The client to train with: ``client=``, the ``ps=``'s, or the default one."""
+        if getattr(self, "client", None) is not None:
+            return self.client
+        if getattr(self, "ps", None) is not None:
+            return self.ps.client
+        from distributed import default_client
+
+        return default_client()
+
+    def _context(self, client: Any) -> PSContext:
+        """The model's context: ``ps=``, or one of its own (closed with the model)."""
+        ps = getattr(self, "_ps", None)
+        if ps is not None and not ps.closed:
+            return ps
+        if getattr(self, "ps", None) is not None:
+            self._ps = self.ps
+        else:
+            self._ps = PSContext(client)
+            self._ps_finalizer = weakref.finalize(self, _close, self._ps)
+        self._arrays = None
+        return self._ps
+
+    def _n_tasks(self, client: Any) -> int:
+        """``n_tasks=`` or one task per worker thread of the cluster."""
+        n = getattr(self, "n_tasks", None)
+        return int(n) if n else sum(w["nthreads"] for w in workers_info(client).values())
+
+    def _array_names(self) -> list[str]:
+        """Every PS array the model owns (empty when it has none)."""
+        return array_names(getattr(self, "_arrays", None) or {}, self._not_names)
+
+    def _on_ps(self) -> bool:
+        return bool(getattr(self, "_arrays", None)) and getattr(self, "_ps", None) is not None
+
+    def _pull(self) -> Any:
+        """Copy what predicting needs from the PS into the estimator (families override)."""
+        return None
+
+    def _reset(self) -> None:
+        """Forget local copies of the PS state (families override)."""
+
+    def _drop_arrays(self) -> None:
+        if self._on_ps():
+            for n in self._array_names():
+                with contextlib.suppress(Exception):
+                    self._ps.drop(n)
+        self._arrays = None
+
+    def close(self) -> None:
+        """Pull what predicting needs (so the model still predicts) and free its PS arrays."""
+        self._pull()
+        ps = getattr(self, "_ps", None)
+        if ps is not None and getattr(self, "ps", None) is None:
+            ps.close()
+        else:
+            self._drop_arrays()
+        self._ps = None
+        self._arrays = None
+
+    def _forget(self) -> None:
+        """Back to unfitted: drop the arrays, local copies and fitted attributes."""
+        self._drop_arrays()
+        self._reset()
+        for a in self._fitted:
+            if hasattr(self, a):
+                delattr(self, a)
+
+    # -- history --------------------------------------------------------------------
+
+    def _append_history(self, records: list[dict[str, Any]], epoch0: int) -> None:
+        """Add one row per epoch to ``history_`` (a new frame when ``epoch0 == 0``)."""
+        import pandas as pd
+
+        new = pd.DataFrame(records)
+        old = getattr(self, "history_", None)
+        self.history_ = (
+            new if old is None or epoch0 == 0 else pd.concat([old, new], ignore_index=True)
+        )
+
+    # -- pickling and saving ----------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        with contextlib.suppress(Exception):
+            self._pull()
+        state = dict(self.__dict__)
+        for k in self._unpicklable:
+            state.pop(k, None)
+        return state
+
+    def save(self, url: str) -> None:
+        """Save the model: its PS arrays as zarr (readable with zarr alone), the rest as JSON.
+
+        ``url`` is a local path or any fsspec URL; load with
+        :func:`daskangel.models.load`.
+        """
+        save_model(self, url)
+
+    def _after_load(self) -> None:
+        """Hook: the arrays of a loaded model are on the PS (families override)."""
