@@ -1,6 +1,7 @@
 """PSArray get / increment against the bare transport and local numpy, per transport.
 
-Run: ``.venv/bin/python benchmarks/bench_ps.py [--repeat 7]``
+Run: ``.venv/bin/python benchmarks/bench_ps.py [--repeat 7] [--smoke]``
+(``--smoke``: tiny sizes, one round each, a check that it runs, not a measurement)
 
 On a 2-worker LocalCluster (processes), for each transport ("handlers", "actors"):
 
@@ -123,19 +124,22 @@ def shares_of(arr: angel.PSArray, nbytes: int) -> dict[str, int]:
 
 
 def bench_transport(
-    client: Client, transport: str, repeat: int
+    client: Client, transport: str, repeat: int, smoke: bool = False
 ) -> list[tuple[str, str, str, str, str]]:
     rows = []
+    small_calls = 5 if smoke else 300
+    n_big, n_keys = (10_000, 10_000) if smoke else (100_000, 1_000_000)
     with angel.PSContext(client, transport=transport) as ps:
         workers = sorted({s.address for s in ps.servers})
         raw = Raw(client, transport, workers)
-        for mb in (1, 8, 64):
+        for mb in (1,) if smoke else (1, 8, 64):
             n = mb * MiB // 4
             w = ps.zeros(f"v{mb}", (n,), dtype="float32")
             vals = np.ones(n, "float32")
             shares = shares_of(w, mb * MiB)
             sink_shares = {a: np.ones(b // 4, "float32") for a, b in shares.items()}
-            rounds = repeat * (64 // mb)  # as many bytes timed per size: steady medians
+            # as many bytes timed per size: steady medians
+            rounds = repeat if smoke else repeat * (64 // mb)
             got = paired_median_times(
                 {"get": w.get, "raw": lambda s=shares: raw.call("source", s)}, rounds, warmup=3
             )
@@ -177,11 +181,13 @@ def bench_transport(
         m = ps.random("m", (1000, 100), seed=0)
         one = {workers[0]: 400}
         small = paired_median_times(
-            {"get": lambda: m.get(rows=5), "raw": lambda: raw.call("source", one)}, 300, warmup=20
+            {"get": lambda: m.get(rows=5), "raw": lambda: raw.call("source", one)},
+            small_calls,
+            warmup=1 if smoke else 20,
         )
         t_small, t_raw_small = small["get"], small["raw"]
         local_m = m.get()
-        t_loc_small = median_time(lambda: local_m[5].copy(), 300, warmup=1)
+        t_loc_small = median_time(lambda: local_m[5].copy(), small_calls, warmup=1)
         rows.append(
             (
                 transport,
@@ -192,9 +198,9 @@ def bench_transport(
             )
         )
         # batched row get
-        big = ps.random("big", (100_000, 100), seed=1)
+        big = ps.random("big", (n_big, 100), seed=1)
         rng = np.random.default_rng(0)
-        idx = rng.integers(0, 100_000, 1000)
+        idx = rng.integers(0, n_big, 1000)
         rb_shares = shares_of(big, 1000 * 400)
         batch = paired_median_times(
             {"get": lambda: big.get(rows=idx), "raw": lambda: raw.call("source", rb_shares)},
@@ -214,7 +220,7 @@ def bench_transport(
             )
         )
         # sparse increments
-        keys = rng.integers(0, 10**9, 1_000_000)
+        keys = rng.integers(0, 10**9, n_keys)
         vals = np.ones(keys.size, "float32")
         t_new = []
         t_again = []
@@ -241,7 +247,7 @@ def bench_transport(
             rows.append(
                 (
                     transport,
-                    f"sparse increment 1M keys, {label}",
+                    f"sparse increment {keys.size:,} keys, {label}",
                     f"{keys.size / t / 1e6:,.1f} M keys/s ({keys.size / t / 1e6 / n_servers:,.1f} per server)",
                     "-",
                     f"{keys.size / t_loc / 1e6:,.1f} M keys/s (one block)",
@@ -256,7 +262,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--transports", default="handlers,actors")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, one round: a run check")
     args = ap.parse_args()
+    repeat = 1 if args.smoke else args.repeat
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
@@ -266,7 +274,7 @@ def main() -> None:
         client.register_plugin(RawPlugin())
         rows = []
         for t in args.transports.split(","):
-            rows += bench_transport(client, t, args.repeat)
+            rows += bench_transport(client, t, repeat, args.smoke)
     head = ("transport", "operation", "daskangel", "raw transport (ratio)", "local numpy")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(5)]
     line = " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
