@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 from daskangel.data._batch import CSRBatch
+from daskangel.models._core import auc_from_hist, epoch_order, should_stop
 from daskangel.models.linear._kernels import (
     HINGE,
     HUBER,
@@ -25,8 +26,6 @@ from daskangel.models.linear._kernels import (
     margins,
 )
 from daskangel.models.linear._local_sgd import _local_sgd_scaled, _local_sgd_scaled1, local_sgd
-from daskangel.models._core import auc_from_hist, should_stop
-from daskangel.models._core import epoch_order
 from daskangel.models.linear._task import split_rows
 
 
