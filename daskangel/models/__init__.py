@@ -2,6 +2,7 @@
 
 | family | estimators |
 | --- | --- |
+| ``lda/`` | :class:`LDA` (collapsed Gibbs sampling on the PS) |
 | ``linear/`` | :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVC`, :class:`LinearRegression`, :class:`Ridge`, :class:`HuberRegressor`, :class:`Lasso` |
 
 Every estimator keeps the scikit-learn contract, trains on the parameter
@@ -21,6 +22,7 @@ Example
 from __future__ import annotations
 
 from ._core import PSEstimator, auc_from_hist, load
+from .lda import LDA
 from .linear import (
     SOLVERS,
     HuberRegressor,
@@ -34,6 +36,7 @@ from .linear import (
 )
 
 __all__ = [
+    "LDA",
     "SOLVERS",
     "HuberRegressor",
     "Lasso",

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from ._cache import PREPARED, PartitionCache
 from ._estimator import PSEstimator
-from ._input import Prepared, as_dataset, dataset_classes, encode_labels, is_dask
+from ._input import (
+    Prepared,
+    as_dataset,
+    as_unlabelled,
+    dataset_classes,
+    encode_labels,
+    is_dask,
+)
 from ._io import array_names, load, rename_arrays, save_model
 from ._metrics import auc_from_hist, should_stop
 from ._order import SHUFFLE_BLOCK, epoch_order, split_ids
@@ -29,6 +36,7 @@ __all__ = [
     "Prepared",
     "array_names",
     "as_dataset",
+    "as_unlabelled",
     "auc_from_hist",
     "dataset_classes",
     "encode_labels",

@@ -26,7 +26,14 @@ import numpy as np
 from ...data import Dataset, from_array
 from ...errors import InvalidArgumentError
 
-__all__ = ["Prepared", "as_dataset", "dataset_classes", "encode_labels", "is_dask"]
+__all__ = [
+    "Prepared",
+    "as_dataset",
+    "as_unlabelled",
+    "dataset_classes",
+    "encode_labels",
+    "is_dask",
+]
 
 
 def is_dask(x: Any) -> bool:
@@ -158,3 +165,25 @@ def as_dataset(
         found, y = encode_labels(y, classes)
     ds = from_array(X, np.asarray(y, np.float64)).persist(client, n_partitions=n_tasks)
     return Prepared(ds, True, found, encoded=classifier)
+
+
+def as_unlabelled(X: Any, client: Any, n_tasks: int) -> Prepared:
+    """Rows without labels (topic models, clustering) as a persisted Dataset.
+
+    numpy and ``scipy.sparse`` are checked like scikit-learn checks them
+    (2-D, numeric, finite; integer counts keep their values); dask arrays and
+    dataframes are persisted without computing them on the driver; a Dataset
+    is used as it is (persisted with ``n_tasks`` partitions if it is not).
+    """
+    if isinstance(X, Dataset):
+        owned = not X.persisted
+        ds = X.persist(client, n_partitions=n_tasks) if owned else X
+        return Prepared(ds, owned, None, native=True)
+    if hasattr(X, "to_dask_array"):  # dask DataFrame
+        X = X.to_dask_array(lengths=True)
+    if is_dask(X):
+        return Prepared(from_array(X).persist(client, n_partitions=n_tasks), True, None)
+    from sklearn.utils.validation import check_array
+
+    X = check_array(X, accept_sparse="csr", dtype="numeric")
+    return Prepared(from_array(X).persist(client, n_partitions=n_tasks), True, None)

@@ -1,0 +1,28 @@
+"""Latent Dirichlet allocation on the parameter server.
+
+| module | what |
+| --- | --- |
+| ``_estimator`` | :class:`LDA`, the scikit-learn-style estimator |
+| ``_params`` | parameter and input checks |
+| ``_corpus`` | a task's tokens laid out word by word |
+| ``_docs`` | held-out split by content hash, worker-side token state |
+| ``_sampler`` | the compiled MH/alias Gibbs sampler |
+| ``_cgs`` | the CGS training task (pipelined row pulls, sparse pushes) |
+| ``_eval`` | document-completion scoring and folding in |
+| ``_apply`` | transform / score on any input |
+
+Example
+-------
+>>> from daskangel.models.lda import heldout_mask
+>>> import numpy as np
+>>> heldout_mask(np.ones((3, 4), int), 0.0).tolist()
+[False, False, False]
+"""
+
+from __future__ import annotations
+
+from ._docs import heldout_mask
+from ._estimator import LDA
+from ._eval import completion_log_likelihood
+
+__all__ = ["LDA", "completion_log_likelihood", "heldout_mask"]

@@ -1,0 +1,170 @@
+"""The collapsed Gibbs solver as a training task (data parallel, AD-LDA on the PS).
+
+One task per partition runs :class:`CGSTask` under ``angel.train``.  Clock 0
+initialises: random topics for the task's tokens, their counts pushed to
+``n_wk`` (``V x K`` int32, row-partitioned on the PS) and ``n_k``.  Every later
+clock is one sweep:
+
+1. pull ``n_k`` (under the job's BSP / SSP / ASP floor);
+2. pull the rows of the words this task's documents use (only those: a pruned
+   pull), pipelined with ``get_iter`` in batches of ``daskangel.lda.row-batch``
+   rows, and resample every token of a batch's words as soon as the batch is
+   in (:func:`._sampler.sample_words`), while the next batches are on the wire;
+3. push each batch's non-zero count changes as sparse entries into the
+   worker's merged update buffer (sent by size in the background, and all of it
+   at ``clock()``), then ``n_k``'s change;
+4. ``clock()``.
+
+Document-topic counts and assignments never leave the worker.  The model the
+sweep started from is scored on the task's held-out documents from the rows it
+pulled anyway (no extra pull; the final model is scored after the last clock),
+and the sums go into the metrics array: row ``i`` holds the model after ``i``
+sweeps of this fit (``[log-likelihood sum, tokens scored, eval seconds]``).
+
+Example
+-------
+>>> angel.train(ps, CGSTask(plan), dataset, sync=angel.SSP(1))   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ... import config
+from ._docs import TaskDocs, task_docs
+from ._eval import completion_sums, phi_rows
+from ._sampler import build_alias, init_topics, sample_words, word_deltas
+
+__all__ = ["CGSTask", "Plan", "evaluate_docs"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every task of one fit needs (plain values)."""
+
+    nwk: str  # PS array (V, K) int32
+    nk: str  # PS array (1, K) int64
+    metrics: str  # PS array (sweeps + 1, 3) float64
+    model: str  # uid keying the worker-side token state
+    n_words: int  # V
+    n_topics: int  # K
+    alpha: float
+    beta: float
+    mh_steps: int
+    seed: int
+    sweeps: int  # sweeps of this fit
+    sweep0: int  # sweeps done before (partial_fit): the random streams continue
+    val_fraction: float
+    evaluate_every: int  # 0: only the final model
+    fold_in: int  # fixed-point iterations of the evaluation
+
+
+def evaluate_docs(
+    docs: TaskDocs, words: np.ndarray, rows: np.ndarray, nk: np.ndarray, p: Plan
+) -> tuple[float, int]:
+    """Document-completion sums of the held-out documents (``words[e]``: the row of
+    ``rows`` holding entry ``e``'s word)."""
+    phi = phi_rows(rows, nk, p.beta, p.n_words)
+    ll, n = completion_sums(
+        docs.val_indptr, words, docs.val_gids, docs.val_counts, phi,
+        p.alpha, p.fold_in, p.seed,
+    )  # fmt: skip
+    return float(ll), int(n)
+
+
+def _due(p: Plan, i: int) -> bool:
+    """Is the model after ``i`` sweeps of this fit scored?"""
+    if i == p.sweeps:
+        return True
+    return p.evaluate_every > 0 and i % p.evaluate_every == 0
+
+
+class CGSTask:
+    """``fn(ctx, partition)`` of the CGS solver (see the module docstring)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def __call__(self, ctx: Any, part: Any) -> dict[str, Any]:
+        p = self.plan
+        docs = task_docs(part, p.model, p.val_fraction, p.seed, p.n_words)
+        c = docs.corpus
+        K, V = p.n_topics, p.n_words
+        nwk, nka, met = ctx.array(p.nwk), ctx.array(p.nk), ctx.array(p.metrics)
+        tm = {"pull_sample": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
+        if ctx.iteration == 0:
+            if c.z is None:
+                c.z = np.empty(c.n_tokens, np.int32)
+                c.ndk = np.zeros((c.n_docs, K), np.int32)
+                counts = init_topics(c.z, c.tdoc, c.wptr, c.ndk, K, p.seed + 1000 * part.index)
+                ri, ci, vi = word_deltas(c.keys, counts, K)
+                if ri.size:
+                    nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))
+                nka.increment(counts.sum(axis=0, dtype=np.int64), rows=0)
+            ctx.clock()
+        # held-out words: their slot among the captured rows, -1 for others
+        vkeys = np.unique(docs.val_words)
+        slot = np.full(c.keys.shape[0], -1, np.int64)
+        slot[vkeys] = np.arange(vkeys.shape[0])
+        vwords = slot[docs.val_words]
+        has_val = docs.val_indptr.shape[0] > 1
+        batch = int(config.get("daskangel.lda.row-batch"))
+        dprob, dalias = np.empty(K), np.empty(K, np.int32)
+        sampled = 0
+        while ctx.iteration <= p.sweeps:
+            s = ctx.iteration  # this clock's sweep (1-based)
+            t0 = time.perf_counter()
+            nk0 = np.asarray(nka.get(rows=0), np.int64)
+            nk = nk0.copy()
+            dtot = build_alias(p.beta / (np.maximum(nk0, 0) + V * p.beta), K, dprob, dalias)
+            capture = (
+                np.zeros((vkeys.shape[0], K), np.int32) if has_val and _due(p, s - 1) else None
+            )
+            push = 0.0
+            for rb, vals in nwk.get_iter(rows=c.keys, batch=batch, ordered=True):
+                local = np.searchsorted(c.keys, rb)
+                if capture is not None:
+                    sl = slot[local]
+                    m = sl >= 0
+                    capture[sl[m]] = vals[m]
+                delta = np.empty_like(vals)
+                sampled += sample_words(
+                    local, vals, nk, nk0, c.z, c.tdoc, c.wptr, c.dptr, c.dtok, c.ndk,
+                    p.alpha, p.beta, V * p.beta, dprob, dalias, dtot, p.mh_steps,
+                    p.seed, p.sweep0 + s, delta,
+                )  # fmt: skip
+                t1 = time.perf_counter()
+                ri, ci, vi = word_deltas(rb, delta, K)
+                if ri.size:
+                    nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))
+                push += time.perf_counter() - t1
+            nka.increment(nk - nk0, rows=0)
+            t1 = time.perf_counter()
+            tm["pull_sample"] += t1 - t0 - push
+            tm["push"] += push
+            ev = 0.0
+            if capture is not None:
+                ll, n = evaluate_docs(docs, vwords, capture, nk0, p)
+                ev = time.perf_counter() - t1
+                met.increment(np.array([ll, n, ev]), rows=s - 1)
+            tm["eval"] += ev
+            ctx.report(eval_s=ev, tokens=int(c.n_tokens))
+            t2 = time.perf_counter()
+            ctx.clock()
+            tm["clock"] += time.perf_counter() - t2
+        if has_val and ctx.iteration == p.sweeps + 1:
+            t0 = time.perf_counter()
+            ctx.flush()
+            rows = np.asarray(nwk.get(rows=c.keys[vkeys]))
+            ll, n = evaluate_docs(docs, vwords, rows, _nk_now(nka), p)
+            met.increment(np.array([ll, n, time.perf_counter() - t0]), rows=p.sweeps)
+        return {"tokens": c.n_tokens, "docs": docs.n_train_docs, "sampled": sampled, "timings": tm}
+
+
+def _nk_now(nka: Any) -> np.ndarray:
+    return np.asarray(nka.get(rows=0), np.int64)

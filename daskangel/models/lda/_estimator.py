@@ -1,0 +1,330 @@
+"""``LDA``: latent Dirichlet allocation whose word-topic counts live on the parameter server.
+
+scikit-learn's ``LatentDirichletAllocation`` contract where it applies:
+``fit`` / ``partial_fit`` / ``transform`` / ``fit_transform``,
+``components_`` (``K x V`` pseudo-counts ``n_wk + beta``, the prior included as
+scikit-learn includes it), ``score`` / ``perplexity``, plus ``top_words``,
+``history_`` (held-out log-likelihood per token and tokens/s per sweep) and
+``save`` / :func:`daskangel.models.load`.
+
+State shapes: ``_arrays = {"nwk": name (V, K) int32, "nk": name (1, K) int64}``;
+``_nwk`` is the pulled ``(V, K)`` int32 copy or ``None``.
+
+Example
+-------
+>>> from daskangel.models import LDA                                 # doctest: +SKIP
+>>> lda = LDA(n_topics=20, doc_topic_prior=0.1, topic_word_prior=0.01,
+...           max_iter=200, random_state=0).fit(counts)              # doctest: +SKIP
+>>> lda.history_[["sweep", "heldout_ll", "tokens_per_s"]].tail(1)    # doctest: +SKIP
+>>> lda.top_words(10, vocabulary)                                    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import uuid
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ... import config
+from ..._compat import workers_info
+from ...context import PSContext
+from ...errors import InvalidArgumentError, InvalidStateError
+from ...scheduler._clock_rule import as_sync
+from ...train import train
+from .._core import Prepared, PSEstimator, as_unlabelled
+from ._apply import score_of, theta_of
+from ._cgs import CGSTask, Plan
+from ._docs import forget
+from ._params import check_params, priors, validate_dataset
+
+__all__ = ["LDA"]
+
+
+class LDA(PSEstimator):
+    """Latent Dirichlet allocation trained on the parameter server.
+
+    Parameters
+    ----------
+    n_topics
+        ``K``, the number of topics.
+    solver
+        ``'cgs'``: collapsed Gibbs sampling (Metropolis-Hastings with alias
+        proposals, cost per token independent of ``K``).
+    doc_topic_prior, topic_word_prior
+        alpha and beta (default ``1 / n_topics`` each, as scikit-learn).
+    max_iter
+        Sweeps over the training tokens per ``fit``.
+    parallelism
+        ``'data'``: every task samples its documents against (stale) full word rows.
+    sync
+        ``'bsp'``, ``'ssp:<s>'``, ``'asp'`` or a protocol object.
+    validation_fraction
+        Documents held out (chosen by a seeded hash of their content, see
+        :func:`heldout_mask`) and scored by document completion each
+        ``evaluate_every`` sweeps (``0``: only after the last) into ``history_``.
+    mh_steps
+        Metropolis-Hastings rounds (a doc and a word proposal each) per token.
+    n_tasks
+        Training tasks (default: one per worker thread).
+    random_state
+        Seed (``None``: a fresh one).
+    progress
+        Show a progress bar.
+    client, ps
+        The Dask client (default: the current one) or a PS context to train in.
+    """
+
+    _fitted: ClassVar[tuple[str, ...]] = (
+        *PSEstimator._fitted, "n_train_tokens_", "seed_", "heldout_ll_before_", "_uid",
+    )  # fmt: skip
+    _saved: ClassVar[tuple[str, ...]] = (*PSEstimator._saved, "n_train_tokens_", "seed_")
+    _nwk: np.ndarray | None
+    n_features_in_: int
+
+    def __init__(
+        self,
+        n_topics: int = 10,
+        *,
+        solver: str = "cgs",
+        doc_topic_prior: float | None = None,
+        topic_word_prior: float | None = None,
+        max_iter: int = 10,
+        parallelism: str = "data",
+        sync: Any = "bsp",
+        validation_fraction: float = 0.1,
+        evaluate_every: int = 1,
+        mh_steps: int = 2,
+        n_tasks: int | None = None,
+        random_state: int | None = None,
+        warm_start: bool = False,
+        progress: bool = True,
+        client: Any = None,
+        ps: Any = None,
+    ) -> None:
+        self.n_topics = n_topics
+        self.solver = solver
+        self.doc_topic_prior = doc_topic_prior
+        self.topic_word_prior = topic_word_prior
+        self.max_iter = max_iter
+        self.parallelism = parallelism
+        self.sync = sync
+        self.validation_fraction = validation_fraction
+        self.evaluate_every = evaluate_every
+        self.mh_steps = mh_steps
+        self.n_tasks = n_tasks
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.progress = progress
+        self.client = client
+        self.ps = ps
+
+    # -- the PS side --------------------------------------------------------------------
+
+    def _pull(self) -> np.ndarray | None:
+        if getattr(self, "_nwk", None) is not None:
+            return self._nwk
+        if not self._on_ps():
+            return getattr(self, "_nwk", None)
+        self._nwk = np.asarray(self._ps.get_array(self._arrays["nwk"]).get(), np.int32)
+        return self._nwk
+
+    def _reset(self) -> None:
+        self._nwk = None
+
+    def _make_arrays(self, ps: PSContext, V: int, K: int) -> None:
+        name = f"lda-{uuid.uuid4().hex[:8]}"
+        n_servers = max(1, len(workers_info(ps.client)))
+        rows = max(1, math.ceil(V / (2 * n_servers)))
+        nwk = ps.zeros(f"{name}.nwk", (V, K), "int32", block_shape=(rows, K))
+        nk = ps.zeros(f"{name}.nk", (1, K), "int64")
+        init = getattr(self, "_nwk", None)
+        if init is not None and init.shape == (V, K):  # unpickled: upload the counts again
+            nwk.set(init)
+            nk.set(init.sum(axis=0, dtype=np.int64)[None, :])
+        self._arrays = {"nwk": nwk.name, "nk": nk.name}
+
+    def _forget(self) -> None:
+        uid = getattr(self, "_uid", None)
+        if uid is not None:
+            with contextlib.suppress(Exception):
+                self._client().run(forget, uid)
+        super()._forget()
+
+    # -- fitting ------------------------------------------------------------------------
+
+    def fit(self, X: Any, y: Any = None) -> LDA:
+        """Learn the topics of the document-word counts ``X`` (``y`` is ignored).
+
+        ``X``: ``scipy.sparse`` or numpy counts, a dask array, or a daskangel
+        Dataset (e.g. ``angel.data.read_docword(url)``).
+        """
+        check_params(self)
+        if not self.warm_start or not hasattr(self, "n_features_in_"):
+            self._forget()
+        return self._fit(X, self.max_iter)
+
+    def partial_fit(self, X: Any, y: Any = None) -> LDA:
+        """One more sweep over ``X`` (its tokens' topics continue where they were).
+
+        .. warning:: Documents the model has not seen (or whose worker-side
+           state was lost) are added to the counts: the model then holds the
+           tokens of every document it was ever given.
+        """
+        check_params(self)
+        return self._fit(X, 1)
+
+    def fit_transform(self, X: Any, y: Any = None, **kw: Any) -> Any:
+        return self.fit(X).transform(X)
+
+    def _fit(self, X: Any, sweeps: int) -> LDA:
+        client = self._client()
+        n_tasks = self._n_tasks(client)
+        data = as_unlabelled(X, client, n_tasks)
+        try:
+            return self._fit_dataset(client, data, sweeps)
+        finally:
+            data.release()
+
+    def _fit_dataset(self, client: Any, data: Prepared, sweeps: int) -> LDA:
+        ds = data.ds
+        V = int(ds.n_features)
+        if hasattr(self, "n_features_in_") and self.n_features_in_ != V:
+            if self.n_features_in_ < V or not data.native:
+                raise InvalidArgumentError(
+                    f"X has {V} words (features), but LDA is expecting "
+                    f"{self.n_features_in_} words as input"
+                )
+            V = self.n_features_in_
+        validate_dataset(ds, V)  # before anything on the PS changes
+        K = int(self.n_topics)
+        alpha, beta = priors(self)
+        ps = self._context(client)
+        if not getattr(self, "_arrays", None):
+            self._make_arrays(ps, V, K)
+        self.n_features_in_ = V
+        if getattr(self, "_uid", None) is None:
+            self._uid = uuid.uuid4().hex
+        self._nwk = None
+        sweep0 = int(getattr(self, "t_", 0))
+        met = ps.zeros(f"{self._arrays['nwk']}.metrics-{uuid.uuid4().hex[:6]}", (sweeps + 1, 3),
+                       "float64")  # fmt: skip
+        plan = Plan(
+            nwk=self._arrays["nwk"], nk=self._arrays["nk"], metrics=met.name, model=self._uid,
+            n_words=V, n_topics=K, alpha=alpha, beta=beta, mh_steps=int(self.mh_steps),
+            seed=self._seed(), sweeps=sweeps, sweep0=sweep0,
+            val_fraction=float(self.validation_fraction),
+            evaluate_every=int(self.evaluate_every),
+            fold_in=int(config.get("daskangel.lda.fold-in-iters")),
+        )  # fmt: skip
+        try:
+            res = train(
+                ps, CGSTask(plan), ds, sync=as_sync(self.sync), epochs=sweeps + 1,
+                progress=self.progress,
+            )  # fmt: skip
+            rows = np.asarray(met.get())
+        finally:
+            with contextlib.suppress(Exception):
+                ps.drop(met.name)
+        self.n_train_tokens_ = int(ps.get_array(plan.nk).get().sum())
+        self._record(res, rows, plan)
+        self.t_ = sweep0 + sweeps
+        self.n_iter_ = sweeps
+        self.train_result_ = res
+        return self
+
+    def _seed(self) -> int:
+        """The fit's seed: ``random_state``, or one drawn once and kept (``seed_``), so
+        the held-out split and the random streams stay the same over ``partial_fit``."""
+        if getattr(self, "seed_", None) is None:
+            rs = self.random_state
+            self.seed_ = int(np.random.default_rng().integers(0, 2**31) if rs is None else rs)
+        return int(self.seed_)
+
+    def _record(self, res: Any, rows: np.ndarray, plan: Plan) -> None:
+        h = res.history
+        tokens = sum(int(r["tokens"]) for r in res.results)
+        recs = []
+        prev = 0.0
+        total = 0.0
+        if len(h):
+            t_at = h.groupby("clock")["time"].max()
+            ev_at = h.groupby("clock")["eval_s"].max() if "eval_s" in h else None
+            prev = float(t_at.get(0, 0.0))
+        for s in range(1, plan.sweeps + 1):
+            wall = float("nan")
+            if len(h) and s in t_at.index:
+                ev = float(ev_at.get(s, 0.0)) if ev_at is not None else 0.0
+                wall = max(float(t_at[s]) - prev - (ev if ev == ev else 0.0), 1e-9)
+                prev = float(t_at[s])
+                total += wall
+            ll_sum, n = rows[s, 0], rows[s, 1]
+            recs.append(
+                {
+                    "sweep": plan.sweep0 + s,
+                    "heldout_ll": ll_sum / n if n else float("nan"),
+                    "tokens_per_s": tokens / wall if wall == wall else float("nan"),
+                    "time": total,
+                }
+            )
+        self._append_history(recs, plan.sweep0)
+        self.heldout_ll_before_ = rows[0, 0] / rows[0, 1] if rows[0, 1] else float("nan")
+
+    # -- using the topics -----------------------------------------------------------------
+
+    def _counts(self) -> np.ndarray:
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "n_features_in_")
+        nwk = self._pull()
+        if nwk is None:
+            raise InvalidStateError("LDA: the counts are gone (closed context)")
+        return nwk
+
+    @property
+    def components_(self) -> np.ndarray:
+        """``K x V`` topic-word pseudo-counts ``n_wk + beta`` (normalise rows for phi)."""
+        return self._counts().T.astype(np.float64) + priors(self)[1]
+
+    @property
+    def topic_word_(self) -> np.ndarray:
+        """``K x V`` topic-word distributions phi (rows sum to 1)."""
+        c = self.components_
+        return c / c.sum(axis=1, keepdims=True)
+
+    def transform(self, X: Any) -> Any:
+        """Document-topic distributions theta of ``X`` with the topics held fixed (rows sum to 1)."""
+        return theta_of(self, X, self.topic_word_, priors(self)[0])
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Document-completion log-likelihood of ``X`` (a sum over the scored tokens)."""
+        return score_of(self, X, self.topic_word_, priors(self)[0])[0]
+
+    def perplexity(self, X: Any) -> float:
+        """``exp(-log-likelihood / tokens)`` of ``X`` by document completion."""
+        ll, n = score_of(self, X, self.topic_word_, priors(self)[0])
+        return float(np.exp(-ll / n)) if n else float("nan")
+
+    def top_words(self, n: int = 10, vocabulary: Any = None) -> list[list[Any]]:
+        """The ``n`` most probable words of each topic (ids, or ``vocabulary[id]``)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise InvalidArgumentError(f"n: expected an int >= 1, got {n!r}")
+        c = self._counts().T
+        top = np.argsort(-c, axis=1, kind="stable")[:, : int(n)]
+        if vocabulary is None:
+            return [[int(w) for w in row] for row in top]
+        vocab = list(vocabulary)
+        if len(vocab) != c.shape[1]:
+            raise InvalidArgumentError(
+                f"vocabulary: expected {c.shape[1]} words (one per feature), got {len(vocab)}"
+            )
+        return [[vocab[w] for w in row] for row in top]
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.input_tags.positive_only = True
+        tags.requires_fit = True
+        return tags

@@ -1,0 +1,97 @@
+"""Checking an LDA's parameters and its input, before anything on the PS changes.
+
+Example
+-------
+>>> class P:
+...     n_topics, doc_topic_prior, topic_word_prior = 4, None, 0.01
+>>> priors(P())
+(0.25, 0.01)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError, InvalidTypeError
+from ...scheduler._clock_rule import as_sync
+from ._corpus import check_counts
+
+__all__ = ["PARALLELISMS", "SOLVERS", "check_params", "priors", "validate_dataset"]
+
+SOLVERS = ("cgs",)
+PARALLELISMS = ("data",)
+
+
+def _int(name: str, v: Any, lo: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise InvalidTypeError(f"{name}: expected an int >= {lo}, got {v!r}")
+    if v < lo:
+        raise InvalidArgumentError(f"{name}: expected an int >= {lo}, got {v!r}")
+
+
+def _prior(name: str, v: Any) -> None:
+    if v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise InvalidTypeError(f"{name}: expected a float > 0 or None, got {v!r}")
+    if not math.isfinite(float(v)) or float(v) <= 0:
+        raise InvalidArgumentError(f"{name}: expected a float > 0 or None, got {v!r}")
+
+
+def check_params(est: Any) -> None:
+    """Raise on any bad parameter, naming it."""
+    _int("n_topics", est.n_topics, 1)
+    _int("max_iter", est.max_iter, 1)
+    _int("mh_steps", est.mh_steps, 1)
+    _int("evaluate_every", est.evaluate_every, 0)
+    if est.n_tasks is not None:
+        _int("n_tasks", est.n_tasks, 1)
+    _prior("doc_topic_prior", est.doc_topic_prior)
+    _prior("topic_word_prior", est.topic_word_prior)
+    if est.solver not in SOLVERS:
+        raise InvalidArgumentError(f"solver: expected one of {SOLVERS}, got {est.solver!r}")
+    if est.parallelism not in PARALLELISMS:
+        raise InvalidArgumentError(
+            f"parallelism: expected one of {PARALLELISMS}, got {est.parallelism!r}"
+        )
+    f = est.validation_fraction
+    if isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0.0 <= float(f) < 1.0:
+        raise InvalidArgumentError(f"validation_fraction: expected a float in [0, 1), got {f!r}")
+    as_sync(est.sync)
+
+
+def priors(est: Any) -> tuple[float, float]:
+    """``(alpha, beta)``: the given priors, or ``1 / n_topics`` like scikit-learn."""
+    k = float(est.n_topics)
+    a = est.doc_topic_prior
+    b = est.topic_word_prior
+    return (1.0 / k if a is None else float(a)), (1.0 / k if b is None else float(b))
+
+
+def _check_part(part: Any, n_words: int) -> tuple[int, int]:
+    rows = part.csr()
+    check_counts(rows.data)
+    top = int(rows.indices.max()) if rows.indices.size else -1
+    if top >= n_words:
+        raise InvalidArgumentError(
+            f"X: word id {top} is out of range for a vocabulary of {n_words} words"
+        )
+    return rows.n_rows, int(np.asarray(rows.data, np.float64).sum())
+
+
+def validate_dataset(ds: Any, n_words: int) -> int:
+    """Check every partition's counts on its worker; return the number of tokens.
+
+    Raises :class:`InvalidArgumentError` naming ``X`` for a negative, fractional
+    or non-finite count or a word id ``>= n_words``.
+    """
+    futs = ds.map_partitions(_check_part, n_words)
+    try:
+        out = ds.client.gather(futs)
+    finally:
+        ds.client.cancel(futs)
+    return sum(t for _, t in out)

@@ -1,0 +1,159 @@
+"""LDA on a real 2-worker LocalCluster: recovery, exact counts, transform, save/load, errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client
+
+import daskangel as angel
+from daskangel.errors import InvalidArgumentError, InvalidTypeError
+from daskangel.models import LDA
+from daskangel.models.lda import completion_log_likelihood, heldout_mask
+
+from .corpora import planted_corpus
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[sp.csr_matrix, np.ndarray]:
+    X, topics = planted_corpus()
+    X = X.tolil()
+    X[5, :] = 0  # an empty document: allowed, skipped
+    return X.tocsr(), topics
+
+
+def _counts(m: LDA) -> tuple[np.ndarray, np.ndarray]:
+    nwk = np.asarray(m._ps.get_array(m._arrays["nwk"]).get())
+    nk = np.asarray(m._ps.get_array(m._arrays["nk"]).get())[0]
+    return nwk, nk
+
+
+def _train_tokens(X: sp.csr_matrix, frac: float, seed: int) -> int:
+    held = heldout_mask(X, frac, seed)
+    return int(X[~held].sum())
+
+
+def test_planted_topics_recovered(client: Client, corpus: Any) -> None:
+    X, topics = corpus
+    m = LDA(n_topics=4, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=40,
+            random_state=0, progress=False)  # fmt: skip
+    m.fit(X)
+    phi = m.topic_word_
+    # every planted topic has a learned topic close to it (cosine similarity)
+    sim = (topics / np.linalg.norm(topics, axis=1, keepdims=True)) @ (
+        phi / np.linalg.norm(phi, axis=1, keepdims=True)
+    ).T
+    assert sim.max(axis=1).min() > 0.9
+    assert sorted(sim.argmax(axis=1).tolist()) == [0, 1, 2, 3]
+    h = m.history_
+    assert list(h.sweep) == list(range(1, 41))
+    assert h.heldout_ll.iloc[-1] > h.heldout_ll.iloc[0]
+    assert (h.tokens_per_s.dropna() > 0).all()
+    # the in-training score is the public scorer applied to the held-out documents
+    held = heldout_mask(X, 0.1, 0)
+    ll, n = completion_log_likelihood(X[held], phi, 0.1, seed=0)
+    assert abs(ll / n - h.heldout_ll.iloc[-1]) < 1e-9
+    top = m.top_words(3, [f"w{i}" for i in range(X.shape[1])])
+    assert len(top) == 4 and all(len(t) == 3 for t in top)
+
+
+@pytest.mark.parametrize("sync", ["bsp", "ssp:2", "asp"])
+def test_count_invariants_exact(client: Client, corpus: Any, sync: str) -> None:
+    X, _ = corpus
+    m = LDA(n_topics=5, max_iter=6, sync=sync, random_state=1, evaluate_every=0,
+            progress=False)  # fmt: skip
+    m.fit(X)
+    nwk, nk = _counts(m)
+    assert (nwk >= 0).all()
+    assert np.array_equal(nwk.sum(axis=0), nk)
+    assert int(nk.sum()) == _train_tokens(X, 0.1, 1) == m.n_train_tokens_
+    # partial_fit on the same documents continues their chains: no tokens added
+    m.partial_fit(X)
+    nwk, nk = _counts(m)
+    assert np.array_equal(nwk.sum(axis=0), nk) and int(nk.sum()) == m.n_train_tokens_
+    assert m.t_ == 7 and list(m.history_.sweep)[-1] == 7
+
+
+def test_transform_and_save_load(client: Client, corpus: Any, tmp_path: Any) -> None:
+    X, _ = corpus
+    m = LDA(n_topics=4, max_iter=5, random_state=0, progress=False).fit(X)
+    th = m.transform(X)
+    assert th.shape == (X.shape[0], 4)
+    assert np.allclose(th.sum(axis=1), 1.0)
+    assert np.allclose(th[5], 0.25)  # the empty document: the uniform mixture
+    assert m.components_.shape == (4, X.shape[1])
+    # dask in, dask out; a Dataset on its workers; same values
+    thd = m.transform(da.from_array(X.toarray(), chunks=(100, -1)))
+    assert isinstance(thd, da.Array) and np.allclose(thd.compute(), th)
+    ds = angel.data.from_array(X)
+    assert np.allclose(np.asarray(m.transform(ds).compute()), th)
+    m.save(str(tmp_path / "lda"))
+    m2 = angel.models.load(str(tmp_path / "lda"))
+    assert np.array_equal(m2.transform(X), th)
+    assert m2.n_train_tokens_ == m.n_train_tokens_
+    assert m.perplexity(X) == pytest.approx(m2.perplexity(X))
+    assert m.score(X) < 0
+
+
+def test_inputs_dataset_and_dask(client: Client, corpus: Any, tmp_path: Any) -> None:
+    X, _ = corpus
+    coo = X.tocoo()
+    path = tmp_path / "docword.toy.txt"
+    with open(path, "w") as f:
+        f.write(f"{X.shape[0]}\n{X.shape[1]}\n{coo.nnz}\n")
+        for d, w, c in sorted(zip(coo.row, coo.col, coo.data, strict=True)):
+            f.write(f"{d + 1} {w + 1} {c}\n")
+    ds = angel.data.read_docword(str(path))
+    m = LDA(n_topics=4, max_iter=3, random_state=0, evaluate_every=0, progress=False).fit(ds)
+    _nwk, nk = _counts(m)
+    assert int(nk.sum()) == _train_tokens(X, 0.1, 0)
+    assert m.n_features_in_ == X.shape[1]
+    md = LDA(n_topics=4, max_iter=3, random_state=0, evaluate_every=0, progress=False)
+    md.fit(da.from_array(X.toarray(), chunks=(80, -1)))
+    assert int(_counts(md)[1].sum()) == _train_tokens(X, 0.1, 0)
+
+
+@pytest.mark.parametrize(
+    ("params", "err", "name"),
+    [
+        ({"n_topics": 0}, InvalidArgumentError, "n_topics"),
+        ({"n_topics": 2.5}, InvalidTypeError, "n_topics"),
+        ({"doc_topic_prior": 0.0}, InvalidArgumentError, "doc_topic_prior"),
+        ({"topic_word_prior": -1.0}, InvalidArgumentError, "topic_word_prior"),
+        ({"solver": "vb"}, InvalidArgumentError, "solver"),
+        ({"validation_fraction": 1.0}, InvalidArgumentError, "validation_fraction"),
+    ],
+)
+def test_bad_parameters(client: Client, corpus: Any, params: Any, err: Any, name: str) -> None:
+    with pytest.raises(err, match=name):
+        LDA(**params, progress=False).fit(corpus[0])
+
+
+def test_bad_input_changes_nothing(client: Client, corpus: Any) -> None:
+    X, _ = corpus
+    m = LDA(n_topics=3, max_iter=2, random_state=0, evaluate_every=0, progress=False).fit(X)
+    before = _counts(m)
+    neg = X.copy().astype(np.float64)
+    neg.data[0] = -1
+    frac = X.copy().astype(np.float64)
+    frac.data[0] = 1.5
+    wide = sp.hstack([X, sp.csr_matrix(np.ones((X.shape[0], 1)))]).tocsr()
+    for bad, msg in [(neg, "non-negative integer"), (frac, "non-negative integer"),
+                     (wide, "expecting")]:  # fmt: skip
+        with pytest.raises(InvalidArgumentError, match=msg):
+            m.partial_fit(bad)
+        with pytest.raises(InvalidArgumentError, match=msg):
+            m.transform(bad)
+    # a Dataset with a word id >= V is refused on the workers, before training
+    ds = angel.data.from_array(wide)
+    with pytest.raises(InvalidArgumentError, match="X has"):
+        m.partial_fit(ds)
+    after = _counts(m)
+    assert np.array_equal(before[0], after[0]) and np.array_equal(before[1], after[1])
+    assert m.t_ == 2
