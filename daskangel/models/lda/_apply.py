@@ -10,7 +10,7 @@ Example
 >>> import numpy as np
 >>> phi = np.array([[0.9, 0.1], [0.1, 0.9]])
 >>> local_theta(np.array([[5, 0], [0, 0]]), phi, 0.1).round(2).tolist()
-[[0.99, 0.01], [0.5, 0.5]]
+[[0.98, 0.02], [0.5, 0.5]]
 """
 
 from __future__ import annotations

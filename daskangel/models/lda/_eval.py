@@ -24,7 +24,7 @@ Example
 >>> X = sp.csr_matrix(np.array([[4, 4, 0, 0], [0, 0, 3, 5]]))
 >>> ll, n = completion_log_likelihood(X, phi / phi.sum(1, keepdims=True), 0.1)
 >>> n, round(ll / n, 2)
-(8, -0.71)
+(8, -0.72)
 """
 
 from __future__ import annotations
