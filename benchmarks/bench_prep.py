@@ -37,8 +37,7 @@ from _kddgen import GenSpec, make_chunk
 from _timing import median_time
 
 from daskangel.data._batch import CSRBatch, concat
-from daskangel.models._core import epoch_order
-from daskangel.models.linear import _prep
+from daskangel.models._core import _prep, epoch_order
 from daskangel.models.linear._inplace import in_place_rows
 from daskangel.models.linear._kernels import LOGISTIC
 from daskangel.models.linear._local_sgd import local_sgd

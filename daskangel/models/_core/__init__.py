@@ -7,13 +7,16 @@
 | ``_io`` | the zarr model format: :func:`save_model` / :func:`load` for every family |
 | ``_metrics`` | AUC from histograms, scikit-learn's early-stopping rule |
 | ``_cache`` | data derived from a partition, kept on its worker while it lives |
-| ``_order`` | seeded train / validation splits and epoch orders |
+| ``_order`` | seeded train / validation splits, epoch orders, rounds and their shares |
+| ``_prep``, ``_rows`` | a partition's split rows with local slots and pruned keys; pulls / pushes of those keys |
+| ``_epochs``, ``_monitor`` | per-epoch metric sums in a PS array row, finished into ``history_``; the task-side monitor (reports, early stopping) |
 | ``_predict`` | predictions shaped like the input (local or dask) |
 """
 
 from __future__ import annotations
 
 from ._cache import PREPARED, PartitionCache
+from ._epochs import finish, row_width
 from ._estimator import PSEstimator
 from ._input import (
     Prepared,
@@ -25,11 +28,15 @@ from ._input import (
 )
 from ._io import array_names, load, rename_arrays, save_model
 from ._metrics import auc_from_hist, should_stop
-from ._order import SHUFFLE_BLOCK, epoch_order, split_ids
+from ._monitor import Monitor
+from ._order import SHUFFLE_BLOCK, epoch_order, round_share, rows_per_round, split_ids
 from ._predict import map_rows
+from ._rows import LocalRows, pull, push, split_rows
 
 __all__ = [
     "PREPARED",
+    "LocalRows",
+    "Monitor",
     "SHUFFLE_BLOCK",
     "PSEstimator",
     "PartitionCache",
@@ -41,11 +48,18 @@ __all__ = [
     "dataset_classes",
     "encode_labels",
     "epoch_order",
+    "finish",
     "is_dask",
     "load",
     "map_rows",
+    "pull",
+    "push",
     "rename_arrays",
+    "round_share",
+    "row_width",
+    "rows_per_round",
     "save_model",
     "should_stop",
     "split_ids",
+    "split_rows",
 ]

@@ -12,9 +12,11 @@ Example
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["SHUFFLE_BLOCK", "epoch_order", "split_ids"]
+__all__ = ["SHUFFLE_BLOCK", "epoch_order", "round_share", "rows_per_round", "split_ids"]
 
 
 def split_ids(n: int, *, index: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,3 +62,22 @@ def epoch_order(
     rows = (starts[:, None] + np.arange(block)[None, :]).reshape(ng, streams, block)
     o = rows.transpose(0, 2, 1).ravel()
     return o[o < n] if n % block or ng * streams != nb else o
+
+
+def rows_per_round(solver: str, local_steps: int | None, batch: int, train_rows: Any) -> int:
+    """Training rows a task visits in one clock (*round*): a minibatch, or for
+    ``'ma-sgd'`` ``local_steps`` minibatches (default: a whole pass)."""
+    if solver == "ma-sgd":
+        if local_steps is None:
+            return max(max(train_rows), 1)
+        return int(local_steps) * int(batch)
+    return int(batch)
+
+
+def round_share(per: int, train_rows: Any, task: int, rnd: int) -> float:
+    """Task ``task``'s share of the training rows processed in round ``rnd`` (``per``
+    rows a round at most, ``train_rows`` of every task): the weight of its model
+    delta when the deltas of a round are averaged on the PS."""
+    done = [min(max(n - rnd * per, 0), per) for n in train_rows]
+    total = sum(done)
+    return done[task] / total if total else 0.0

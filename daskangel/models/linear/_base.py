@@ -38,9 +38,9 @@ from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import BSP, as_sync
 from ...train import train
 from .._core import Prepared, PSEstimator, as_dataset
+from .._core._epochs import finish, row_width
 from ._kernels import KINDS
 from ._lbfgs import QNTask, qn_arrays
-from ._metrics import finish, row_width
 from ._params import SOLVERS, check_params, make_plan
 from ._solvers import SGDTask
 from ._task import Plan

@@ -9,7 +9,7 @@ per step, L2 only) and a model small enough to hold densely on every task
 partition's stored rows where they are:
 
 * the keys it pulls and pushes (Angel's pruned key list) come from one
-  bitmap pass over the stored indices (:func:`._prep.used_keys`);
+  bitmap pass over the stored indices (:func:`.._core._prep.used_keys`);
 * its local model is a ``(n_features + 1, 2)`` float64 workspace: a weight
   and its running sum for the tail average side by side, so an update touches
   one cache line (1.3x faster than two arrays on a 10 M-feature model), with
@@ -53,9 +53,9 @@ from ...data._batch import CSRBatch
 from ...errors import InvalidArgumentError
 from .._core._cache import PREPARED
 from .._core._order import epoch_order, split_ids
+from .._core._prep import used_keys
 from ._kernels import SOFTMAX, eval_rows
 from ._local_sgd import sgd_pairs
-from ._prep import used_keys
 from ._task import Plan, labels_for, split_args, split_key
 
 __all__ = ["InPlaceData", "in_place_order", "in_place_rows", "prepare_in_place"]
@@ -135,7 +135,7 @@ def in_place_rows(
     block: int = 16,
     streams: int = 32,
 ) -> InPlaceData:
-    """The split and pruned keys of ``rows`` (the same split as :func:`._task.split_rows`)."""
+    """The split and pruned keys of ``rows`` (the same split as :func:`.._core._rows.split_rows`)."""
     _train, val = split_ids(rows.n_rows, index=index, fraction=fraction, seed=seed)
     keep = np.ones(rows.n_rows, bool)
     keep[val] = False

@@ -30,6 +30,8 @@ import math
 import numpy as np
 from numba import njit
 
+from .._core._epochs import AUC_RANGE, N_STATS
+
 __all__ = [
     "HINGE",
     "HUBER",
@@ -55,10 +57,6 @@ KINDS = {
     "huber": HUBER,
     "softmax": SOFTMAX,
 }
-# eval_stats columns: rows, loss, correct, squared error, absolute error, log-loss
-N_STATS = 6
-# AUC histograms bin the margin on [-AUC_RANGE, AUC_RANGE]
-AUC_RANGE = 16.0
 
 
 @njit(nogil=True, cache=True)

@@ -36,10 +36,11 @@ import numpy as np
 
 from ... import ops
 from ...psarray import PSArray
+from .._core._rows import pull, push
 from ._kernels import grad_rows
 from ._psfs import OrthantProject, ProjectDirection, PseudoGradient
 from ._solvers import Monitor
-from ._task import Plan, prepare, pull, push
+from ._task import Plan, prepare
 
 __all__ = ["QNTask", "qn_arrays"]
 

@@ -34,43 +34,34 @@ from typing import Any
 import numpy as np
 
 from ...psarray import PSArray
-from .._core._metrics import should_stop
+from .._core._monitor import Monitor as _Monitor
+from .._core._order import round_share as _round_share
+from .._core._order import rows_per_round
+from .._core._rows import pull, push
 from ._inplace import InPlaceData, prepare_in_place
 from ._kernels import batch_keys, grad_rows
-from ._metrics import OFFSET, finish, row_width
-from ._task import Plan, TaskData, prepare, pull, push
+from ._task import Plan, TaskData, prepare
 
 __all__ = ["Monitor", "SGDTask", "round_share"]
 
 
 def round_share(plan: Plan, task: int, rnd: int) -> float:
     """Task ``task``'s share of the training rows processed in round ``rnd``."""
-    per = _per_round(plan)
-    done = [min(max(n - rnd * per, 0), per) for n in plan.train_rows]
-    total = sum(done)
-    return done[task] / total if total else 0.0
+    return _round_share(_per_round(plan), plan.train_rows, task, rnd)
 
 
 def _per_round(plan: Plan) -> int:
-    if plan.solver == "ma-sgd":
-        if plan.local_steps is None:
-            return max(max(plan.train_rows), 1)
-        return plan.local_steps * plan.batch
-    return plan.batch
+    return rows_per_round(plan.solver, plan.local_steps, plan.batch, plan.train_rows)
 
 
-class Monitor:
-    """Validation sums into the metrics array; finished epochs into reports and stops."""
+class Monitor(_Monitor):
+    """The shared :class:`.._core._monitor.Monitor` of a linear model's task data."""
+
+    plan: Plan
 
     def __init__(self, ctx: Any, plan: Plan, data: TaskData | InPlaceData) -> None:
-        self.ctx = ctx
-        self.plan = plan
+        super().__init__(ctx, plan, lambda W: data.evaluate(W, plan))
         self.data = data
-        self.met = ctx.array(plan.metrics)
-        self.history: list[dict[str, float]] = []  # finished epochs, from the metrics array
-        s = ctx.staleness(plan.metrics)
-        self.staleness = s
-        self.width = row_width(plan.nbins)
 
     def latest(self, keys: np.ndarray) -> np.ndarray:
         """The weights of ``keys`` as the servers hold them now (not the task's view).
@@ -79,40 +70,6 @@ class Monitor:
         the validation figures are of the newest model instead.
         """
         return pull(PSArray(self.plan.weights), keys, self.plan.n_outputs, pos=self.data.pos)
-
-    def add_train(self, epoch: int, loss: float, n: int) -> None:
-        if n:
-            row = np.zeros(2)
-            row[:] = (n, loss)
-            self.met.increment(row, rows=epoch, cols=np.arange(2))
-
-    def evaluate(self, epoch: int, W: np.ndarray) -> None:
-        """Add this task's validation sums for the model after ``epoch`` to its row."""
-        res = self.data.evaluate(W, self.plan)
-        if res is None:
-            return
-        st, hist = res
-        row = np.concatenate([st, hist.ravel()])
-        cols = np.arange(OFFSET, self.width)
-        self.met.increment(row, rows=epoch, cols=cols)
-
-    def stop(self, clock: int) -> bool:
-        """Read the epochs every task has finished by ``clock``; True to stop early."""
-        p = self.plan
-        if self.staleness is None:  # ASP: no clock tells which rows are complete
-            return False
-        last = (clock - self.staleness - 1) // p.rounds - 1  # newest complete row
-        first = len(self.history)
-        if last < first:
-            return False
-        rows = np.asarray(self.met.get(rows=np.arange(first, last + 1)))
-        for r in rows:
-            m = finish(r, p.task, binary=p.binary, logloss=p.logloss, nbins=p.nbins)
-            self.history.append(m)
-        self.ctx.report(epoch=p.epoch0 + last + 1, **self.history[-1])
-        if p.tol is None:
-            return False
-        return should_stop(self.history, p.monitor, p.tol, p.patience)
 
 
 class SGDTask:

@@ -2,10 +2,9 @@
 
 :class:`Plan` is the frozen description of a fit that travels to the tasks;
 :func:`prepare` turns a data-layer partition into a :class:`TaskData`: the
-training and validation rows (a seeded split of the partition), labels mapped
-for the loss, and Angel's pruned key list: the sorted global feature indices
-the partition uses (plus the intercept's key ``n_features``), with the rows'
-column indices rewritten as positions in that list, so the task pulls and
+shared split and pruned keys of :mod:`.._core._rows` (training and validation
+rows with local slots, the sorted global keys the partition uses plus the
+intercept's) with the labels mapped for the loss, so the task pulls and
 pushes only those keys and works on a dense ``(n_keys, K)`` local copy.
 
 Example
@@ -20,20 +19,20 @@ Example
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
-from ...data._batch import CSRBatch, index_dtype
+from ...data._batch import CSRBatch
 from ...errors import InvalidArgumentError
 from .._core._cache import PREPARED
-from .._core._order import epoch_order, split_ids
+from .._core._order import epoch_order
+from .._core._rows import pull, push
+from .._core._rows import split_rows as _split_rows
 from ._kernels import eval_stats
 from ._local_sgd import local_sgd
-from ._prep import place_rows, slot_positions, used_keys
 
 __all__ = [
     "Plan",
@@ -86,7 +85,7 @@ class Plan:
     decay_grad: bool = False  # scale gradients by the lr schedule (plain server SGD)
     memory: int = 10  # L-BFGS pairs
     average: bool = False  # 'ma-sgd': push the mean of the local iterates (L2 only)
-    hot: int = 0  # most frequent features given the first local slots (see _prep)
+    hot: int = 0  # most frequent features given the first local slots (see _core._prep)
     in_place_block: int = 0  # ma-sgd on the stored rows, this many a block (see _inplace)
     in_place_streams: int = 1  # ... blocks interleaved (see epoch_order)
 
@@ -117,7 +116,9 @@ class TaskData:
     @property
     def nbytes(self) -> int:
         """Bytes held (for the cache of prepared rows)."""
-        arrays = (self.keys, self.y_train, self.y_val, *_arrays(self.train), *_arrays(self.val))
+        arrays = [self.keys, self.y_train, self.y_val]
+        for b in (self.train, self.val):
+            arrays += [b.indptr, b.indices, b.data, b.labels]
         return sum(a.nbytes for a in arrays)
 
     def epoch_order(self, seed: list[int]) -> np.ndarray:
@@ -162,59 +163,10 @@ def labels_for(labels: np.ndarray, plan: Plan) -> np.ndarray:
     return idx.astype(np.float64)
 
 
-def split_rows(
-    rows: CSRBatch | Sequence[CSRBatch],
-    *,
-    index: int,
-    fraction: float,
-    seed: int,
-    n_features: int,
-    has_bias: bool,
-    shuffle: bool = False,
-    hot: int = 0,
-) -> TaskData:
-    """Split a partition's rows into training and validation; localise the keys.
-
-    ``rows`` is one batch or the partition's chunks (read in place: the rows
-    are copied once, straight to their place, see :mod:`._prep`).  With
-    ``shuffle`` the training rows are laid out in a seeded random order, so that
-    an epoch can visit them in blocks of adjacent rows (:func:`epoch_order`)
-    and read memory sequentially.  With ``hot`` the most frequent features (at
-    most ``hot``) take the first local slots (``TaskData.pos`` maps slots to
-    positions in ``keys``).
-    """
-    pieces = [rows] if isinstance(rows, CSRBatch) else [p for p in rows if p.n_rows]
-    n = sum(p.n_rows for p in pieces)
-    train_rows, val_rows = split_ids(n, index=index, fraction=fraction, seed=seed)
-    n_val = val_rows.shape[0]
-    if not shuffle:
-        train_rows = np.sort(train_rows)
-    dest = np.empty(n, np.int64)
-    dest[train_rows] = np.arange(train_rows.shape[0])
-    dest[val_rows] = -1 - np.arange(n_val)
-    lengths = np.concatenate([np.diff(p.indptr) for p in pieces] or [np.zeros(0, np.int64)])
-    labels = np.concatenate([p.labels for p in pieces] or [np.zeros(0)])
-    used, hot_bits, used_bits = used_keys(
-        [p.indices[p.indptr[0] : p.indptr[-1]] for p in pieces], n_features, hot
-    )
-    starts = np.cumsum([0] + [p.n_rows for p in pieces])
-    nk = used.shape[0] + (1 if has_bias else 0)
-    tr_p, tr_i, tr_v, va_p, va_i, va_v = place_rows(
-        [(p.indptr, p.indices, p.data) for p in pieces],
-        [dest[a:b] for a, b in itertools.pairwise(starts)],
-        lengths[train_rows],
-        lengths[val_rows],
-        hot_bits,
-        used_bits,
-        index_dtype(nk),
-    )
-    pos = slot_positions(used, hot_bits)
-    keys = np.append(used, n_features) if has_bias else used
-    if pos is not None and has_bias:
-        pos = np.append(pos, nk - 1)
-    train = CSRBatch(tr_p, tr_i, tr_v, labels[train_rows], nk)
-    val = CSRBatch(va_p, va_i, va_v, labels[val_rows], nk)
-    return TaskData(keys, train, val, train.labels, val.labels, pos)
+def split_rows(rows: CSRBatch | Sequence[CSRBatch], **kw: Any) -> TaskData:
+    """:func:`.._core._rows.split_rows` as a :class:`TaskData` (labels as they came)."""
+    d = _split_rows(rows, **kw)
+    return TaskData(d.keys, d.train, d.val, d.train.labels, d.val.labels, d.pos)
 
 
 def prepare(part: Any, plan: Plan, shuffle: bool = False) -> TaskData:
@@ -253,49 +205,3 @@ def split_args(part: Any, plan: Plan) -> dict[str, Any]:
         n_features=plan.n_features,
         has_bias=plan.has_bias,
     )
-
-
-def _arrays(b: CSRBatch) -> tuple[np.ndarray, ...]:
-    return (b.indptr, b.indices, b.data, b.labels)
-
-
-def pull(
-    w: Any,
-    keys: np.ndarray,
-    K: int,
-    key_set: Any = None,
-    full: bool = False,
-    pos: np.ndarray | None = None,
-) -> np.ndarray:
-    """Weights of ``keys`` as a float64 ``(n_keys, K)`` array (in slot order with ``pos``).
-
-    ``key_set`` (vectors): a registered key set of exactly ``keys`` (pruned pull
-    by tag); ``full``: pull the whole model and pick (the naive way, for the
-    pruning experiment); ``pos``: :attr:`TaskData.pos`.
-    """
-    if full:
-        v = np.asarray(w.get())
-        v = v[keys] if K == 1 else v[keys, :]
-    elif K == 1:
-        v = w.get(cols=key_set if key_set is not None else keys)
-    else:
-        v = w.get(rows=keys)
-    out = np.asarray(v, np.float64).reshape(keys.shape[0], K)
-    return out if pos is None else out[pos]
-
-
-def push(
-    w: Any, keys: np.ndarray, delta: np.ndarray, K: int, pos: np.ndarray | None = None
-) -> None:
-    """Add ``delta`` (``(n_keys, K)``, in slot order with ``pos``) to the weights of
-    ``keys`` (buffered in a task)."""
-    if keys.shape[0] == 0:
-        return
-    if pos is not None:
-        d = np.empty_like(delta)
-        d[pos] = delta
-        delta = d
-    if K == 1:
-        w.increment(delta[:, 0], cols=keys, casting="same_kind")
-    else:
-        w.increment(delta, rows=keys, casting="same_kind")

@@ -10,7 +10,7 @@ from distributed import Client
 
 import daskangel as angel
 from daskangel import models
-from daskangel.models.linear._task import pull, push
+from daskangel.models._core._rows import pull, push
 
 from ..conftest import planted
 

@@ -1,7 +1,9 @@
 """Metrics evaluated next to the data, combined through one row of a PS array per epoch.
 
-Each task evaluates the model on its own validation rows and *increments* row
-``e`` of the model's metrics array (``<model>.metrics``, float64) with sums:
+Every family that trains by epochs (linear models, factorization machines)
+keeps its per-epoch figures the same way.  Each task evaluates the model on
+its own validation rows and *increments* row ``e`` of the model's metrics
+array (``<model>.metrics``, float64) with sums:
 the training loss it saw during the epoch, validation sums (rows, loss,
 correct, squared and absolute error, log-loss) and, for binary problems, two
 histograms of the validation margins by class.  Sums add up across tasks on
@@ -28,12 +30,15 @@ import math
 
 import numpy as np
 
-from .._core._metrics import auc_from_hist
-from ._kernels import N_STATS
+from ._metrics import auc_from_hist
 
-__all__ = ["OFFSET", "finish", "row_width"]
+__all__ = ["AUC_RANGE", "N_STATS", "OFFSET", "finish", "row_width"]
 
 OFFSET = 2  # stats start after train_rows, train_loss
+# validation sums: rows, loss, correct, squared error, absolute error, log-loss
+N_STATS = 6
+# AUC histograms bin the margin on [-AUC_RANGE, AUC_RANGE]
+AUC_RANGE = 16.0
 
 
 def row_width(nbins: int) -> int:

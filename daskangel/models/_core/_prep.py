@@ -1,8 +1,9 @@
 """Compiled preparation of a task's rows: pruned keys, local indices, the shuffled copy.
 
-A training task of a linear model works on its partition's rows with *local*
-column indices (slots of a dense ``(n_keys, K)`` copy of the weights it pulls
-for its own keys only).  Turning the partition's chunks into that form is one
+A training task of a sparse-feature model (linear models, factorization
+machines) works on its partition's rows with *local* column indices (slots of
+a dense ``(n_keys, K)`` copy of the parameters it pulls for its own keys
+only).  Turning the partition's chunks into that form is one
 pass to mark the used features in a bitmap and one pass that copies every row
 straight to its place in the (shuffled) training or validation arrays while
 rewriting its indices, so no concatenated or intermediate copy of the rows is

@@ -1,0 +1,103 @@
+"""Per-epoch metrics of a training task: sums into the metrics array, finished rows out.
+
+:class:`Monitor` is what an epoch-based training task (linear models,
+factorization machines) uses to report: the training loss it saw and the
+validation sums of the model it evaluates go into the epoch's row of the fit's
+metrics array (:mod:`._epochs`); rows that every task has finished (known from
+the clock rule, so all tasks read the same figures) feed ``ctx.report`` and
+early stopping.  The fit's plan gives the fields of :class:`EpochPlan`.
+
+Example
+-------
+>>> mon = Monitor(ctx, plan, lambda W: data.evaluate(W, plan))     # doctest: +SKIP
+>>> mon.add_train(epoch, loss_sum, n_rows); mon.evaluate(epoch, W)  # doctest: +SKIP
+>>> if mon.stop(ctx.iteration): ...                                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from ._epochs import OFFSET, finish, row_width
+from ._metrics import should_stop
+
+__all__ = ["EpochPlan", "Monitor"]
+
+# (stats[N_STATS], hist (2, nbins)) of a model on a task's validation rows, or None
+Evaluate = Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray] | None"]
+
+
+class EpochPlan(Protocol):
+    """The fields of a fit's plan the monitor reads."""
+
+    @property
+    def metrics(self) -> str: ...  # PS array: one float64 row of sums per epoch
+    @property
+    def nbins(self) -> int: ...
+    @property
+    def rounds(self) -> int: ...  # clocks per epoch
+    @property
+    def epoch0(self) -> int: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def binary(self) -> bool: ...
+    @property
+    def logloss(self) -> bool: ...
+    @property
+    def tol(self) -> float | None: ...
+    @property
+    def monitor(self) -> str: ...
+    @property
+    def patience(self) -> int: ...
+
+
+class Monitor:
+    """Validation sums into the metrics array; finished epochs into reports and stops."""
+
+    def __init__(self, ctx: Any, plan: EpochPlan, evaluate: Evaluate) -> None:
+        self.ctx = ctx
+        self.plan = plan
+        self._evaluate = evaluate
+        self.met = ctx.array(plan.metrics)
+        self.history: list[dict[str, float]] = []  # finished epochs, from the metrics array
+        s = ctx.staleness(plan.metrics)
+        self.staleness = s
+        self.width = row_width(plan.nbins)
+
+    def add_train(self, epoch: int, loss: float, n: int) -> None:
+        if n:
+            row = np.zeros(2)
+            row[:] = (n, loss)
+            self.met.increment(row, rows=epoch, cols=np.arange(2))
+
+    def evaluate(self, epoch: int, W: np.ndarray) -> None:
+        """Add this task's validation sums for the model after ``epoch`` to its row."""
+        res = self._evaluate(W)
+        if res is None:
+            return
+        st, hist = res
+        row = np.concatenate([st, hist.ravel()])
+        cols = np.arange(OFFSET, self.width)
+        self.met.increment(row, rows=epoch, cols=cols)
+
+    def stop(self, clock: int) -> bool:
+        """Read the epochs every task has finished by ``clock``; True to stop early."""
+        p = self.plan
+        if self.staleness is None:  # ASP: no clock tells which rows are complete
+            return False
+        last = (clock - self.staleness - 1) // p.rounds - 1  # newest complete row
+        first = len(self.history)
+        if last < first:
+            return False
+        rows = np.asarray(self.met.get(rows=np.arange(first, last + 1)))
+        for r in rows:
+            m = finish(r, p.task, binary=p.binary, logloss=p.logloss, nbins=p.nbins)
+            self.history.append(m)
+        self.ctx.report(epoch=p.epoch0 + last + 1, **self.history[-1])
+        if p.tol is None:
+            return False
+        return should_stop(self.history, p.monitor, p.tol, p.patience)
