@@ -158,6 +158,23 @@ class CSRBatch:
             None if self.row_ids is None else self.row_ids.copy(),
         )
 
+    def select_columns(self, lo: int, hi: int) -> CSRBatch:
+        """Every row, keeping only the entries of features ``lo <= index < hi``
+        (global indices kept; one vectorised pass)."""
+        a, b = int(self.indptr[0]), int(self.indptr[-1])
+        idx = self.indices[a:b]
+        keep = (idx >= lo) & (idx < hi)
+        kept = np.zeros(keep.shape[0] + 1, np.int64)
+        np.cumsum(keep, out=kept[1:])
+        return CSRBatch(
+            kept[self.indptr - a],
+            idx[keep],
+            self.data[a:b][keep],
+            self.labels,
+            self.n_features,
+            self.row_ids,
+        )
+
     def with_features(self, n_features: int) -> CSRBatch:
         return CSRBatch(
             self.indptr, self.indices, self.data, self.labels, int(n_features), self.row_ids

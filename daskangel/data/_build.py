@@ -33,7 +33,7 @@ from .. import config
 from ._batch import CSRBatch, concat
 from ._formats import transform_labels
 from ._numbers import LINE_TOO_LONG, REASONS
-from ._partition import Partition
+from ._partition import Partition, worker_address
 from ._report import SplitReport
 from ._source import Split, align_groups, header_end, iter_blocks
 from ._storage import Chunk, ChunkSink, DiskChunk, set_budget
@@ -78,15 +78,6 @@ class PieceResult:
     report: SplitReport
     lo: int
     hi: int
-
-
-def _worker_address() -> str:
-    try:
-        from distributed import get_worker
-
-        return str(get_worker().address)
-    except ValueError:
-        return "local"
 
 
 def new_sink(spec: BuildSpec, name: str) -> ChunkSink:
@@ -192,7 +183,7 @@ def combine(spec: BuildSpec, index: int, indexed: bool, *pieces: PieceResult) ->
         chunks,
         nf,
         indexed,
-        _worker_address(),
+        worker_address(),
         [p.report for p in pieces],
         (lo, hi),
     )

@@ -16,12 +16,21 @@ Example
 [[0.0, 1.0], [2.0, 3.0], [4.0]]
 >>> sorted(np.concatenate([b.labels for b in p.batches(2, shuffle=True, seed=1)]).tolist())
 [0.0, 1.0, 2.0, 3.0, 4.0]
+>>> half = p.member_share(1, 2, "horizontal").settle()  # rank 1 of a group of 2
+>>> half.share, half.csr().labels.tolist()
+(Share(placement='horizontal', rank=1, size=2, lo=2, hi=5), [2.0, 3.0, 4.0])
+>>> p.member_share(0, 2, "vertical").settle().csr().indices.tolist()  # features [0, 2)
+[0, 1]
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
+import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,9 +39,27 @@ from dask.sizeof import sizeof
 from .. import config
 from ..errors import InvalidArgumentError
 from ._batch import CSRBatch, concat, rebatch
-from ._storage import Chunk, DiskChunk, load_chunk
+from ._storage import Chunk, ChunkSink, DiskChunk, load_chunk
 
-__all__ = ["Partition"]
+__all__ = ["Partition", "Share", "Transit"]
+
+SHARES = ("replicated", "horizontal", "vertical")
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """Which share of its group's partition a member of a training group holds.
+
+    ``horizontal``: rows ``[lo, hi)`` of the partition; ``vertical``: every row,
+    only the entries of features ``lo <= index < hi`` (indices stay global);
+    ``replicated``: everything (``lo, hi`` = ``0, n_rows``).
+    """
+
+    placement: str
+    rank: int
+    size: int
+    lo: int
+    hi: int
 
 
 class Partition:
@@ -53,6 +80,9 @@ class Partition:
         indexer (:class:`~daskangel.data.FeatureIndexer`).
     worker
         Address of the worker holding the partition.
+    share
+        ``None`` for a whole partition; for a member of a training group, which
+        :class:`Share` of its group's partition it holds (see :meth:`member_share`).
     """
 
     __slots__ = (
@@ -67,6 +97,7 @@ class Partition:
         "n_rows",
         "nnz",
         "reports",
+        "share",
         "worker",
     )
 
@@ -81,6 +112,7 @@ class Partition:
         worker: str,
         reports: list[Any] | None = None,
         col_range: tuple[int, int] | None = None,
+        share: Share | None = None,
     ) -> None:
         self.dataset_id = dataset_id
         self.index = index
@@ -95,6 +127,7 @@ class Partition:
         if col_range is None:
             col_range = _col_range(chunks)
         self.col_range = col_range
+        self.share = share
 
     # -- sizes --------------------------------------------------------------------------
 
@@ -204,13 +237,124 @@ class Partition:
             self.worker,
             self.reports,
             (lo or 0, hi or 0),
+            self.share,
         )
+
+    # -- sharing among the members of a training group ------------------------------------
+
+    def member_share(self, rank: int, size: int, placement: str) -> Transit:
+        """Member ``rank`` of ``size``'s share of the rows, read on this worker.
+
+        Angel's hybrid parallelism: a group of ``size`` tasks shares one partition,
+        ``"horizontal"`` by rows (member ``r`` gets rows ``[r n / size, (r + 1) n /
+        size)``), ``"vertical"`` by features (every row, only the entries of features
+        ``[r F / size, (r + 1) F / size)``, indices kept global, so they address the
+        model's columns directly) or ``"replicated"`` (all of it).  Only the share is
+        read (a disk chunk outside it is not touched) and returned in memory as a
+        :class:`Transit`, which the member's worker stores with :meth:`Transit.settle`.
+        """
+        if placement not in SHARES:
+            raise InvalidArgumentError(f"placement: expected one of {SHARES}, got {placement!r}")
+        if not 0 <= rank < size:
+            raise InvalidArgumentError(f"rank: expected 0 <= rank < {size}, got {rank!r}")
+        chunks: list[CSRBatch] = []
+        spill: list[bool] = []
+        if placement == "vertical":
+            lo, hi = rank * self.n_features // size, (rank + 1) * self.n_features // size
+            for c in self.chunks:
+                chunks.append(self._load(c).select_columns(lo, hi))
+                spill.append(isinstance(c, DiskChunk))
+        else:
+            lo, hi = 0, self.n_rows
+            if placement == "horizontal":
+                lo, hi = rank * self.n_rows // size, (rank + 1) * self.n_rows // size
+            start = 0
+            for c in self.chunks:
+                a, b = max(lo, start), min(hi, start + c.n_rows)
+                if a < b:  # chunks outside the share are never read
+                    rows = self._load(c)
+                    whole = b - a == c.n_rows
+                    chunks.append(rows if whole else rows.slice(a - start, b - start))
+                    spill.append(isinstance(c, DiskChunk))
+                start += c.n_rows
+        part = Partition(
+            self.dataset_id,
+            self.index,
+            self.level,
+            list(chunks),
+            self.n_features,
+            self.indexed,
+            self.worker,
+            self.reports,
+            share=Share(placement, int(rank), int(size), lo, hi),
+        )
+        return Transit(part, tuple(spill))
 
     def __repr__(self) -> str:
         return (
             f"Partition<{self.index} of {self.dataset_id}, {self.n_rows} rows, nnz={self.nnz}, "
             f"{self.level}, on {self.worker}>"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Transit:
+    """A member's share on its way to the member's worker: rows in memory, and
+    which of them were spilled to disk where they came from."""
+
+    partition: Partition
+    spill: tuple[bool, ...]
+
+    def settle(self) -> Partition:
+        """The share as a partition of the worker running this (a task on the
+        member's worker): chunks that were on disk are written to this worker's
+        disk again (the file is deleted with the partition), the others stay in
+        memory, so each chunk keeps its storage level."""
+        p = self.partition
+        chunks: list[Chunk] = []
+        sink = None
+        if any(self.spill):
+            name = f"share-{p.index}-{uuid.uuid4().hex[:8]}"
+            sink = ChunkSink("disk", p.dataset_id, name)
+        for c, spill in zip(p.chunks, self.spill, strict=True):
+            assert isinstance(c, CSRBatch)
+            if sink is None or not spill:
+                chunks.append(c)
+                continue
+            before = len(sink.chunks)
+            sink.add(c)
+            chunks.extend(sink.chunks[before:])
+        if sink is not None:
+            sink.finish()
+        out = Partition(
+            p.dataset_id,
+            p.index,
+            p.level,
+            chunks,
+            p.n_features,
+            p.indexed,
+            worker_address(),
+            p.reports,
+            share=p.share,
+        )
+        if sink is not None and sink.chunks:
+            path = sink.chunks[0].path  # type: ignore[union-attr]
+            weakref.finalize(out, _remove, path)
+        return out
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):  # the dataset's directory may be gone (released)
+        os.remove(path)
+
+
+def worker_address() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except ValueError:
+        return "local"
 
 
 def _col_range(chunks: list[Chunk]) -> tuple[int, int]:

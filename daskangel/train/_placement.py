@@ -12,8 +12,17 @@ There is one item per task, or one per group.  With one per group and
 ``group_size > 1`` the members share it according to ``placement``:
 ``"replicated"`` (every member gets the whole item), ``"horizontal"`` (rows
 split), ``"vertical"`` (columns split; 1-D parts such as labels are kept whole),
-or a function ``placement(item, rank, size)``.  A future is split on the worker
-holding it.
+or a function ``placement(item, rank, size)``.
+
+A future shared by a group (a Dataset's partition, say) is split on the worker
+holding it, and the group's members are spread over the workers (the leader,
+rank 0, stays with the item; the others go to the least loaded workers the
+group does not use yet), so a group computes on several machines: Angel's hybrid
+parallelism.  Only a member's share crosses the network, never the whole item,
+and a :class:`~daskangel.data.Partition` splits itself
+(:meth:`~daskangel.data.Partition.member_share`: rows, or features with global
+indices, read without touching the rest) and is stored again at its storage level
+on the member's worker (``settle``).
 
 Example
 -------
@@ -34,7 +43,15 @@ from distributed import Client, Future
 from .._compat import workers_info
 from ..errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["PLACEMENTS", "assign", "split_piece", "task_pieces"]
+__all__ = [
+    "PLACEMENTS",
+    "assign",
+    "group_item",
+    "place_share",
+    "settle",
+    "split_piece",
+    "task_pieces",
+]
 
 PLACEMENTS = ("replicated", "horizontal", "vertical")
 
@@ -49,6 +66,9 @@ def split_piece(item: Any, rank: int, size: int, placement: str | Callable[..., 
     """Member ``rank``'s share of a group's ``item`` (see the module docstring)."""
     if callable(placement):
         return placement(item, rank, size)
+    share = getattr(item, "member_share", None)
+    if callable(share):  # a daskangel Partition cuts itself (replicated too: see settle)
+        return share(rank, size, placement)
     if placement == "replicated" or item is None:
         return item
     axis = 0 if placement == "horizontal" else 1
@@ -66,6 +86,59 @@ def split_piece(item: Any, rank: int, size: int, placement: str | Callable[..., 
     else:
         n = item.shape[axis]
     return _cut(item, rank * n // size, (rank + 1) * n // size, axis)
+
+
+def settle(piece: Any) -> Any:
+    """On the member's worker: a share in transit stored there (a Partition's
+    :class:`~daskangel.data._partition.Transit`), anything else as it is."""
+    fn = getattr(piece, "settle", None)
+    return fn() if callable(fn) else piece
+
+
+def place_share(
+    client: Client,
+    item: Future,
+    holder: str,
+    rank: int,
+    size: int,
+    placement: str | Callable[..., Any],
+    worker: str,
+) -> Future:
+    """Member ``rank``'s share of a group's ``item`` (a future held by ``holder``),
+    cut on ``holder`` and kept on ``worker``: only the share moves."""
+    if placement == "replicated" and worker == holder:
+        return item
+    opts: dict[str, Any] = {"allow_other_workers": False, "pure": False}
+    piece = client.submit(split_piece, item, rank, size, placement, workers=[holder], **opts)
+    return client.submit(settle, piece, workers=[worker], **opts)
+
+
+def group_item(n_items: int, n_groups: int, group_size: int, t: int) -> tuple[int, int] | None:
+    """``(item index, rank)`` when task ``t`` shares its group's item, else ``None``."""
+    if n_items == n_groups * group_size:
+        return None
+    return t // group_size, t % group_size
+
+
+def _spread(pool: list[str], holders: list[str], group_size: int) -> list[str]:
+    """A worker per task: each group's leader with its item, the other members on
+    the least loaded workers the group does not use yet (ties: the next ones after
+    the holder in ``pool``'s order)."""
+    load = dict.fromkeys(pool, 0)
+    for h in holders:
+        load[h] = load.get(h, 0) + 1
+    out: list[str] = []
+    for holder in holders:
+        used = {holder}
+        out.append(holder)
+        start = pool.index(holder) if holder in pool else 0
+        for _ in range(1, group_size):
+            free = [w for w in pool if w not in used] or pool
+            w = min(free, key=lambda w: (load[w], (pool.index(w) - start) % len(pool)))
+            load[w] += 1
+            used.add(w)
+            out.append(w)
+    return out
 
 
 def _partitions(data: Any) -> list[Any] | None:
@@ -111,11 +184,7 @@ def assign(
         return [(None, pool[t % len(pool)]) for t in range(n_tasks)]
     futures = _partitions(data)
     items = futures if futures is not None else list(data)
-    if len(items) == n_tasks:
-        per_task = items
-    elif len(items) == n_groups:
-        per_task = [(items[t // group_size], t % group_size) for t in range(n_tasks)]
-    else:
+    if len(items) not in (n_tasks, n_groups):
         raise InvalidArgumentError(
             f"data: expected one item per task ({n_tasks}) or per group ({n_groups}), "
             f"got {len(items)}"
@@ -126,17 +195,24 @@ def assign(
         where = client.who_has(scattered)
         return [(f, where[f.key][0]) for f in scattered]
     where = client.who_has(items)
-    out: list[tuple[Any, str]] = []
-    for t, x in enumerate(per_task):
-        if isinstance(x, tuple):
-            fut, rank = x
-            holder = where[fut.key][0] if where.get(fut.key) else pool[t % len(pool)]
-            if placement != "replicated":
-                fut = client.submit(
-                    split_piece, fut, rank, group_size, placement, workers=[holder], pure=False
-                )
-            out.append((fut, holder))
-        else:
-            holder = where[x.key][0] if where.get(x.key) else pool[t % len(pool)]
-            out.append((x, holder))
-    return out
+    holders = [
+        where[f.key][0] if where.get(f.key) else pool[i % len(pool)] for i, f in enumerate(items)
+    ]
+    if len(items) == n_tasks:
+        return list(zip(items, holders, strict=True))
+    workers_of = _spread(pool, holders, group_size)
+    return [
+        (
+            place_share(
+                client,
+                items[t // group_size],
+                holders[t // group_size],
+                t % group_size,
+                group_size,
+                placement,
+                w,
+            ),
+            w,
+        )
+        for t, w in enumerate(workers_of)
+    ]

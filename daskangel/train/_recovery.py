@@ -40,6 +40,7 @@ from distributed import Future
 from .. import config
 from .._compat import workers_info
 from ..errors import ServerLostError
+from ._placement import group_item, place_share
 
 
 class _Job(Protocol):
@@ -50,6 +51,9 @@ class _Job(Protocol):
     client: Any
     ps: Any
     data: Any
+    groups: int
+    group_size: int
+    placement: Any
     _scheduler: Any
 
     @property
@@ -179,14 +183,38 @@ class Recovery:
             target = live[t % len(live)]
             (f,) = tr.client.scatter([self.pieces[t]], workers=[target], hash=False)
             return f, target
+        parts = list(getattr(tr.data, "partitions", None) or [])
+        keys = [getattr(p, "key", None) for p in parts]
+        shared = group_item(len(parts), tr.groups, tr.group_size, t)
+        i = shared[0] if shared is not None else (keys.index(part.key) if part.key in keys else -1)
+        if i < 0:
+            return part, None  # let Dask recompute it from its graph, wherever
+        src, holder = self._source(i, live)
+        if src is None:
+            return part, None
+        if shared is None:
+            return src, holder
+        # a member's share of its group's partition: cut it again, on a live worker
+        worker = live[t % len(live)]
+        rank = shared[1]
+        return place_share(
+            tr.client, src, holder, rank, tr.group_size, tr.placement, worker
+        ), worker
+
+    def _source(self, i: int, live: list[str]) -> tuple[Any, str]:
+        """Partition ``i`` of the data and its holder, rebuilt (``repair()``) if its
+        worker is gone; ``(None, "")`` if it cannot be."""
+        tr = self.trainer
+        src = tr.data.partitions[i]
+        with contextlib.suppress(distributed.client.FuturesCancelledError):
+            holders = [h for h in tr.client.who_has([src]).get(src.key) or [] if h in live]
+            if holders:
+                return src, holders[0]
         repair = getattr(tr.data, "repair", None)
-        parts = getattr(tr.data, "partitions", None)
-        keys = [getattr(p, "key", None) for p in parts] if parts is not None else []
-        if repair is not None and part.key in keys:
-            i = keys.index(part.key)
-            repair()  # the data layer parses the dead worker's pieces again elsewhere
-            return tr.data.partitions[i], tr.data.workers[i]
-        return part, None  # let Dask recompute it from its graph, wherever
+        if repair is None:
+            return None, ""
+        repair()  # the data layer parses the dead worker's pieces again elsewhere
+        return tr.data.partitions[i], tr.data.workers[i]
 
     # -- rollback ------------------------------------------------------------------------
 
