@@ -86,6 +86,13 @@ class TaskArray:
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._array, attr)
 
+    @property
+    def plain(self) -> PSArray:
+        """The :class:`PSArray` underneath: its reads skip the clock cache and the sync
+        floor and go to the servers (for rows another task of this worker changed since
+        the clock began, as in model-parallel rounds)."""
+        return self._array
+
     def __repr__(self) -> str:
         return f"TaskArray<{self.name!r}, task {self._ctx.task_id}, clock {self._ctx.iteration}>"
 

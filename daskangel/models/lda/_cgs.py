@@ -15,6 +15,16 @@ clock is one sweep:
    at ``clock()``), then ``n_k``'s change;
 4. ``clock()``.
 
+*Model parallel* (``group_size > 1``): the vocabulary is cut into
+``group_size`` slices of word ids, and a sweep is ``group_size`` rounds of
+Angel's leader scheduling (``ctx.round_robin``): in a round each member of the
+group samples only its documents' tokens of one slice, no two members the same
+slice, and pushes its changes before acknowledging, so a word row is changed by
+one member at a time and the next member reads it fresh.  Groups are data
+parallel between them (*hybrid*; ``groups=1`` is pure model parallelism).  The
+held-out score of a model-parallel sweep is taken from rows read across its
+rounds (slightly newer than the sweep's start).
+
 Document-topic counts and assignments never leave the worker.  The model the
 sweep started from is scored on the task's held-out documents from the rows it
 pulled anyway (no extra pull; the final model is scored after the last clock),
@@ -116,40 +126,60 @@ class CGSTask:
         batch = int(config.get("daskangel.lda.row-batch"))
         dprob, dalias = np.empty(K), np.empty(K, np.int32)
         sampled = 0
+        G = ctx.group_size  # > 1: model parallel inside the group (vocabulary slices rotate)
+        bounds = np.searchsorted(c.keys, (np.arange(G + 1) * V) // G)
+        plain_nk = nka.plain
+        rows_src = nwk.plain if G > 1 else nwk
         while ctx.iteration <= p.sweeps:
             s = ctx.iteration  # this clock's sweep (1-based)
             t0 = time.perf_counter()
-            nk0 = np.asarray(nka.get(rows=0), np.int64)
-            nk = nk0.copy()
-            dtot = build_alias(p.beta / (np.maximum(nk0, 0) + V * p.beta), K, dprob, dalias)
             capture = (
                 np.zeros((vkeys.shape[0], K), np.int32) if has_val and _due(p, s - 1) else None
             )
             push = 0.0
-            for rb, vals in nwk.get_iter(rows=c.keys, batch=batch, ordered=True):
-                local = np.searchsorted(c.keys, rb)
-                if capture is not None:
-                    sl = slot[local]
-                    m = sl >= 0
-                    capture[sl[m]] = vals[m]
-                delta = np.empty_like(vals)
-                sampled += sample_words(
-                    local, vals, nk, nk0, c.z, c.tdoc, c.wptr, c.dptr, c.dtok, c.ndk,
-                    p.alpha, p.beta, V * p.beta, dprob, dalias, dtot, p.mh_steps,
-                    p.seed, p.sweep0 + s, delta,
-                )  # fmt: skip
-                t1 = time.perf_counter()
-                ri, ci, vi = word_deltas(rb, delta, K)
-                if ri.size:
-                    nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))
-                push += time.perf_counter() - t1
-            nka.increment(nk - nk0, rows=0)
+            nk_eval = None
+            for r, sl_id in enumerate(ctx.round_robin() if G > 1 else [0]):
+                # a round: the words of one vocabulary slice (all words when G == 1).  The
+                # first read waits for the clock's sync floor; in model parallelism every
+                # read then goes past the worker's clock cache to the servers (``TaskArray.plain``),
+                # since another member of the group (maybe on this worker) changed the
+                # rows and n_k since the clock began
+                nk_src = nka if r == 0 else plain_nk
+                nk0 = np.asarray(nk_src.get(rows=0), np.int64)
+                nk = nk0.copy()
+                if nk_eval is None:
+                    nk_eval = nk0
+                dtot = build_alias(p.beta / (np.maximum(nk0, 0) + V * p.beta), K, dprob, dalias)
+                words = c.keys[bounds[sl_id] : bounds[sl_id + 1]]
+                for rb, vals in rows_src.get_iter(rows=words, batch=batch, ordered=True):
+                    local = np.searchsorted(c.keys, rb)
+                    if capture is not None:
+                        sl = slot[local]
+                        m = sl >= 0
+                        capture[sl[m]] = vals[m]
+                    delta = np.empty_like(vals)
+                    sampled += sample_words(
+                        local, vals, nk, nk0, c.z, c.tdoc, c.wptr, c.dptr, c.dtok, c.ndk,
+                        p.alpha, p.beta, V * p.beta, dprob, dalias, dtot, p.mh_steps,
+                        p.seed, p.sweep0 + s, delta,
+                    )  # fmt: skip
+                    t1 = time.perf_counter()
+                    ri, ci, vi = word_deltas(rb, delta, K)
+                    if ri.size:
+                        nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))
+                    push += time.perf_counter() - t1
+                nka.increment(nk - nk0, rows=0)
+                if G > 1:  # the next member samples these rows next round: push them now
+                    t1 = time.perf_counter()
+                    ctx.flush()
+                    push += time.perf_counter() - t1
             t1 = time.perf_counter()
             tm["pull_sample"] += t1 - t0 - push
             tm["push"] += push
             ev = 0.0
             if capture is not None:
-                ll, n = evaluate_docs(docs, vwords, capture, nk0, p)
+                assert nk_eval is not None
+                ll, n = evaluate_docs(docs, vwords, capture, nk_eval, p)
                 ev = time.perf_counter() - t1
                 met.increment(np.array([ll, n, ev]), rows=s - 1)
             tm["eval"] += ev

@@ -38,7 +38,7 @@ from .._core import Prepared, PSEstimator, as_unlabelled
 from ._apply import score_of, theta_of
 from ._cgs import CGSTask, Plan
 from ._docs import forget
-from ._params import check_params, priors, validate_dataset
+from ._params import check_params, layout, priors, validate_dataset
 
 __all__ = ["LDA"]
 
@@ -58,7 +58,14 @@ class LDA(PSEstimator):
     max_iter
         Sweeps over the training tokens per ``fit``.
     parallelism
-        ``'data'``: every task samples its documents against (stale) full word rows.
+        ``'data'``: every task samples its documents against (stale) full word
+        rows; ``'model'``: the vocabulary is cut into one slice per task and
+        the slices rotate over the tasks each sweep, so a word row is changed
+        by one task at a time (Angel's model parallelism); ``'hybrid'``:
+        ``groups`` groups of tasks, model parallel inside a group, data
+        parallel between groups.
+    groups
+        Groups of ``'hybrid'`` (default 2; ``n_tasks`` must be a multiple).
     sync
         ``'bsp'``, ``'ssp:<s>'``, ``'asp'`` or a protocol object.
     validation_fraction
@@ -93,6 +100,7 @@ class LDA(PSEstimator):
         topic_word_prior: float | None = None,
         max_iter: int = 10,
         parallelism: str = "data",
+        groups: int | None = None,
         sync: Any = "bsp",
         validation_fraction: float = 0.1,
         evaluate_every: int = 1,
@@ -110,6 +118,7 @@ class LDA(PSEstimator):
         self.topic_word_prior = topic_word_prior
         self.max_iter = max_iter
         self.parallelism = parallelism
+        self.groups = groups
         self.sync = sync
         self.validation_fraction = validation_fraction
         self.evaluate_every = evaluate_every
@@ -201,6 +210,7 @@ class LDA(PSEstimator):
         validate_dataset(ds, V)  # before anything on the PS changes
         K = int(self.n_topics)
         alpha, beta = priors(self)
+        groups, group_size = layout(self, len(ds.partitions))
         ps = self._context(client)
         if not getattr(self, "_arrays", None):
             self._make_arrays(ps, V, K)
@@ -221,8 +231,8 @@ class LDA(PSEstimator):
         )  # fmt: skip
         try:
             res = train(
-                ps, CGSTask(plan), ds, sync=as_sync(self.sync), epochs=sweeps + 1,
-                progress=self.progress,
+                ps, CGSTask(plan), ds, groups=groups, group_size=group_size,
+                sync=as_sync(self.sync), epochs=sweeps + 1, progress=self.progress,
             )  # fmt: skip
             rows = np.asarray(met.get())
         finally:

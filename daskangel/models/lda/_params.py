@@ -20,10 +20,17 @@ from ...errors import InvalidArgumentError, InvalidTypeError
 from ...scheduler._clock_rule import as_sync
 from ._corpus import check_counts
 
-__all__ = ["PARALLELISMS", "SOLVERS", "check_params", "priors", "validate_dataset"]
+__all__ = [
+    "PARALLELISMS",
+    "SOLVERS",
+    "check_params",
+    "layout",
+    "priors",
+    "validate_dataset",
+]
 
 SOLVERS = ("cgs",)
-PARALLELISMS = ("data",)
+PARALLELISMS = ("data", "model", "hybrid")
 
 
 def _int(name: str, v: Any, lo: int) -> None:
@@ -61,7 +68,24 @@ def check_params(est: Any) -> None:
     f = est.validation_fraction
     if isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0.0 <= float(f) < 1.0:
         raise InvalidArgumentError(f"validation_fraction: expected a float in [0, 1), got {f!r}")
+    if est.groups is not None:
+        _int("groups", est.groups, 1)
     as_sync(est.sync)
+
+
+def layout(est: Any, n_tasks: int) -> tuple[int, int]:
+    """``(groups, group_size)`` of the training tasks for ``parallelism``."""
+    if est.parallelism == "data":
+        return n_tasks, 1
+    if est.parallelism == "model":
+        return 1, n_tasks
+    g = 2 if est.groups is None else int(est.groups)
+    if n_tasks % g or n_tasks // g < 2:
+        raise InvalidArgumentError(
+            f"groups: 'hybrid' needs n_tasks ({n_tasks}) to be a multiple of groups ({g}) "
+            "with at least 2 tasks a group"
+        )
+    return g, n_tasks // g
 
 
 def priors(est: Any) -> tuple[float, float]:

@@ -157,3 +157,28 @@ def test_bad_input_changes_nothing(client: Client, corpus: Any) -> None:
     after = _counts(m)
     assert np.array_equal(before[0], after[0]) and np.array_equal(before[1], after[1])
     assert m.t_ == 2
+
+
+@pytest.mark.parametrize(("parallelism", "groups"), [("model", None), ("hybrid", 2)])
+def test_model_and_hybrid_parallel(
+    client: Client, corpus: Any, parallelism: str, groups: int | None
+) -> None:
+    X, topics = corpus
+    m = LDA(n_topics=4, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=25,
+            parallelism=parallelism, groups=groups, n_tasks=4, random_state=0,
+            evaluate_every=5, progress=False)  # fmt: skip
+    m.fit(X)
+    nwk, nk = _counts(m)
+    assert np.array_equal(nwk.sum(axis=0), nk)
+    assert int(nk.sum()) == _train_tokens(X, 0.1, 0)
+    phi = m.topic_word_
+    sim = (topics / np.linalg.norm(topics, axis=1, keepdims=True)) @ (
+        phi / np.linalg.norm(phi, axis=1, keepdims=True)
+    ).T
+    assert sim.max(axis=1).min() > 0.9
+    assert m.train_result_.history.group.nunique() == (1 if parallelism == "model" else 2)
+
+
+def test_hybrid_needs_whole_groups(client: Client, corpus: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="groups"):
+        LDA(parallelism="hybrid", groups=3, n_tasks=4, progress=False).fit(corpus[0])
