@@ -1,0 +1,341 @@
+"""LDA side by side: daskangel's CGS against tomotopy and scikit-learn, one scorer for all.
+
+Run::
+
+    python benchmarks/bench_lda.py                       # KOS and 20news-bow, K=20, 200 sweeps
+    python benchmarks/bench_lda.py --datasets kos --sweeps 100
+    python benchmarks/bench_lda.py --staleness           # BSP vs SSP(1) vs SSP(3), LL per second
+    python benchmarks/bench_lda.py --fig10 --png lda.png # data vs model vs hybrid (Angel Fig. 10)
+    python benchmarks/bench_lda.py --synthetic           # K=1000 planted corpus (>= 100 M tokens)
+    python benchmarks/bench_lda.py --smoke               # tiny generated corpus, < 60 s
+
+Data: ``../shared/data/kos`` and ``../shared/data/20news-bow`` (UCI docword;
+``--data`` to point elsewhere).  A dataset whose file is absent is skipped with
+a message; nothing is downloaded and nothing is written (``--png`` writes the
+staleness plot where you say).
+
+Protocol (the issue's): K=20, alpha=0.1, beta=0.01; one 10 % document split by
+``daskangel.models.lda.heldout_mask(X, 0.1, seed=0)`` (a seeded hash of each
+document: the split the estimator itself uses with ``random_state=0``); every
+system's topics are scored by the same code,
+``daskangel.models.lda.completion_log_likelihood`` (document completion: theta
+folded in on half of each held-out document, the other half scored).
+
+* **daskangel**: ``LDA(solver="cgs")`` on a 2-worker LocalCluster (processes,
+  1 thread each: one task per worker), scored in the tasks every
+  ``--every`` sweeps; tokens/s per sweep is the training tokens over the
+  sweep's wall time (evaluation excluded), median over the sweeps.
+* **tomotopy** ``LDAModel`` (CGS, 2 threads), trained ``--every`` sweeps at a
+  time, its ``get_topic_word_dist`` scored after each chunk; tokens/s from the
+  time in ``train`` only.
+* **scikit-learn** ``LatentDirichletAllocation(learning_method="batch")``,
+  10 passes (its usual budget: one pass costs ~50 CGS sweeps).
+
+Printed: held-out LL/token per sweep (every ``--every``), tokens/s, the ratio
+to tomotopy measured in the same run, and the time daskangel needs to reach
+tomotopy's 100-sweep LL against tomotopy's time for those 100 sweeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "..", "shared", "data")
+FILES = {
+    "kos": ("kos", "docword.kos.txt.gz"),
+    "20news": ("20news-bow", "docword.20news.txt.gz"),
+}
+
+
+def read_docword(path: str) -> sp.csr_matrix:
+    """A UCI docword file as a (D, W) count matrix."""
+    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
+        D, W, _ = (int(f.readline()) for _ in range(3))
+        a = np.loadtxt(f, dtype=np.int64, ndmin=2)
+    return sp.csr_matrix((a[:, 2], (a[:, 0] - 1, a[:, 1] - 1)), shape=(D, W))
+
+
+def planted(n_docs: int, V: int, K: int, doc_len: int, seed: int) -> sp.csr_matrix:
+    """A corpus from LDA's generative model (alpha 0.1, sparse planted topics)."""
+    from daskangel.models.lda._synthetic import planted_counts
+
+    return planted_counts(n_docs, V, K, doc_len, seed)
+
+
+def cluster(n_workers: int = 2) -> Any:
+    from distributed import Client, LocalCluster
+
+    lc = LocalCluster(
+        n_workers=n_workers, threads_per_worker=1, dashboard_address=":0",
+        worker_dashboard_address=None,
+    )  # fmt: skip
+    return lc, Client(lc)
+
+
+def run_daskangel(
+    X: sp.csr_matrix,
+    K: int,
+    sweeps: int,
+    every: int,
+    sync: str = "bsp",
+    seed: int = 0,
+    **kw: Any,
+) -> dict[str, Any]:
+    from daskangel.models import LDA
+
+    kw.setdefault("n_tasks", 2)
+    m = LDA(
+        n_topics=K, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=sweeps, sync=sync,
+        evaluate_every=every, random_state=seed, progress=False, **kw,
+    )  # fmt: skip
+    t = time.perf_counter()
+    m.fit(X)
+    wall = time.perf_counter() - t
+    h = m.history_
+    out = {
+        "curve": [
+            (int(r.sweep), float(r.heldout_ll), float(r.time))
+            for r in h.itertuples()
+            if r.heldout_ll == r.heldout_ll
+        ],
+        "tps": float(np.nanmedian(h.tokens_per_s.to_numpy())),
+        "tokens": m.n_train_tokens_,
+        "wall": wall,
+        "timings": [r.get("timings") for r in m.train_result_.results],
+    }
+    m.close()
+    return out
+
+
+def run_tomotopy(Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int, sweeps: int, every: int,
+                 seed: int = 0) -> dict[str, Any] | None:  # fmt: skip
+    try:
+        import tomotopy as tp
+    except ImportError:
+        print("  tomotopy not installed (pip install 'daskangel[bench]'): skipped")
+        return None
+    from daskangel.models.lda import completion_log_likelihood
+
+    mdl = tp.LDAModel(k=K, alpha=0.1, eta=0.01, seed=seed)
+    vocab = [str(w) for w in range(Xtr.shape[1])]
+    for d in range(Xtr.shape[0]):
+        a, b = Xtr.indptr[d], Xtr.indptr[d + 1]
+        words = np.repeat(Xtr.indices[a:b], Xtr.data[a:b].astype(np.int64))
+        if words.size:
+            mdl.add_doc([vocab[w] for w in words])
+    mdl.train(0, workers=2)
+    ids = np.array([int(w) for w in mdl.used_vocabs], np.int64)
+    tokens = int(Xtr.sum())
+    curve, spent = [], 0.0
+    for s in range(every, sweeps + 1, every):
+        t = time.perf_counter()
+        mdl.train(every, workers=2)
+        spent += time.perf_counter() - t
+        phi = np.full((K, Xtr.shape[1]), 1e-12)
+        for k in range(K):
+            phi[k, ids] = mdl.get_topic_word_dist(k)
+        ll, n = completion_log_likelihood(Xte, phi, 0.1, seed=seed)
+        curve.append((s, ll / n, spent))
+    return {"curve": curve, "tps": tokens * sweeps / spent, "tokens": tokens}
+
+
+def run_sklearn(Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int, passes: int = 10,
+                seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    from sklearn.decomposition import LatentDirichletAllocation
+
+    from daskangel.models.lda import completion_log_likelihood
+
+    m = LatentDirichletAllocation(n_components=K, doc_topic_prior=0.1, topic_word_prior=0.01,
+                                  learning_method="batch", max_iter=passes, random_state=seed)  # fmt: skip
+    t = time.perf_counter()
+    m.fit(Xtr)
+    spent = time.perf_counter() - t
+    ll, n = completion_log_likelihood(Xte, m.components_, 0.1, seed=seed)
+    return {"ll": ll / n, "tps": int(Xtr.sum()) * passes / spent, "time": spent}
+
+
+def _at(curve: list[tuple[int, float, float]], sweep: int) -> tuple[float, float] | None:
+    for s, ll, t in curve:
+        if s == sweep:
+            return ll, t
+    return None
+
+
+def compare(name: str, X: sp.csr_matrix, K: int, sweeps: int, every: int, peers: bool) -> None:
+    from daskangel.models.lda import heldout_mask
+
+    held = heldout_mask(X, 0.1, 0)
+    Xtr, Xte = X[~held], X[held]
+    print(f"\n== {name}: D={X.shape[0]} V={X.shape[1]} tokens={int(X.sum())} "
+          f"(train {int(Xtr.sum())}, held out {held.sum()} docs), K={K}, {sweeps} sweeps")  # fmt: skip
+    ours = run_daskangel(X, K, sweeps, every)
+    tomo = run_tomotopy(Xtr, Xte, K, sweeps, every) if peers else None
+    skl = run_sklearn(Xtr, Xte, K) if peers else None
+    print(f"{'sweep':>6} {'daskangel LL':>13} {'time s':>8} {'tomotopy LL':>12} {'time s':>8}")
+    for s, ll, t in ours["curve"]:
+        tm = _at(tomo["curve"], s) if tomo else None
+        tt = f"{tm[0]:12.4f} {tm[1]:8.2f}" if tm else f"{'':12} {'':8}"
+        print(f"{s:6d} {ll:13.4f} {t:8.2f} {tt}")
+    last = ours["curve"][-1][1] if ours["curve"] else float("nan")
+    print(f"daskangel: LL {last:.4f} after {sweeps} sweeps, {ours['tps'] / 1e6:.2f} M tokens/s "
+          f"(median per sweep, 2 workers), fit wall {ours['wall']:.1f} s")  # fmt: skip
+    if tomo:
+        print(f"tomotopy : LL {tomo['curve'][-1][1]:.4f}, {tomo['tps'] / 1e6:.2f} M tokens/s "
+              f"(2 threads); daskangel/tomotopy speed ratio {ours['tps'] / tomo['tps']:.2f}")  # fmt: skip
+        ref = _at(tomo["curve"], min(100, sweeps))
+        if ref is not None:
+            hit = next(((s, t) for s, ll, t in ours["curve"] if ll >= ref[0]), None)
+            if hit:
+                print(f"time to tomotopy's {min(100, sweeps)}-sweep LL {ref[0]:.4f}: daskangel "
+                      f"{hit[1]:.2f} s (sweep {hit[0]}) vs tomotopy {ref[1]:.2f} s: ratio "
+                      f"{hit[1] / ref[1]:.2f}")  # fmt: skip
+            else:
+                print(
+                    f"daskangel did not reach tomotopy's {min(100, sweeps)}-sweep LL {ref[0]:.4f}"
+                )
+    if skl:
+        print(f"sklearn  : batch VB 10 passes LL {skl['ll']:.4f}, {skl['tps'] / 1e6:.2f} M "
+              f"tokens/s, {skl['time']:.1f} s")  # fmt: skip
+
+
+def staleness(X: sp.csr_matrix, K: int, sweeps: int, every: int, png: str | None) -> None:
+    print(f"\n== staleness: BSP vs SSP(1) vs SSP(3), K={K}, {sweeps} sweeps")
+    curves = {}
+    for sync in ("bsp", "ssp:1", "ssp:3"):
+        r = run_daskangel(X, K, sweeps, every, sync=sync)
+        curves[sync] = r["curve"]
+        _s, ll, t = r["curve"][-1]
+        print(f"{sync:>6}: LL {ll:.4f} at {t:.2f} s, {r['tps'] / 1e6:.2f} M tokens/s")
+    if png:
+        _plot(curves, png, per_sweep=False)
+
+
+def fig10(X: sp.csr_matrix, K: int, sweeps: int, every: int, png: str | None) -> None:
+    """Angel's Fig. 10: data vs model vs hybrid parallelism, 4 tasks on the 2 workers."""
+    print(f"\n== Angel Fig. 10: data (4 groups x 1) vs model (1 x 4) vs hybrid (2 x 2), "
+          f"K={K}, {sweeps} sweeps")  # fmt: skip
+    modes = {"data": {}, "model": {}, "hybrid": {"groups": 2}}
+    curves = {}
+    print(f"{'mode':>7} {'LL':>9} {'train s':>8} {'s/sweep':>8} {'M tok/s':>8}")
+    for mode, extra in modes.items():
+        r = run_daskangel(X, K, sweeps, every, parallelism=mode, n_tasks=4, **extra)
+        curves[mode] = r["curve"]
+        s, ll, t = r["curve"][-1]
+        print(f"{mode:>7} {ll:9.4f} {t:8.2f} {t / s:8.3f} {r['tps'] / 1e6:8.2f}")
+    sw = sorted({s for c in curves.values() for s, _, _ in c})
+    print("LL per sweep:  " + " ".join(f"{m:>9}" for m in curves))
+    for s in sw:
+        row = [
+            next((f"{ll:9.4f}" for s2, ll, _ in c if s2 == s), f"{'':9}") for c in curves.values()
+        ]
+        print(f"{s:13d}  " + " ".join(row))
+    if png:
+        _plot(curves, png, per_sweep=True)
+
+
+def _plot(curves: dict[str, list[tuple[int, float, float]]], png: str, per_sweep: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = 2 if per_sweep else 1
+    fig, axes = plt.subplots(1, n, figsize=(5 * n, 3.6), squeeze=False)
+    for k, c in curves.items():
+        if per_sweep:
+            axes[0][0].plot([s for s, _, _ in c], [ll for _, ll, _ in c], marker=".", label=k)
+        axes[0][n - 1].plot([t for _, _, t in c], [ll for _, ll, _ in c], marker=".", label=k)
+    if per_sweep:
+        axes[0][0].set_xlabel("sweep")
+    axes[0][n - 1].set_xlabel("training seconds")
+    for ax in axes[0]:
+        ax.set_ylabel("held-out LL / token")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    print(f"wrote {png}")
+
+
+def synthetic(n_tokens: int, V: int, K: int, sweeps: int, seed: int) -> None:
+    doc_len = 1000
+    n_docs = max(1, n_tokens // doc_len)
+    t = time.perf_counter()
+    X = planted(n_docs, V, K, doc_len, seed)
+    print(f"\n== synthetic: {n_docs} docs x {doc_len} tokens = {int(X.sum())} tokens, V={V}, "
+          f"K={K} (generated in {time.perf_counter() - t:.1f} s, seed {seed})")  # fmt: skip
+    from daskangel.models import LDA
+
+    for k in (20, K):
+        m = LDA(n_topics=k, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=sweeps,
+                evaluate_every=0, validation_fraction=0.0, random_state=seed, n_tasks=2,
+                progress=False)  # fmt: skip
+        m.fit(X)
+        tps = m.history_.tokens_per_s.to_numpy()
+        peak = m._client().run(_peak_rss)
+        print(f"K={k:5d}: tokens/s per sweep {', '.join(f'{v / 1e6:.2f}M' for v in tps)}; "
+              f"peak RSS per worker {', '.join(f'{v / 2**30:.2f} GiB' for v in peak.values())}")  # fmt: skip
+        m.close()
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--datasets", default="kos,20news")
+    ap.add_argument("--data", default=DATA)
+    ap.add_argument("--sweeps", type=int, default=200)
+    ap.add_argument("--every", type=int, default=10)
+    ap.add_argument("--topics", type=int, default=20)
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--staleness", action="store_true")
+    ap.add_argument("--fig10", action="store_true")
+    ap.add_argument("--synthetic", action="store_true")
+    ap.add_argument("--synthetic-tokens", type=int, default=100_000_000)
+    ap.add_argument("--png", default=None)
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args()
+    lc, client = cluster()
+    try:
+        if a.smoke:
+            X = planted(400, 500, 5, 80, seed=0)
+            compare("smoke (planted)", X, 5, 6, 2, peers=True)
+            staleness(X, 5, 4, 2, None)
+            fig10(X, 5, 4, 2, None)
+            synthetic(40_000, 2_000, 50, 2, seed=0)
+            return
+        for name in a.datasets.split(","):
+            folder, fname = FILES[name]
+            path = os.path.join(a.data, folder, fname)
+            if not os.path.exists(path):
+                print(f"{name}: {path} is missing (see ../shared/data/README.md); skipped")
+                continue
+            X = read_docword(path)
+            if not (a.staleness or a.fig10):
+                compare(name, X, a.topics, a.sweeps, a.every, peers=not a.no_peers)
+            png = a.png and a.png.replace(".png", f"-{name}.png")
+            if a.staleness:
+                staleness(X, a.topics, a.sweeps, a.every, png and png.replace(".png", "-ssp.png"))
+            if a.fig10:
+                fig10(X, a.topics, a.sweeps, a.every, png and png.replace(".png", "-fig10.png"))
+        if a.synthetic:
+            synthetic(a.synthetic_tokens, 100_000, 1000, 3, seed=0)
+    finally:
+        client.close()
+        lc.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
