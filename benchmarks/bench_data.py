@@ -10,17 +10,23 @@ so fixed costs do not dominate) it prints, side by side:
 * daskangel end to end on a LocalCluster of 2 single-threaded worker processes
   (``read_libsvm(...).persist()``: splitting, scheduling, parsing, combining).
 
-Medians of ``--repeat`` runs.  Run: ``python benchmarks/bench_data.py [--repeat 5]``.
+Medians of ``--repeat`` runs.  Run: ``python benchmarks/bench_data.py [--repeat 5]``
+(``--smoke``: the smallest set and a 2-copy big file, one run: a run check).
 Datasets are read from ``../shared/data`` (or ``$DASKANGEL_DATA``); absent ones are
-skipped with a note.
+skipped with a note (if none is there, a small seeded file made here is parsed
+instead, so the script still runs).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
+from typing import Any
 
+import numpy as np
+from _data import data_root
 from _timing import median_time
 from sklearn.datasets import load_svmlight_file
 
@@ -29,10 +35,7 @@ from daskangel.data._build import BuildSpec, build_piece
 from daskangel.data._formats import Libsvm
 from daskangel.data._source import list_files, make_splits
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.environ.get("DASKANGEL_DATA", os.path.join(HERE, "..", "..", "shared", "data"))
-if not os.path.isdir(DATA):
-    DATA = "/work/shared/data"
+DATA = str(data_root())
 
 SETS = [
     ("a9a", "a9a/a9a"),
@@ -51,14 +54,54 @@ def _one_core(path: str) -> None:
     assert not piece.report.counts
 
 
+def _synthetic(folder: str, rows: int = 20_000) -> str:
+    """A seeded libsvm file of ``rows`` rows x 14 of 500 features (no data set needed)."""
+    rng = np.random.default_rng(0)
+    path = os.path.join(folder, "synthetic.libsvm")
+    with open(path, "w") as f:
+        for _ in range(rows):
+            cols = np.sort(rng.choice(500, 14, replace=False)) + 1
+            feats = " ".join(f"{c}:{v:.3g}" for c, v in zip(cols, rng.random(14), strict=True))
+            f.write(f"{rng.integers(0, 2) * 2 - 1} {feats}\n")
+    return path
+
+
+def measure(files: list[tuple[str, str]], repeat: int) -> list[tuple[Any, ...]]:
+    """``(name, MB, sklearn MB/s, one core MB/s, ratio, cluster MB/s)`` per file."""
+    from distributed import Client, LocalCluster
+
+    _one_core(files[0][1])  # compile / load the kernels once
+    rows = []
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cl,
+        Client(cl) as client,
+    ):
+        angel.data.read_libsvm(files[0][1]).persist(client).release()  # warm the workers
+        for name, path in files:
+            mb = os.path.getsize(path) / 1e6
+            t_sk = median_time(lambda p=path: load_svmlight_file(p), repeat)
+            t_one = median_time(lambda p=path: _one_core(p), repeat)
+            t_cl = median_time(
+                lambda p=path: angel.data.read_libsvm(p).persist(client, n_partitions=2).release(),
+                repeat,
+            )
+            rows.append((name, mb, mb / t_sk, mb / t_one, t_sk / t_one, mb / t_cl))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--big-copies", type=int, default=24, help="a9a repeats for the big file")
+    ap.add_argument("--smoke", action="store_true", help="one small set, one run: a run check")
     args = ap.parse_args()
+    if args.smoke:
+        args.repeat, args.big_copies = 1, 2
 
     files = []
-    for name, rel in SETS:
+    for name, rel in SETS[-1:] if args.smoke else SETS:
         p = os.path.join(DATA, rel)
         if os.path.exists(p):
             files.append((name, p))
@@ -74,28 +117,13 @@ def main() -> None:
             for _ in range(args.big_copies):
                 f.write(raw)
         files.append((f"a9a x{args.big_copies}", big))
+    if not files:
+        files.append(("synthetic (seeded)", _synthetic(tmp)))
 
-    from distributed import Client, LocalCluster
-
-    _one_core(files[0][1])  # compile / load the kernels once
-    rows = []
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cl,
-        Client(cl) as client,
-    ):
-        angel.data.read_libsvm(files[0][1]).persist(client).release()  # warm the workers
-        for name, path in files:
-            mb = os.path.getsize(path) / 1e6
-            t_sk = median_time(lambda p=path: load_svmlight_file(p), args.repeat)
-            t_one = median_time(lambda p=path: _one_core(p), args.repeat)
-            t_cl = median_time(
-                lambda p=path: angel.data.read_libsvm(p).persist(client, n_partitions=2).release(),
-                args.repeat,
-            )
-            rows.append((name, mb, mb / t_sk, mb / t_one, t_sk / t_one, mb / t_cl))
-
+    try:
+        rows = measure(files, args.repeat)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(
         f"libsvm parse throughput, MB/s (median of {args.repeat}; cluster = 2 workers x 1 thread)"

@@ -4,6 +4,7 @@ Run::
 
     python benchmarks/bench_linear.py                                   # full size (see below)
     python benchmarks/bench_linear.py --rows 1000000 --features 1000000 # a quick check
+    python benchmarks/bench_linear.py --smoke                           # a run check, no figures
 
 Data: a synthetic kdd2010-shaped CTR set (``benchmarks/_kddgen.py``): by default
 10 M training rows x 10 M features x 30 distinct binary features per row
@@ -342,7 +343,11 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=None)
     ap.add_argument("--cap", type=float, default=900.0, help="dask-ml seconds")
     ap.add_argument("--skip", default="", help="comma list of sklearn,daskangel,daskml")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, 2 epochs: a run check")
     a = ap.parse_args()
+    if a.smoke:
+        a.rows, a.features, a.test_rows, a.chunk_rows = 20_000, 20_000, 2_000, 10_000
+        a.epochs, a.cap = 2, 10.0
     for name in ("rows", "features", "nnz_per_row", "test_rows", "chunk_rows", "epochs"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')}: expected an int >= 1, got {getattr(a, name)}")

@@ -4,6 +4,7 @@ Run::
 
     python benchmarks/bench_linear_quality.py                       # every dataset, lbfgs + ma-sgd
     python benchmarks/bench_linear_quality.py --datasets a9a,dna --solvers lbfgs --repeat 3
+    python benchmarks/bench_linear_quality.py --smoke   # dna + a seeded set, few iterations
 
 Data comes from ``../shared/data/`` (``--data`` to point elsewhere; see its
 README).  A dataset whose files are absent is skipped with a message saying
@@ -22,6 +23,9 @@ Datasets and features (the same scipy CSR matrices go to both libraries):
   0 for the other 10.
 * **dna** (multiclass, 3 classes): Angel's sample ``dna.scale`` / ``dna.scale.t``
   (180 binary features).
+* **synthetic** (``--smoke`` only; needs no data): a seeded binary
+  ``make_classification`` set, 2,000 / 500 rows x 40 features, so a smoke run
+  fits something even where ``../shared/data`` is absent.
 
 Reference (``sklearn``): binary sets
 ``LogisticRegression(solver='liblinear', C=1)``; dna
@@ -57,6 +61,7 @@ import io
 import itertools
 import os
 import statistics
+import sys
 import tarfile
 import time
 from collections.abc import Callable
@@ -67,10 +72,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-HERE = Path(__file__).resolve().parent
-DEFAULT_DATA = HERE.parent.parent / "shared" / "data"
-if not DEFAULT_DATA.exists():  # a worktree under /work/wt/<name>
-    DEFAULT_DATA = Path("/work/shared/data")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _data import data_root
+from _data import have as _need
+
+DEFAULT_DATA = data_root()
 
 NEWS20_POSITIVE = ("comp.", "sci.", "misc.forsale")
 
@@ -96,13 +102,6 @@ def _csr32(X: Any) -> sp.csr_matrix:
     return sp.csr_matrix(
         (X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape
     )
-
-
-def _need(*paths: Path) -> bool:
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        print(f"  skipped: missing {', '.join(missing)} (see ../shared/data/README.md)")
-    return not missing
 
 
 def load_a9a(root: Path) -> Problem | None:
@@ -166,11 +165,19 @@ def load_dna(root: Path) -> Problem | None:
     return Problem("dna", _csr32(Xtr), ytr, _csr32(Xte), yte, multiclass=True)
 
 
+def load_synthetic(root: Path) -> Problem:
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(2500, 40, n_informative=10, random_state=0)
+    return Problem("synthetic", _csr32(X[:2000]), y[:2000], _csr32(X[2000:]), y[2000:])
+
+
 LOADERS: dict[str, Callable[[Path], Problem | None]] = {
     "a9a": load_a9a,
     "w8a": load_w8a,
     "news20": load_news20,
     "dna": load_dna,
+    "synthetic": load_synthetic,
 }
 
 
@@ -207,23 +214,26 @@ def run_sklearn(p: Problem, repeat: int) -> Result:
     return Result(acc, auc, statistics.median(times))
 
 
-def angel_estimator(p: Problem, solver: str) -> Any:
+def angel_estimator(p: Problem, solver: str, smoke: bool = False) -> Any:
     from daskangel import models
 
     cls = models.SoftmaxRegression if p.multiclass else models.LogisticRegression
     alpha = 1.0 / p.Xtr.shape[0]  # liblinear's C=1 objective divided by C n
     if solver in ("lbfgs", "owlqn"):
-        return cls(solver=solver, alpha=alpha, validation_fraction=0.0, max_iter=500, tol=1e-6)
+        return cls(
+            solver=solver, alpha=alpha, validation_fraction=0.0, max_iter=10 if smoke else 500,
+            tol=1e-6,
+        )  # fmt: skip
     return cls(
-        solver=solver, alpha=alpha, validation_fraction=0.0, max_iter=30,
+        solver=solver, alpha=alpha, validation_fraction=0.0, max_iter=2 if smoke else 30,
         learning_rate=0.5, early_stopping=False,
     )  # fmt: skip
 
 
-def run_angel(p: Problem, solver: str, repeat: int, seed: int = 0) -> Result:
+def run_angel(p: Problem, solver: str, repeat: int, seed: int = 0, smoke: bool = False) -> Result:
     times, epochs = [], []
     for _ in range(repeat):
-        est = angel_estimator(p, solver).set_params(random_state=seed)
+        est = angel_estimator(p, solver, smoke).set_params(random_state=seed)
         t = time.perf_counter()
         est.fit(p.Xtr, p.ytr)
         times.append(time.perf_counter() - t)
@@ -262,7 +272,12 @@ def main() -> None:
         help="a dask config value for the daskangel fits (repeatable), e.g. "
         "daskangel.models.in-place-streams=1",
     )
+    ap.add_argument(
+        "--smoke", action="store_true", help="dna and a seeded set, few iterations: a run check"
+    )
     args = ap.parse_args()
+    if args.smoke:
+        args.datasets, args.repeat, args.seeds = "dna,synthetic", 1, 1
     import dask
     import yaml
 
@@ -307,7 +322,7 @@ def main() -> None:
             ref = run_sklearn(p, args.repeat)
             for solver, seed in itertools.product(solvers, range(args.seeds)):
                 print(f"  fitting daskangel {solver} (random_state={seed}) ...", flush=True)
-                got = run_angel(p, solver, args.repeat, seed)
+                got = run_angel(p, solver, args.repeat, seed, args.smoke)
                 ok = passes(p, ref, got)
                 all_pass &= ok
                 d_auc = "-" if p.multiclass else f"{got.auc - ref.auc:+.4f}"
@@ -329,6 +344,7 @@ def main() -> None:
         "\ntargets: binary |d acc| <= 0.30 points and |d AUC| <= 0.003; dna |d acc| <= 1 point"
         f"\nload average at end: {os.getloadavg()[0]:.2f}"
         f"\n{'all pass' if all_pass else 'SOME FAIL'}"
+        + (" (--smoke: iterations capped, a run check, not a result)" if args.smoke else "")
     )
 
 

@@ -1,6 +1,7 @@
 """Where a linear-model task's one-off preparation goes, and what its slot order buys.
 
 Run: ``.venv/bin/python benchmarks/bench_prep.py [--rows 5000000] [--repeat 3]``
+(``--smoke``: 20,000 rows x 100,000 features, one run: a run check, not a measurement)
 
 One task's partition of the kdd2010-shaped set of ``bench_linear.py`` (default
 5 M rows x 10 M features x 30 nnz, as 500 k-row chunks), in this process:
@@ -49,7 +50,10 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=5_000_000)
     ap.add_argument("--features", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, one run: a run check")
     a = ap.parse_args()
+    if a.smoke:
+        a.rows, a.features, a.repeat = 20_000, 100_000, 1
     D = a.features
     g = GenSpec(D, 30, 0)
     chunks = []

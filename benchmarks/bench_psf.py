@@ -3,14 +3,15 @@
 For each operation the script times (median of ``--repeats`` runs) the psf, which
 runs next to the blocks and returns only partial results, against pulling the
 vector(s) to the caller and doing the same with NumPy (and, for axpy, pushing the
-result back).  Bytes moved are the Dask message frames the caller sends and
-receives, counted in a separate, untimed pass (``distributed.protocol.dumps`` of
-every request and reply).
+result back).  Bytes moved are the array payload the servers received and sent
+(``bytes_in + bytes_out`` of ``ps.status(max_age=0)``'s server rows: keys, values,
+partial results), counted in a separate, untimed pass.
 
 Run::
 
     python benchmarks/bench_psf.py                  # 10**8 entries, 5 repeats
     python benchmarks/bench_psf.py --n 10000000 --repeats 3
+    python benchmarks/bench_psf.py --smoke          # tiny: a run check, no figures
 
 Targets (issue 4): the reductions >= 10x faster than pulling, <= 1 % of the bytes.
 """
@@ -24,44 +25,33 @@ from typing import Any
 import numpy as np
 from _timing import median_time
 from distributed import Client, LocalCluster
-from distributed.protocol import dumps
 
 import daskangel as angel
 from daskangel import ops
-from daskangel._wire import wrap_arrays
-from daskangel.psarray import _binding
-
-_real_call_server = _binding.call_server
-_counted = [0]
 
 
-async def _counting_call_server(
-    rpc: Any, address: str, index: int, op: str, transport: str, cost: int, kwargs: dict[str, Any]
-) -> Any:
-    """The real call, plus the size of the request and reply frames as Dask sends them."""
-    msg = {"op": "daskangel_ps", "ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
-    _counted[0] += sum(len(memoryview(f).cast("B")) for f in dumps(msg))
-    result = await _real_call_server(rpc, address, index, op, transport, cost, kwargs)
-    _counted[0] += sum(len(memoryview(f).cast("B")) for f in dumps(wrap_arrays(result)))
-    return result
+def server_bytes(ps: angel.PSContext) -> int:
+    """Array bytes every server of ``ps`` has received and sent so far."""
+    st = ps.status(max_age=0)
+    servers = st[st["kind"] == "server"]
+    return int(servers["bytes_in"].sum() + servers["bytes_out"].sum())
 
 
-def bytes_moved(fn: Callable[[], Any]) -> int:
-    _binding.call_server = _counting_call_server  # type: ignore[assignment]
-    _counted[0] = 0
-    try:
-        fn()
-    finally:
-        _binding.call_server = _real_call_server  # type: ignore[assignment]
-    return _counted[0]
+def bytes_moved(ps: angel.PSContext, fn: Callable[[], Any]) -> int:
+    """Array bytes the servers received and sent while ``fn`` ran."""
+    before = server_bytes(ps)
+    fn()
+    return server_bytes(ps) - before
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=10**8, help="vector length (float32)")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true", help="tiny vector, one run: a run check")
     args = ap.parse_args()
-    n = args.n
+    n = 100_000 if args.smoke else args.n
+    repeats = 1 if args.smoke else args.repeats
 
     with (
         LocalCluster(
@@ -98,7 +88,7 @@ def main() -> None:
 
         print(
             f"vector 1 x {n:,} float32 ({n * 4 / 2**20:,.0f} MiB) in {len(x.blocks)} blocks "
-            f"on {len(servers)} servers; median of {args.repeats} runs"
+            f"on {len(servers)} servers; median of {repeats} runs"
         )
         head = (
             f"{'op':6} {'psf s':>9} {'pull+numpy s':>13} {'speed-up':>9} "
@@ -107,10 +97,10 @@ def main() -> None:
         print(head)
         print("-" * len(head))
         for name, psf_fn, pull_fn in cases:
-            t_psf = median_time(psf_fn, args.repeats, warmup=1)
-            t_pull = median_time(pull_fn, args.repeats, warmup=1)
-            b_psf = bytes_moved(psf_fn)
-            b_pull = bytes_moved(pull_fn)
+            t_psf = median_time(psf_fn, repeats, warmup=1)
+            t_pull = median_time(pull_fn, repeats, warmup=1)
+            b_psf = bytes_moved(ps, psf_fn)
+            b_pull = bytes_moved(ps, pull_fn)
             print(
                 f"{name:6} {t_psf:9.4f} {t_pull:13.4f} {t_pull / t_psf:8.1f}x "
                 f"{b_psf:11,} {b_pull:14,} {100 * b_psf / b_pull:7.4f}%"

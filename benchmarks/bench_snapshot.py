@@ -1,6 +1,7 @@
 """Snapshot write / restore throughput, and what snapshots cost training.
 
 Run: ``.venv/bin/python benchmarks/bench_snapshot.py [--gib 1] [--repeat 3]``
+(``--smoke``: a 4 MiB matrix, a 1 MiB training matrix, one run: a run check)
 
 On a 2-worker LocalCluster (processes), one PS server per worker:
 
@@ -76,30 +77,34 @@ def snapshot_io(client: Client, root: Path, gib: float, repeat: int) -> list[tup
 
 def _step(ctx: Any, part: Any) -> None:
     W = ctx.array("M")
-    delta = np.ones((1024, 4096), "float32")
+    delta = np.ones((1024, W.shape[1]), "float32")
     for _ in ctx.epochs():
         W.increment(delta, rows=slice(ctx.task_id * 1024, (ctx.task_id + 1) * 1024))
         ctx.clock()
 
 
-def training_slowdown(client: Client, root: Path, repeat: int) -> list[tuple[str, str, str]]:
+def training_slowdown(
+    client: Client, root: Path, repeat: int, smoke: bool = False
+) -> list[tuple[str, str, str]]:
     out = []
     base = None
-    for every in (None, 10, 5, 2):
+    width, clocks = (64, 4) if smoke else (4096, 20)
+    mib = 4096 * width * 4 // MiB
+    for every in (None, 2) if smoke else (None, 10, 5, 2):
 
         def job(every: int | None = every) -> None:
             d = tempfile.mkdtemp(dir=root)
             kw = {} if every is None else {"snapshot": d, "snapshot_every": every}
             with angel.PSContext(client, **kw) as ps:
-                ps.zeros("M", (4096, 4096))  # 64 MiB
-                angel.train(ps, _step, [None] * 4, epochs=20, progress=False)
+                ps.zeros("M", (4096, width))  # 64 MiB (smoke: 1 MiB)
+                angel.train(ps, _step, [None] * 4, epochs=clocks, progress=False)
 
         t = median_time(job, repeat)
         base = base or t
         label = "no snapshots" if every is None else f"snapshot every {every} clocks"
         out.append(
             (
-                f"BSP 4 tasks x 20 clocks, 64 MiB: {label}",
+                f"BSP 4 tasks x {clocks} clocks, {mib} MiB: {label}",
                 f"{t:.2f} s",
                 f"{t / base:.2f}x of no snapshots",
             )
@@ -112,7 +117,10 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, one run: a run check")
     args = ap.parse_args()
+    if args.smoke:
+        args.gib, args.repeat = 4 / 1024, 1
     root = Path(tempfile.mkdtemp(prefix="bench-snapshot-", dir=args.dir))
     try:
         with (
@@ -122,7 +130,7 @@ def main() -> None:
             Client(cluster) as client,
         ):
             rows = snapshot_io(client, root, args.gib, args.repeat)
-            rows += training_slowdown(client, root, args.repeat)
+            rows += training_slowdown(client, root, args.repeat, args.smoke)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     head = ("measurement", "daskangel", "comparison")

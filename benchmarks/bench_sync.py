@@ -1,6 +1,7 @@
 """Synchronisation and pulling: Angel's Fig. 12a / 12b experiments and clock latency.
 
 Run: ``.venv/bin/python benchmarks/bench_sync.py [--repeat 3] [--vector 100000000]``
+(``--smoke``: tiny sizes, one run each: a check that it runs, not a measurement)
 
 A 3-worker LocalCluster (processes, 2 threads each); PS servers on workers 1-2,
 the measuring task on worker 3, so every byte it pulls crosses a comm.
@@ -14,7 +15,8 @@ the measuring task on worker 3, so every byte it pulls crosses a comm.
   1 % of the keys.  *full*: pull the whole vector; *pruned, keys sent*:
   ``get(cols=keys)``; *pruned, key list by tag*: ``get(cols=key_set)``, the servers
   hold the key list and the request carries only a tag.  Bytes moved are the
-  numpy payloads of requests and replies, counted at the transport seam.
+  array payloads of requests and replies as the servers count them
+  (``bytes_in + bytes_out`` of ``ps.status(max_age=0)``'s server rows).
   Target: pruned <= 2 % of the full pull's bytes.
 * **Clock round trip**: ``ctx.clock()`` with nothing to push, 1 task, and 4 tasks
   under BSP (every clock a barrier), median and 90th percentile per clock.
@@ -38,38 +40,13 @@ from distributed import Client, LocalCluster
 
 import daskangel as angel
 from daskangel.psarray import PSArray
-from daskangel.psarray._binding import get_binding
 
 
-def _nbytes(obj: Any) -> int:
-    if isinstance(obj, np.ndarray):
-        return int(obj.nbytes)
-    if isinstance(obj, dict):
-        return sum(_nbytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_nbytes(v) for v in obj)
-    return 0
-
-
-def _counting(fn: Callable[[], Any]) -> tuple[Any, int, int]:
-    """Run ``fn`` in this task, counting numpy bytes sent to and received from servers."""
-    b = get_binding()
-    sent = [0]
-    got = [0]
-    plain = b.call
-
-    async def call(server: Any, op: str, cost: int, transport: str, **kwargs: Any) -> Any:
-        sent[0] += _nbytes(kwargs)
-        r = await plain(server, op, cost, transport, **kwargs)
-        got[0] += _nbytes(r)
-        return r
-
-    b.call = call  # type: ignore[method-assign]
-    try:
-        out = fn()
-    finally:
-        del b.call
-    return out, sent[0], got[0]
+def server_bytes(ps: angel.PSContext) -> int:
+    """Array bytes every server of ``ps`` has received and sent so far."""
+    st = ps.status(max_age=0)
+    servers = st[st["kind"] == "server"]
+    return int(servers["bytes_in"].sum() + servers["bytes_out"].sum())
 
 
 # -- Fig. 12a: pipelined vs naive row pulls ---------------------------------------------------
@@ -97,27 +74,32 @@ def _row_pulls(name: str, mode: str, repeat: int) -> list[float]:
 # -- Fig. 12b: pruned vs full pull ------------------------------------------------------------
 
 
-def _pulls(name: str, frac: float, repeat: int) -> dict[str, Any]:
+def _key_set(name: str, frac: float) -> tuple[np.ndarray, Any]:
+    """The keys a task touches and their key set, registered from this process."""
     v = PSArray(name)
     n = v.shape[0]
     keys = np.sort(np.random.default_rng(1).choice(n, int(n * frac), replace=False))
-    out: dict[str, Any] = {}
-    ks, reg_sent, _ = _counting(lambda: v.key_set(keys))
-    out["registration_sent"] = reg_sent
-    for label, fn in (
-        ("full", lambda: v.get()),
-        ("pruned, keys sent", lambda: v.get(cols=keys)),
-        ("pruned, key list by tag", lambda: v.get(cols=ks)),
-    ):
-        times, moved = [], []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            res, sent, got = _counting(fn)
-            times.append(time.perf_counter() - t)
-            moved.append(sent + got)
-            del res
-        out[label] = (statistics.median(times), statistics.median(moved))
-    return out
+    return keys, v.key_set(keys)
+
+
+PULLS = ("full", "pruned, keys sent", "pruned, key list by tag")
+
+
+def _pull(name: str, label: str, keys: np.ndarray, ks: Any, repeat: int) -> list[float]:
+    """Seconds of each of ``repeat`` pulls of one kind."""
+    v = PSArray(name)
+    fn: Callable[[], Any] = {
+        "full": lambda: v.get(),
+        "pruned, keys sent": lambda: v.get(cols=keys),
+        "pruned, key list by tag": lambda: v.get(cols=ks),
+    }[label]
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        res = fn()
+        times.append(time.perf_counter() - t)
+        del res
+    return times
 
 
 # -- clock round trip and straggler ---------------------------------------------------------
@@ -166,7 +148,12 @@ def main() -> None:
     ap.add_argument("--vector", type=int, default=10**8)
     ap.add_argument("--clocks", type=int, default=300)
     ap.add_argument("--work", type=int, default=150, help="work units per clock (fast tasks)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, one run: a run check")
     args = ap.parse_args()
+    straggler_clocks = 30
+    if args.smoke:
+        args.repeat, args.rows, args.vector, args.clocks, args.work = 1, 512, 10**6, 15, 2
+        straggler_clocks = 3
     with (
         LocalCluster(
             n_workers=3, threads_per_worker=2, processes=True, dashboard_address=":0"
@@ -204,15 +191,23 @@ def main() -> None:
             )
 
             ps.zeros("bench_vec", shape=(args.vector,), dtype="float32")
-            res = on_far(_pulls, "bench_vec", 0.01, args.repeat)
+            before = server_bytes(ps)
+            # registered from the far worker's process, which then pulls by its tag
+            keys, ks = on_far(_key_set, "bench_vec", 0.01)
+            registration = server_bytes(ps) - before
+            res = {}
+            for label in PULLS:
+                before = server_bytes(ps)
+                times = on_far(_pull, "bench_vec", label, keys, ks, args.repeat)
+                res[label] = (statistics.median(times), (server_bytes(ps) - before) // args.repeat)
             full_t, full_b = res["full"]
             rows = [
                 [label, f"{t:.3f}", f"{b:,}", f"{100 * b / full_b:.2f} %", f"{full_t / t:.1f}x"]
-                for label, (t, b) in ((k, res[k]) for k in res if k != "registration_sent")
+                for label, (t, b) in res.items()
             ]
             table(
                 f"Pull of 1 % of a 1 x {args.vector:,} float32 vector (median of {args.repeat}); "
-                f"key list registration, once: {res['registration_sent']:,} bytes",
+                f"key list registration, once: {registration:,} bytes",
                 ["pull", "seconds", "bytes moved", "of full", "speed-up"],
                 rows,
             )
@@ -255,7 +250,7 @@ def main() -> None:
                             _straggler,
                             [(args.work, rotating)] * 4,
                             sync=sync,
-                            epochs=30,
+                            epochs=straggler_clocks,
                             progress=False,
                         ).wall_time
                         for _ in range(args.repeat)
@@ -265,7 +260,8 @@ def main() -> None:
                 who = "task c % 4 at clock c" if rotating else "task 0 at every clock"
                 rows.append([who, f"{bsp:.2f}", f"{ssp:.2f}", f"{bsp / ssp:.2f}x"])
             table(
-                "4 tasks, one doing 5x the work per clock, 30 clocks (wall seconds)",
+                f"4 tasks, one doing 5x the work per clock, {straggler_clocks} clocks "
+                "(wall seconds)",
                 ["straggler", "BSP", "SSP(2)", "BSP / SSP(2)"],
                 rows,
             )

@@ -34,6 +34,7 @@ __all__ = [
     "call_server",
     "check_wire_config",
     "error_reply",
+    "payload_nbytes",
     "split_follow",
     "unwrap_arrays",
     "wrap_arrays",
@@ -121,6 +122,34 @@ def _has_large_array(obj: Any, limit: int) -> bool:
     if isinstance(obj, (list, tuple)):
         return any(_has_large_array(v, limit) for v in obj)
     return False
+
+
+def payload_nbytes(obj: Any) -> int:
+    """Bytes of the array payload in a request or reply: numpy arrays and scalars
+    (and any object with an integer ``nbytes``, such as ``sparse.COO``) and raw
+    bytes, in nested dicts, lists and tuples; plain Python values (names, ids,
+    options) are the message's envelope and count nothing.  What the servers count
+    as bytes in and out.
+
+    Example
+    -------
+    >>> payload_nbytes({"parts": [{"cols": np.arange(4)}], "tag": b"ab", "n": 3})
+    34
+    >>> payload_nbytes([np.float64(1.5), 2.5])
+    8
+    """
+    if isinstance(obj, (np.ndarray, np.generic)):
+        return int(obj.nbytes)
+    if isinstance(obj, dict):
+        return sum(payload_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(payload_nbytes(v) for v in obj)
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return len(obj) if not isinstance(obj, memoryview) else obj.nbytes
+    if isinstance(obj, (str, int, float, complex, type(None))):
+        return 0
+    n = getattr(obj, "nbytes", None)
+    return int(n) if isinstance(n, (int, np.integer)) else 0
 
 
 def check_wire_config() -> None:

@@ -485,19 +485,30 @@ class PSContext:
         for n in list(self.binding.metas):
             self.binding.forget(n)
 
-    def status(self) -> Any:
+    def status(self, max_age: float | None = None) -> Any:
         """Counters of this context's PS servers and of its training tasks.
 
         A pandas DataFrame with one row per server (``kind == "server"``: memory,
-        bytes in/out, calls, mean latency, queue depth) and one per training task
-        (``kind == "task"``: clock, clocks ahead of the slowest, time spent waiting,
-        bytes pulled/pushed, calls, latency, cache hits).  Example::
+        array bytes received and sent (``bytes_in`` / ``bytes_out``: the payload of
+        every request and reply, counted since the server started), calls, mean
+        latency, queue depth) and one per training task (``kind == "task"``: clock,
+        clocks ahead of the slowest, time spent waiting, bytes pulled/pushed, calls,
+        latency, cache hits).  Server counters are at most ``max_age`` seconds old
+        (default ``daskangel.status.max-age``; ``0`` asks every server now, which
+        measuring what a piece of code moved needs).  Example::
 
             ps.status().query("kind == 'task'")[["id", "clock", "waited_s"]]
+            before = ps.status(max_age=0).query("kind == 'server'")["bytes_out"].sum()
         """
         import pandas as pd
 
-        st = self.client.sync(self._scheduler.daskangel_status, ctx=self.id)
+        if max_age is not None:
+            if isinstance(max_age, bool) or not isinstance(max_age, (int, float, np.number)):
+                raise InvalidTypeError(f"max_age: expected seconds (a number), got {max_age!r}")
+            if not max_age >= 0:
+                raise InvalidArgumentError(f"max_age: expected seconds >= 0, got {max_age!r}")
+            max_age = float(max_age)
+        st = self.client.sync(self._scheduler.daskangel_status, ctx=self.id, max_age=max_age)
         cols = list(STATUS_COLUMNS)
         rows = list(st["servers"]) + list(st["tasks"])
         return pd.DataFrame(rows, columns=cols + sorted({k for r in rows for k in r} - set(cols)))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .._wire import error_reply, unwrap_arrays, wrap_arrays
+from .._wire import error_reply, payload_nbytes, unwrap_arrays, wrap_arrays
 from ..errors import BlockBusyError, DaskAngelError, InvalidArgumentError
 from ._recvpool import ReceivePool, read_follow
 
@@ -71,8 +71,11 @@ class PSWorkerPlugin(WorkerPlugin):
         srv = self.server(int(server))
         afn = ASYNC_OPS.get(ps_op)
         if afn is not None:
-            return await afn(srv, **kwargs)
-        return await srv.run(ps_op, cost, may_defer=received, **kwargs)
+            reply = await afn(srv, **kwargs)
+        else:
+            reply = await srv.run(ps_op, cost, may_defer=received, **kwargs)
+        _count_payload(srv, ps_op, kwargs, reply)
+        return reply
 
     async def handle(
         self,
@@ -129,6 +132,13 @@ class PSWorkerPlugin(WorkerPlugin):
         return await self._run(op, server, cost, kwargs, False)
 
 
+def _count_payload(srv: PSServer, op: str, kwargs: dict[str, Any], reply: Any) -> None:
+    """Add the request's and the reply's array bytes to ``op``'s counters."""
+    st = srv.op_stats[op]
+    st[3] += payload_nbytes(kwargs)
+    st[4] += payload_nbytes(reply)
+
+
 def get_worker_loop() -> Any:
     from distributed import get_worker
 
@@ -158,7 +168,9 @@ class PSServerActor:
         if op in ASYNC_OPS:
             from distributed.utils import sync
 
-            return sync(get_worker_loop(), ASYNC_OPS[op], self.server, **kwargs)
+            reply = sync(get_worker_loop(), ASYNC_OPS[op], self.server, **kwargs)
+            _count_payload(self.server, op, kwargs, reply)
+            return reply
         start = time.perf_counter()
         if self.server.blocked_until(op, kwargs) is not None:
             # the actor thread runs one op at a time and cannot wait for a commit
@@ -170,4 +182,5 @@ class PSServerActor:
         st = self.server.op_stats[op]
         st[0] += 1
         st[1] += time.perf_counter() - start
+        _count_payload(self.server, op, kwargs, result)
         return result

@@ -108,6 +108,11 @@ def server_async_op(
     return deco
 
 
+def op_counters() -> list[float]:
+    """A fresh ``[calls, seconds, cost, bytes in, bytes out]`` of one op."""
+    return [0, 0.0, 0, 0, 0]
+
+
 class PSServer(Holds, WriteBehind):
     """One parameter server: the blocks it holds, its statistics, its lock."""
 
@@ -116,8 +121,11 @@ class PSServer(Holds, WriteBehind):
         self.index = index
         # {(array_name, block_id): Block}
         self.blocks: dict[tuple[str, int], Block] = {}
-        # {op_name: [calls, seconds, bytes_in_out]}
-        self.op_stats: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0])
+        # {op_name: [calls, seconds, cost, payload bytes in, payload bytes out]}: cost
+        # is the caller's estimate of the work (inline vs thread), the payload bytes
+        # are the arrays the requests carried and the replies returned (counted by
+        # the endpoints, ``_wire.payload_nbytes``): what ``ps.status()`` reports
+        self.op_stats: defaultdict[str, list[float]] = defaultdict(op_counters)
         self.waiting = 0
         # {writer_id: OrderedDict(seq -> {(array, block) applied})}: recently applied
         # write tags, so a retried write is applied exactly once per block

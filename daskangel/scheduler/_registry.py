@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from distributed.comm.core import CommClosedError
+from distributed.protocol import Serialized, deserialize
 
 from .._wire import call_server
 from ..errors import (
@@ -310,13 +311,18 @@ class ArrayRegistry:
         if addr not in self.scheduler.workers:
             raise ServerLostError(f"PS server {addr}#{index} has left the cluster")
         try:
-            return await call_server(self.scheduler.rpc, addr, index, op, transport, 0, kwargs)
+            reply = await call_server(self.scheduler.rpc, addr, index, op, transport, 0, kwargs)
         except (OSError, CommClosedError) as e:
             if isinstance(e, DaskAngelError):
                 raise
             # a CommClosedError escaping a scheduler handler would make Dask drop the
             # *caller's* connection too; report the lost server as such instead
             raise ServerLostError(f"PS server {addr}#{index} is unreachable: {e!r}") from e
+        if isinstance(reply, Serialized):
+            # an actor's reply reaches the scheduler still serialised (it deserialises
+            # nothing it is sent); the status service reads the stats dict in it
+            reply = deserialize(reply.header, reply.frames)
+        return reply
 
     async def _drop_blocks(self, name: str, servers: list[ServerId], transport: str) -> None:
         results = await asyncio.gather(

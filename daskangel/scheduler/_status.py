@@ -12,7 +12,7 @@ DataFrame of them and the dashboard page draws them.
 Example
 -------
 >>> row = server_row({"address": "tcp://a:1", "index": 0, "nbytes": 8, "waiting": 0,
-...                   "n_blocks": 1, "arrays": {}, "ops": {"get": [2, 0.002, 80]}})
+...                   "n_blocks": 1, "arrays": {}, "ops": {"get": [2, 0.002, 80, 16, 80]}})
 >>> row["calls"], row["bytes_out"], row["latency_ms"]
 (2, 80, 1.0)
 """
@@ -31,29 +31,30 @@ from ._registry import ArrayRegistry
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
-__all__ = ["WRITE_OPS", "StatusService", "format_metrics", "server_row", "task_rows"]
+__all__ = ["StatusService", "format_metrics", "server_row", "task_rows"]
 
 logger = logging.getLogger(__name__)
 
-# server operations whose byte cost is data coming *in* to the server
-WRITE_OPS = frozenset({"update", "fill", "create", "keys_register"})
-
 
 def server_row(stats: dict[str, Any]) -> dict[str, Any]:
-    """One status row from a server's ``stats`` answer."""
+    """One status row from a server's ``stats`` answer.
+
+    ``stats["ops"]`` is ``{op: [calls, seconds, cost, bytes in, bytes out]}``:
+    ``bytes_in`` / ``bytes_out`` add up the array payload of every request the
+    server received and every reply it sent (keys, indices and values alike), so
+    they count what crossed the wire for this server's data, whatever the op.
+    """
     calls = 0
     seconds = 0.0
     bytes_in = 0
     bytes_out = 0
-    for op, (n, sec, nbytes) in stats.get("ops", {}).items():
+    for op, st in stats.get("ops", {}).items():
         if op in ("stats", "ping"):
             continue
-        calls += int(n)
-        seconds += float(sec)
-        if op in WRITE_OPS:
-            bytes_in += int(nbytes)
-        else:
-            bytes_out += int(nbytes)
+        calls += int(st[0])
+        seconds += float(st[1])
+        bytes_in += int(st[3])
+        bytes_out += int(st[4])
     return {
         "kind": "server",
         "id": f"{stats['address']}#{stats['index']}",

@@ -1,0 +1,42 @@
+"""``ps.status()``'s server counters on a real 2-process LocalCluster: every request's and
+reply's array bytes are counted, whatever the op and transport (benchmarks measure
+what a piece of code moves with them, never by patching the call path)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import daskangel as angel
+from daskangel.errors import InvalidArgumentError, InvalidTypeError
+
+
+def _moved(ps: angel.PSContext) -> tuple[int, int, int]:
+    st = ps.status(max_age=0)
+    srv = st[st["kind"] == "server"]
+    return int(srv["bytes_in"].sum()), int(srv["bytes_out"].sum()), int(srv["calls"].sum())
+
+
+@pytest.mark.parametrize("transport", ["handlers", "actors"])
+def test_server_counters_count_payload_bytes(client, transport):
+    with angel.PSContext(client, transport=transport) as ps:
+        v = ps.zeros("v_status", (1000,), dtype="float32")
+        n_servers = len({b.server for b in v.blocks})
+        assert n_servers == 2
+        i0, o0, c0 = _moved(ps)
+        v.get()  # whole blocks, lent without a copy (their cost was counted as 0)
+        i1, o1, c1 = _moved(ps)
+        assert (i1 - i0, o1 - o0, c1 - c0) == (0, 4000, n_servers)
+        keys = np.arange(0, 1000, 10)
+        got = v.get(cols=keys)
+        i2, o2, _ = _moved(ps)
+        assert o2 - o1 == got.nbytes == 400
+        assert 400 <= i2 - i1 <= keys.nbytes  # the keys, as local indices
+        v.increment(np.ones(100, "float32"), cols=keys)
+        i3, o3, _ = _moved(ps)
+        assert o3 == o2
+        assert 400 + 400 <= i3 - i2 <= 400 + keys.nbytes  # values and keys
+        with pytest.raises(InvalidArgumentError, match="max_age"):
+            ps.status(max_age=-1)
+        with pytest.raises(InvalidTypeError, match="max_age"):
+            ps.status(max_age="now")
