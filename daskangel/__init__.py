@@ -27,6 +27,7 @@ from .psarray import (
     KeySet,
     PSArray,
     RangePartitioner,
+    RowBoundsPartitioner,
 )
 from .train import ASP, BSP, SSP, TaskContext, Trainer, TrainResult, train
 
@@ -60,6 +61,7 @@ __all__ = [
     "PSArray",
     "PSContext",
     "RangePartitioner",
+    "RowBoundsPartitioner",
     "TaskContext",
     "TrainResult",
     "Trainer",

@@ -21,6 +21,7 @@ from ._layout import (
     Layout,
     Partitioner,
     RangePartitioner,
+    RowBoundsPartitioner,
 )
 from ._meta import ArrayMeta, BlockInfo, ServerId
 from ._partition import Partition
@@ -47,6 +48,7 @@ __all__ = [
     "PSWorkerPlugin",
     "Partitioner",
     "RangePartitioner",
+    "RowBoundsPartitioner",
     "ServerId",
     "check_copartitioned",
     "psf_name",

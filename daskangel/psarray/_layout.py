@@ -19,6 +19,7 @@ Example
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -36,6 +37,7 @@ __all__ = [
     "Layout",
     "Partitioner",
     "RangePartitioner",
+    "RowBoundsPartitioner",
     "hash_columns",
 ]
 
@@ -183,6 +185,37 @@ class RangePartitioner:
             n = max(1, n_servers * int(config.get("daskangel.partition.blocks-per-server")))
             br = math.ceil(shape[0] / n)
         return BlockPartitioner((br, shape[1])).layout(shape, itemsize, n_servers, sparse)
+
+
+@dataclass(frozen=True, slots=True)
+class RowBoundsPartitioner:
+    """Row ranges at given bounds (full-width blocks), e.g. cut on a model's own edges.
+
+    ``row_bounds`` starts at 0, ends at the number of rows and increases
+    strictly.  A GBDT's histogram array cuts its rows (bins) where features
+    begin, so every block holds whole features.
+
+    Example
+    -------
+    >>> RowBoundsPartitioner((0, 3, 10)).layout((10, 4), 8, 2, False).row_bounds
+    (0, 3, 10)
+    """
+
+    row_bounds: tuple[int, ...]
+
+    def layout(self, shape: tuple[int, int], itemsize: int, n_servers: int, sparse: bool) -> Layout:
+        _check_shape(shape)
+        rb = tuple(int(b) for b in self.row_bounds)
+        if (
+            len(rb) < 2
+            or rb[0] != 0
+            or rb[-1] != shape[0]
+            or any(a >= b for a, b in itertools.pairwise(rb))
+        ):
+            raise InvalidArgumentError(
+                f"row_bounds: expected increasing bounds from 0 to {shape[0]}, got {list(rb)}"
+            )
+        return Layout(shape, rb, "range", (0, shape[1]), 1)
 
 
 @dataclass(frozen=True, slots=True)
