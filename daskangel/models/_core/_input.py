@@ -79,7 +79,9 @@ class Prepared:
             self.ds.release()
 
 
-def _check_local(est: Any, X: Any, y: Any, classifier: bool, reset: bool) -> tuple[Any, Any]:
+def _check_local(
+    est: Any, X: Any, y: Any, classifier: bool, reset: bool, allow_nan: bool = False
+) -> tuple[Any, Any]:
     from sklearn.utils.validation import check_array, check_X_y
 
     if y is None:
@@ -94,8 +96,9 @@ def _check_local(est: Any, X: Any, y: Any, classifier: bool, reset: bool) -> tup
         dtype=[np.float64, np.float32],
         y_numeric=not classifier,
         multi_output=False,
+        ensure_all_finite="allow-nan" if allow_nan else True,
     )
-    check_array(X, accept_sparse="csr")
+    check_array(X, accept_sparse="csr", ensure_all_finite="allow-nan" if allow_nan else True)
     if classifier:
         from sklearn.utils.multiclass import check_classification_targets
 
@@ -124,8 +127,12 @@ def as_dataset(
     *,
     classifier: bool,
     classes: np.ndarray | None,
+    allow_nan: bool = False,
 ) -> Prepared:
-    """Turn ``X, y`` into a persisted Dataset with ``n_tasks`` partitions."""
+    """Turn ``X, y`` into a persisted Dataset with ``n_tasks`` partitions.
+
+    ``allow_nan``: NaN in ``X`` is a missing value (tree models), not an error.
+    """
     if isinstance(X, Dataset):
         if y is not None:
             raise InvalidArgumentError("y: a daskangel Dataset carries its own labels; pass y=None")
@@ -159,7 +166,7 @@ def as_dataset(
             y = yd.map_blocks(lambda b, c=found: np.searchsorted(c, b).astype(np.float64))
         ds = from_array(X, y).persist(client, n_partitions=n_tasks)
         return Prepared(ds, True, found, encoded=classifier)
-    X, y = _check_local(est, X, y, classifier, True)
+    X, y = _check_local(est, X, y, classifier, True, allow_nan)
     found = None
     if classifier:
         found, y = encode_labels(y, classes)
