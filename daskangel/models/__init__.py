@@ -2,6 +2,7 @@
 
 | family | estimators |
 | --- | --- |
+| ``gbdt/`` | :class:`GBDTClassifier`, :class:`GBDTRegressor` (two-phase split finding on the PS) |
 | ``lda/`` | :class:`LDA` (collapsed Gibbs sampling on the PS) |
 | ``linear/`` | :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVC`, :class:`LinearRegression`, :class:`Ridge`, :class:`HuberRegressor`, :class:`Lasso` |
 
@@ -22,6 +23,7 @@ Example
 from __future__ import annotations
 
 from ._core import PSEstimator, auc_from_hist, load
+from .gbdt import GBDTClassifier, GBDTRegressor
 from .lda import LDA
 from .linear import (
     SOLVERS,
@@ -38,6 +40,8 @@ from .linear import (
 __all__ = [
     "LDA",
     "SOLVERS",
+    "GBDTClassifier",
+    "GBDTRegressor",
     "HuberRegressor",
     "Lasso",
     "LinearModel",

@@ -1,0 +1,199 @@
+"""GBDT on the PS against a real 2-worker LocalCluster: structure, reference, inputs, errors."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client, LocalCluster
+
+from daskangel import models
+from daskangel.errors import InvalidArgumentError
+from daskangel.models import GBDTClassifier, GBDTRegressor
+
+from . import reference
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+        worker_dashboard_address=None,
+    ) as c, Client(c, set_as_default=True) as cl:  # fmt: skip
+        yield cl
+
+
+def _ints(n: int, d: int, seed: int, k: int = 40) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, k, size=(n, d)).astype(np.float64)
+
+
+def test_planted_tree_is_recovered(client: Client) -> None:
+    X = _ints(4000, 5, 0)
+    # depth 2: x0 <= 19 ? (x2 <= 9 ? 1 : 3) : (x4 <= 29 ? 5 : 9)
+    y = np.where(X[:, 0] <= 19, np.where(X[:, 2] <= 9, 1.0, 3.0), np.where(X[:, 4] <= 29, 5.0, 9.0))
+    r = GBDTRegressor(n_estimators=1, learning_rate=1.0, max_depth=2, min_samples_leaf=1,
+                      early_stopping=False).fit(X, y)  # fmt: skip
+    doc = json.loads(r.to_json())
+    nodes = {n["id"]: n for n in doc["trees"][0]["nodes"]}
+    root = nodes[0]
+    assert (root["feature"], root["threshold"]) == (0, 19.5)
+    left, right = nodes[root["left"]], nodes[root["right"]]
+    assert (left["feature"], left["threshold"]) == (2, 9.5)
+    assert (right["feature"], right["threshold"]) == (4, 29.5)
+    np.testing.assert_allclose(r.predict(X), y, atol=1e-9)
+    assert r.feature_importances_[[1, 3]].sum() == 0.0
+    assert r.feature_importances_.argmax() == 0
+
+
+def test_equals_single_process_reference(client: Client) -> None:
+    X = _ints(3000, 6, 1, k=30)
+    X[np.random.default_rng(2).random(X.shape) < 0.1] = np.nan
+    logit = (
+        0.3 * np.nan_to_num(X[:, 0], nan=40) - 0.2 * np.nan_to_num(X[:, 1], nan=-5) + X[:, 2] % 3
+    )
+    y = (np.random.default_rng(3).random(3000) < 1 / (1 + np.exp(-(logit - 3)))).astype(float)
+    kw = dict(n_estimators=5, learning_rate=0.3, max_depth=3)
+    clf = GBDTClassifier(**kw, early_stopping=False, random_state=0).fit(X, y)  # type: ignore[arg-type]
+    trees, base, _ = reference.fit(X, y, n_estimators=5, lr=0.3, max_depth=3)
+    np.testing.assert_allclose(
+        clf.decision_function(X), reference.predict(trees, base, X), rtol=1e-9, atol=1e-9
+    )
+    assert clf.n_estimators_ == 5
+
+
+def test_save_load_and_pickle_give_identical_predictions(client: Client, tmp_path: Any) -> None:
+    X = np.random.default_rng(0).normal(size=(2000, 4))
+    y = (X[:, 0] + X[:, 1] ** 2 > 1).astype(int)
+    clf = GBDTClassifier(n_estimators=8, max_depth=3, random_state=1).fit(X, y)
+    p = clf.predict_proba(X)
+    clf.save(str(tmp_path / "m"))
+    back = models.load(str(tmp_path / "m"))
+    np.testing.assert_array_equal(back.predict_proba(X), p)
+    np.testing.assert_array_equal(back.classes_, clf.classes_)
+    assert json.loads(back.to_json()) == json.loads(clf.to_json())
+    local = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(local.predict_proba(X), p)
+
+
+def test_missing_values_follow_the_learnt_direction(client: Client) -> None:
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(3000, 2))
+    y = (X[:, 0] > 0.5).astype(int)
+    miss = rng.random(3000) < 0.2
+    X[miss, 0] = np.nan
+    y[miss] = 1  # missing means class 1, though most present values are class 0
+    clf = GBDTClassifier(n_estimators=3, max_depth=1, learning_rate=1.0, early_stopping=False).fit(
+        X, y
+    )
+    nodes = json.loads(clf.to_json())["trees"][0]["nodes"]
+    assert nodes[0]["feature"] == 0 and nodes[0]["missing_left"] is False  # NaN joins x > 0.5
+    assert (clf.predict(X[miss]) == 1).all()
+    # sparse input: an unstored entry is missing; here its absence marks class 1
+    S = sp.random(
+        3000, 3, density=0.5, random_state=5, format="csr", data_rvs=lambda n: rng.uniform(1, 2, n)
+    )
+    ys = (S[:, 0].toarray().ravel() == 0).astype(int)
+    sclf = GBDTClassifier(n_estimators=2, max_depth=1, learning_rate=1.0, early_stopping=False).fit(
+        S, ys
+    )
+    assert (sclf.predict(S) == ys).all()
+    assert sclf.unstored_missing_
+
+
+def test_multiclass_staged_and_inputs(client: Client) -> None:
+    import dask.array as da
+
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(3000, 3))
+    y = np.digitize(X[:, 0] + 0.5 * X[:, 1], [-0.5, 0.5])  # 3 classes
+    labels = np.array(["a", "b", "c"])[y]
+    clf = GBDTClassifier(n_estimators=10, max_depth=3, early_stopping=False).fit(X, labels)
+    assert clf.n_trees_per_iteration_ == 3 and list(clf.classes_) == ["a", "b", "c"]
+    p = clf.predict_proba(X)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    assert (clf.predict(X) == labels).mean() > 0.9
+    staged = list(clf.staged_predict_proba(X))
+    assert len(staged) == 10
+    np.testing.assert_allclose(staged[-1], p)
+    Xd = da.from_array(X, chunks=700)
+    np.testing.assert_allclose(clf.predict_proba(Xd).compute(), p)
+    assert (clf.predict(Xd).compute() == clf.predict(X)).all()
+    # dask input to fit gives the same model as numpy input
+    clf2 = GBDTClassifier(n_estimators=10, max_depth=3, early_stopping=False).fit(
+        Xd, da.from_array(labels, chunks=700)
+    )
+    assert (clf2.predict(X) == labels).mean() > 0.9
+
+
+def test_dataset_input(client: Client, tmp_path: Any) -> None:
+    import daskangel as angel
+
+    rng = np.random.default_rng(7)
+    X = (rng.random((2000, 8)) < 0.3).astype(float)
+    y = np.where(X[:, 0] + X[:, 3] > 0, 1, -1)
+    path = tmp_path / "d.svm"
+    with open(path, "w") as f:
+        for row, lab in zip(X, y, strict=True):
+            f.write(f"{lab} " + " ".join(f"{j + 1}:1" for j in np.flatnonzero(row)) + "\n")
+    ds = angel.data.read_libsvm(str(path), n_features=8)
+    clf = GBDTClassifier(n_estimators=5, max_depth=2, early_stopping=False).fit(ds)
+    assert list(clf.classes_) == [-1.0, 1.0]
+    pred = clf.predict(ds).compute()
+    assert pred.shape == (2000,)
+    assert (clf.predict(sp.csr_matrix(X)) == y).all()
+
+
+def test_regression_losses_and_early_stopping(client: Client) -> None:
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(12000, 3))
+    y = 3 * X[:, 0] + rng.standard_t(2, size=12000)
+    for loss in ("absolute_error", "huber"):
+        r = GBDTRegressor(
+            loss=loss, n_estimators=15, max_depth=3, learning_rate=0.3, early_stopping=False
+        ).fit(X, y)
+        mae0 = np.abs(y - np.median(y)).mean()
+        assert np.abs(r.predict(X) - y).mean() < 0.7 * mae0
+    noisy = rng.normal(size=12000)
+    r = GBDTRegressor(n_estimators=200, max_depth=4, learning_rate=0.3, n_iter_no_change=3).fit(
+        X, noisy
+    )
+    assert r.n_estimators_ < 200
+    assert "val_rmse" in r.history_.columns
+    assert len(r.level_stats_) > 0
+
+
+@pytest.mark.parametrize(
+    ("make", "arg"),
+    [
+        (lambda: GBDTClassifier(max_depth=0), "max_depth"),
+        (lambda: GBDTRegressor(loss="poisson"), "loss"),
+        (lambda: GBDTClassifier(learning_rate=-1), "learning_rate"),
+        (lambda: GBDTClassifier(max_bins=1), "max_bins"),
+    ],
+)
+def test_bad_parameters_name_the_argument(make: Any, arg: str) -> None:
+    X, y = np.zeros((10, 2)), np.arange(10) % 2
+    with pytest.raises(InvalidArgumentError, match=f"^{arg}:"):
+        make().fit(X, y)
+
+
+def test_bad_labels_name_y(client: Client) -> None:
+    X = np.random.default_rng(0).normal(size=(100, 2))
+    y = np.ones(100)
+    with pytest.raises(InvalidArgumentError, match=r"^y: .*at least 2 classes"):
+        GBDTClassifier(n_estimators=2).fit(X, y)
+    y = np.arange(100, dtype=float)
+    y[5] = np.nan
+    with pytest.raises(InvalidArgumentError, match=r"^y: .*NaN"):
+        GBDTRegressor(n_estimators=2).fit(X, y)
+    import dask.array as da
+
+    with pytest.raises(InvalidArgumentError, match=r"^y: .*NaN"):
+        GBDTRegressor(n_estimators=2).fit(da.from_array(X, chunks=50), da.from_array(y, chunks=50))
