@@ -68,6 +68,8 @@ class PSEstimator(BaseEstimator):
     _not_names: ClassVar[tuple[str, ...]] = ("rule",)
     # never pickled: the live context and what refers to it
     _unpicklable: ClassVar[tuple[str, ...]] = ("_ps", "_ps_finalizer", "_arrays", "train_result_")
+    # the fitted attribute whose presence means "fitted" (saving checks it)
+    _fitted_marker: ClassVar[str] = "n_features_in_"
 
     _arrays: Any  # the family's dict of PS array names, or None
 
@@ -91,10 +93,14 @@ class PSEstimator(BaseEstimator):
         if getattr(self, "ps", None) is not None:
             self._ps = self.ps
         else:
-            self._ps = PSContext(client)
+            self._ps = PSContext(client, **self._context_options())
             self._ps_finalizer = weakref.finalize(self, _close, self._ps)
         self._arrays = None
         return self._ps
+
+    def _context_options(self) -> dict[str, Any]:
+        """Keyword arguments of the :class:`PSContext` a model opens (snapshots ...)."""
+        return {}
 
     def _n_tasks(self, client: Any) -> int:
         """``n_tasks=`` or one task per worker thread of the cluster."""

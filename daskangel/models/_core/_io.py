@@ -90,7 +90,7 @@ def save_model(est: Any, url: str) -> None:
     """Write ``est`` (fitted, with its arrays on a PS) to ``url``."""
     from sklearn.utils.validation import check_is_fitted
 
-    check_is_fitted(est, "n_features_in_")
+    check_is_fitted(est, getattr(est, "_fitted_marker", "n_features_in_"))
     if not est._on_ps():
         raise InvalidArgumentError(
             f"{type(est).__name__}: its arrays are not on a PS (unpickled or closed); "
