@@ -5,6 +5,7 @@
 | ``gbdt/`` | :class:`GBDTClassifier`, :class:`GBDTRegressor` (two-phase split finding on the PS) |
 | ``lda/`` | :class:`LDA` (collapsed Gibbs sampling on the PS) |
 | ``linear/`` | :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVC`, :class:`LinearRegression`, :class:`Ridge`, :class:`HuberRegressor`, :class:`Lasso` |
+| ``mf/`` | :class:`MatrixFactorization` (SGD, ALS-WR, implicit ALS; recommendations) |
 
 Every estimator keeps the scikit-learn contract, trains on the parameter
 server with Dask tasks, and saves to zarr (:func:`load` reads any of them
@@ -36,6 +37,7 @@ from .linear import (
     Ridge,
     SoftmaxRegression,
 )
+from .mf import MatrixFactorization
 
 __all__ = [
     "LDA",
@@ -48,6 +50,7 @@ __all__ = [
     "LinearRegression",
     "LinearSVC",
     "LogisticRegression",
+    "MatrixFactorization",
     "PSEstimator",
     "Ridge",
     "SoftmaxRegression",

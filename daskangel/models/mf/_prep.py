@@ -1,0 +1,105 @@
+"""What a factorisation task derives from its ratings before training, once per partition.
+
+:func:`prepare` turns a :class:`~._parts.RatingsPart` into a :class:`TaskData`:
+
+* the task's *keys*: the sorted distinct item rows its ratings use (training,
+  validation and evaluation), the only item rows it ever pulls or pushes
+  (Angel's pruned pulls); every rating refers to its item by *slot*, its
+  position in the keys;
+* a seeded split into training and validation ratings (``validation_fraction``),
+  the training ratings laid out once in a random order, so that an epoch's
+  order of blocks (:func:`~daskangel.models._core.epoch_order`) reads them
+  sequentially yet mixes users and items;
+* a random *group* per key, about ``pull_rows`` keys each: a clock pulls the
+  item rows it needs group by group, pipelined (``get_iter``), and trains on the
+  ratings of a group as soon as its rows are in.
+
+The result is cached with the partition (:data:`~daskangel.models._core.PREPARED`).
+
+Example
+-------
+>>> from daskangel.models.mf._parts import make_part
+>>> p = make_part(0, 0, 2, np.array([0, 1, 1]), np.array([5, 5, 9]), np.ones(3, np.float32), 10)
+>>> d = prepare(p, seed=0, val_fraction=0.0, pull_rows=1)
+>>> d.keys.tolist(), d.n_groups
+([5, 9], 2)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._core import PREPARED, split_ids
+from ._parts import RatingsPart
+
+__all__ = ["TaskData", "prepare"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TaskData:
+    """One task's ratings with item slots (see the module docstring)."""
+
+    keys: np.ndarray  # int64 sorted item rows the task uses
+    u: np.ndarray  # int32 local user per training rating (random order)
+    slot: np.ndarray  # int32 item slot per training rating
+    r: np.ndarray  # float32
+    vu: np.ndarray  # validation ratings (split off the training ones)
+    vslot: np.ndarray
+    vr: np.ndarray
+    eu: np.ndarray  # evaluation ratings (eval_set): -1 = unknown user / item
+    eslot: np.ndarray
+    er: np.ndarray
+    group: np.ndarray  # int32 pull group per slot
+    n_groups: int
+
+    @property
+    def n_train(self) -> int:
+        return int(self.r.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.keys, self.u, self.slot, self.r, self.vu, self.vslot, self.vr)
+        return int(sum(a.nbytes for a in arrays) + self.eslot.nbytes * 3 + self.group.nbytes)
+
+    def slots_of(self, rows: np.ndarray) -> np.ndarray:
+        """Slots of item rows the task knows."""
+        return np.searchsorted(self.keys, rows)
+
+
+def _slots(keys: np.ndarray, items: np.ndarray) -> np.ndarray:
+    return np.searchsorted(keys, items).astype(np.int32)
+
+
+def _make(part: RatingsPart, seed: int, val_fraction: float, pull_rows: int) -> TaskData:
+    known = part.eval_i >= 0
+    keys = np.unique(np.concatenate([part.i, part.eval_i[known]]).astype(np.int64))
+    train, val = split_ids(part.n_ratings, index=part.task, fraction=val_fraction, seed=seed)
+    eslot = np.full(part.eval_i.shape[0], -1, np.int32)
+    eslot[known] = _slots(keys, part.eval_i[known])
+    nk = keys.shape[0]
+    rows = max(1, int(pull_rows))
+    n_groups = max(1, -(-nk // rows))
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 104729, int(part.task)])
+    group = (rng.permutation(nk) // rows).astype(np.int32)
+    return TaskData(
+        keys,
+        part.u[train],
+        _slots(keys, part.i[train]),
+        part.r[train],
+        part.u[val],
+        _slots(keys, part.i[val]),
+        part.r[val],
+        part.eval_u,
+        eslot,
+        part.eval_r,
+        group,
+        n_groups,
+    )
+
+
+def prepare(part: RatingsPart, *, seed: int, val_fraction: float, pull_rows: int) -> TaskData:
+    """The task data of ``part`` (made once per partition and split, then cached)."""
+    key = ("mf", id(part), int(seed), float(val_fraction), int(pull_rows))
+    return PREPARED.get_or_make(part, key, lambda: _make(part, seed, val_fraction, pull_rows))

@@ -1,0 +1,247 @@
+"""Data-parallel SGD: one task per user range, item rows pulled as a clock needs them.
+
+Angel's MF (and Bösen's): the ratings are partitioned by user, each task keeps
+its users' factors and biases in memory for the whole fit, and the item
+factors and biases live on the PS, row-partitioned.  An epoch is
+``plan.rounds`` clocks; in each clock a task takes the next minibatch of its
+ratings (an epoch visits them in a fresh seeded order), and
+
+1. pulls only the item rows the minibatch uses, group by group through the
+   worker's pipelined ``get_iter``, training on a group's ratings as soon as
+   its rows are in (Angel's pipelined pulling);
+2. ``optimizer='sgd'``: updates user and item rows rating by rating (the
+   classic update, as ``surprise`` does) on its copy, and pushes the item rows'
+   deltas through the worker's merged update buffer;
+   ``'adagrad'`` / ``'adarevision'``: keeps the item copy read-only (Bösen),
+   sums the item gradients of the minibatch and pushes them to the server-side
+   optimiser psf (``ops.AdaGrad`` / ``ops.AdaRevision`` with the versions it
+   pulled), while its users take local AdaGrad steps;
+3. ``ctx.clock()``: under BSP / SSP / ASP like every model.
+
+At the end of each epoch a task writes its users' rows back to the PS (so a
+snapshot holds them, a resubmitted task resumes from them, and the fitted model
+can predict); at the start of the next one it evaluates the model on its
+validation and evaluation ratings (see :mod:`._plan`).
+
+Example
+-------
+>>> angel.train(ps, SGDTask(plan), parts, sync=angel.SSP(staleness=1))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .._core import epoch_order
+from ._kernels import grad_block, group_by_slot, sgd_block, sse, touched_slots
+from ._parts import RatingsPart
+from ._plan import METRICS_WIDTH, Plan
+from ._prep import TaskData, prepare
+
+__all__ = ["SGDTask", "evaluate", "pull_users"]
+
+
+def pull_users(arr: Any, part: RatingsPart, width: int) -> np.ndarray:
+    """The task's user rows as a writable float32 copy."""
+    if part.n_users == 0:
+        return np.zeros((0, width), np.float32)
+    rows = slice(part.user0, part.user0 + part.n_users)
+    return np.array(arr.get(rows=rows), dtype=np.float32, order="C")
+
+
+def write_users(arr: Any, part: RatingsPart, P: np.ndarray) -> None:
+    if part.n_users:
+        arr.set(P, rows=slice(part.user0, part.user0 + part.n_users), casting="same_kind")
+
+
+def evaluate(
+    ctx: Any, plan: Plan, d: TaskData, P: np.ndarray, items: Any, epoch: int, fresh: bool
+) -> None:
+    """Add this task's validation / evaluation sums for the model after ``epoch``."""
+    row = np.zeros(METRICS_WIDTH)
+    if d.vr.shape[0] == 0 and d.er.shape[0] == 0:
+        return
+    used = np.unique(np.concatenate([d.vslot, d.eslot[d.eslot >= 0]]).astype(np.int64))
+    Q = np.zeros((d.keys.shape[0], plan.n_factors + 1), np.float32)
+    if used.shape[0]:
+        rows = d.keys[used]
+        Q[used] = items.get(rows=rows) if not fresh else _latest(plan, rows)
+    row[2] = d.vr.shape[0]
+    row[3] = sse(d.vu, d.vslot, d.vr, P, Q, plan.mu, plan.lo, plan.hi)
+    row[4] = d.er.shape[0]
+    row[5] = sse(d.eu, d.eslot, d.er, P, Q, plan.mu, plan.lo, plan.hi)
+    ctx.array(plan.metrics).increment(row[None, :], rows=[epoch])
+
+
+def _latest(plan: Plan, rows: np.ndarray) -> np.ndarray:
+    from ...psarray import PSArray
+
+    return np.asarray(PSArray(plan.items).get(rows=rows))
+
+
+class SGDTask:
+    """``fn(ctx, part)`` of data-parallel SGD (see the module docstring)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def __call__(self, ctx: Any, part: RatingsPart) -> dict[str, Any]:
+        return _Run(self.plan, ctx, part).run()
+
+
+class _Run:
+    """One task's fit: its data, its users' rows and its scratch copies of item rows."""
+
+    def __init__(self, plan: Plan, ctx: Any, part: RatingsPart) -> None:
+        p = self.plan = plan
+        self.ctx, self.part = ctx, part
+        self.tm = {"prep": 0.0, "pull": 0.0, "sgd": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
+        t0 = time.perf_counter()
+        d = self.d = prepare(part, seed=p.seed, val_fraction=p.val_fraction, pull_rows=p.pull_rows)
+        self.users, self.items = ctx.array(p.users), ctx.array(p.items)
+        width = p.n_factors + 1
+        self.ada = p.optimizer != "sgd"
+        self.P = pull_users(self.users, part, width)
+        self.H = (
+            pull_users(ctx.array(p.user_state), part, width)
+            if self.ada
+            else np.zeros((0, width), np.float32)
+        )
+        nk = d.keys.shape[0]
+        self.Q = np.zeros((nk, width), np.float32)  # pulled item rows (sgd: updated)
+        # sgd: the rows as pulled (deltas); adagrad / adarevision: the gradient sums
+        self.Q0 = np.zeros((nk, width), np.float32)
+        self.mark = np.full(nk, -1, np.int64)
+        self.stamp = 0
+        self.tm["prep"] = time.perf_counter() - t0
+
+    def run(self) -> dict[str, Any]:
+        p, d, ctx, tm = self.plan, self.d, self.ctx, self.tm
+        total = p.epochs * p.rounds
+        per = -(-d.n_train // p.rounds) if p.rounds else 0
+        order = np.zeros(0, np.int64)
+        sse_sum, n_seen = 0.0, 0
+        c = ctx.iteration
+        while c < total:
+            epoch, rnd = divmod(c, p.rounds)
+            if rnd == 0 or order.shape[0] != d.n_train:  # (a resumed task starts mid-epoch)
+                seed = [int(p.seed) & 0xFFFFFFFF, p.epoch0 + epoch, self.part.task]
+                order = epoch_order(d.n_train, seed)
+                sse_sum, n_seen = 0.0, 0
+                if epoch > 0 and rnd == 0:
+                    t1 = time.perf_counter()
+                    fresh = ctx.staleness(p.items) != 0
+                    evaluate(ctx, p, d, self.P, self.items, epoch - 1, fresh=fresh)
+                    tm["eval"] += time.perf_counter() - t1
+            rows = order[rnd * per : (rnd + 1) * per]
+            if rows.shape[0]:
+                sse_sum += self.minibatch(rows)
+                n_seen += rows.shape[0]
+                ctx.report(train_rmse=float(np.sqrt(sse_sum / n_seen)))
+            if rnd == p.rounds - 1:
+                self.end_epoch(epoch, sse_sum, n_seen)
+            t1 = time.perf_counter()
+            ctx.clock()
+            tm["clock"] += time.perf_counter() - t1
+            c = ctx.iteration
+        if total and c >= total:
+            t1 = time.perf_counter()
+            evaluate(ctx, p, d, self.P, self.items, p.epochs - 1, fresh=True)
+            tm["eval"] += time.perf_counter() - t1
+        return {"epochs": c // p.rounds if p.rounds else 0, "timings": tm, "ratings": d.n_train}
+
+    def end_epoch(self, epoch: int, sse_sum: float, n_seen: int) -> None:
+        """Users' rows back to the PS; the epoch's training sums into its metrics row."""
+        t1 = time.perf_counter()
+        p = self.plan
+        write_users(self.users, self.part, self.P)
+        if self.ada:
+            write_users(self.ctx.array(p.user_state), self.part, self.H)
+        row = np.zeros(METRICS_WIDTH)
+        row[0], row[1] = n_seen, sse_sum
+        self.ctx.array(p.metrics).increment(row[None, :], rows=[epoch])
+        self.tm["push"] += time.perf_counter() - t1
+
+    def minibatch(self, rows: np.ndarray) -> float:
+        """One clock's ratings: one push (sgd) or one optimiser step per ``plan.batch``."""
+        b = self.plan.batch
+        if not self.ada or not b or rows.shape[0] <= b:
+            return self.step(rows)
+        return sum(self.step(rows[s : s + b]) for s in range(0, rows.shape[0], b))
+
+    def train_group(self, seq: np.ndarray) -> float:
+        p, d = self.plan, self.d
+        if self.ada:
+            return float(
+                grad_block(
+                    seq,
+                    d.u,
+                    d.slot,
+                    d.r,
+                    self.P,
+                    self.H,
+                    self.Q,
+                    self.Q0,
+                    p.mu,
+                    p.lr,
+                    p.reg,
+                    p.lr_bias,
+                    p.reg_bias,
+                    p.eps,
+                )
+            )
+        return float(
+            sgd_block(
+                seq, d.u, d.slot, d.r, self.P, self.Q, p.mu, p.lr, p.reg, p.lr_bias, p.reg_bias
+            )
+        )
+
+    def step(self, rows: np.ndarray) -> float:
+        """Pull what ``rows`` need (pipelined), train on them, push."""
+        p, d, tm = self.plan, self.d, self.tm
+        t0 = time.perf_counter()
+        self.stamp += 1
+        tk = touched_slots(rows, d.slot, self.mark, self.stamp)
+        seq, starts = group_by_slot(rows, d.slot, d.group, d.n_groups)
+        if self.ada:
+            self.Q0[tk] = 0.0
+        loss = 0.0
+        pulled = 0.0
+        versions = None
+        if p.optimizer == "adarevision":
+            vals, versions = p.opt.pull(rows=d.keys[tk])
+            self.Q[tk] = vals
+            pulled = time.perf_counter() - t0
+            loss += self.train_group(seq)
+        else:
+            gk = d.group[tk]
+            by_group = tk[np.argsort(gk, kind="stable")]
+            need = np.bincount(gk, minlength=d.n_groups)
+            arrived = np.zeros(d.n_groups, np.int64)
+            t1 = time.perf_counter()
+            for rid, vals in self.items.get_iter(d.keys[by_group], batch=p.pull_rows):
+                pulled += time.perf_counter() - t1
+                s = d.slots_of(rid)
+                self.Q[s] = vals
+                if not self.ada:
+                    self.Q0[s] = vals
+                gs = d.group[s]
+                arrived += np.bincount(gs, minlength=d.n_groups)
+                for g in np.unique(gs):  # the groups this batch completes
+                    if arrived[g] == need[g]:
+                        loss += self.train_group(seq[starts[g] : starts[g + 1]])
+                t1 = time.perf_counter()
+        t3 = time.perf_counter()
+        tm["pull"] += pulled
+        tm["sgd"] += t3 - t0 - pulled
+        keys = d.keys[tk]
+        if self.ada:
+            p.opt.step(self.Q0[tk], rows=keys, versions=versions, casting="same_kind", atomic=False)
+        else:
+            delta = self.Q[tk] - self.Q0[tk]
+            self.items.increment(delta, rows=keys, casting="same_kind")
+        tm["push"] += time.perf_counter() - t3
+        return loss

@@ -1,0 +1,35 @@
+"""Planted low-rank ratings for the factorisation tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def planted_ratings(
+    n_users: int = 150, n_items: int = 80, rank: int = 3, density: float = 0.3, seed: int = 0
+) -> pd.DataFrame:
+    """``user, item, rating`` of a known biased rank-``rank`` model plus a little noise
+    (string item ids, integer user ids), in a random order."""
+    rng = np.random.default_rng(seed)
+    P = rng.normal(scale=0.6, size=(n_users, rank))
+    Q = rng.normal(scale=0.6, size=(n_items, rank))
+    bu = rng.normal(scale=0.3, size=n_users)
+    bi = rng.normal(scale=0.3, size=n_items)
+    mask = rng.random((n_users, n_items)) < density
+    u, i = np.nonzero(mask)
+    r = 3.0 + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i]) + rng.normal(scale=0.1, size=u.size)
+    order = rng.permutation(u.size)
+    return pd.DataFrame(
+        {
+            "user": (u[order] * 7 + 100).astype(np.int64),
+            "item": np.array([f"it{k}" for k in i[order]]),
+            "rating": r[order],
+        }
+    )
+
+
+def split(df: pd.DataFrame, frac: float = 0.2, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    perm = np.random.default_rng(seed).permutation(len(df))
+    k = int(len(df) * frac)
+    return df.iloc[perm[k:]], df.iloc[perm[:k]]
