@@ -17,9 +17,9 @@ Example
 >>> u = np.array([0, 1, 1, 2]); i = np.array([0, 0, 1, 0]); r = np.ones(4, np.float32)
 >>> b = user_bounds(np.bincount(u, minlength=3), 2)
 >>> b.tolist()
-[0, 1, 3]
+[0, 2, 3]
 >>> [p.n_ratings for p in split_by_user(u, i, r, b)]
-[1, 3]
+[3, 1]
 """
 
 from __future__ import annotations
