@@ -37,6 +37,7 @@ from ._numbers import (
     INVALID_UTF8,
     LINE_TOO_LONG,
     MISSING_COLON,
+    MISSING_LABEL,
     NEGATIVE_INDEX,
     NON_FINITE,
     NON_NUMERIC,
@@ -61,6 +62,16 @@ def _token_end(buf, i, le):  # type: ignore[no-untyped-def]
     while i < le and not is_space(buf[i]):
         i += 1
     return i
+
+
+@njit(nogil=True, cache=True)
+def _has_colon(buf, i, le):  # type: ignore[no-untyped-def]
+    """Whether the token starting at ``i`` holds a ':' (bad lines only)."""
+    while i < le and not is_space(buf[i]) and buf[i] != 35:
+        if buf[i] == 58:
+            return True
+        i += 1
+    return False
 
 
 @njit(nogil=True, cache=True)
@@ -157,7 +168,8 @@ def parse_libsvm(buf, dummy, base, limit, stop_first, max_line, line0, keep_k, k
             ts = i
             v, j, st = parse_float(buf, i, le)
             if st == F_BAD or not _ends_token(buf, j, le):
-                reason = NON_NUMERIC
+                # "3:1 5:2": the line starts with a feature, its label is missing
+                reason = MISSING_LABEL if _has_colon(buf, i, le) else NON_NUMERIC
             elif st == F_NONFINITE:
                 reason = NON_FINITE
             else:
@@ -197,7 +209,9 @@ def parse_libsvm(buf, dummy, base, limit, stop_first, max_line, line0, keep_k, k
                         idx = idx * 10 + (c - 48)
                         j += 1
                     if j == d0 or j - d0 > 18:
-                        reason = BAD_INDEX
+                        # "abc": not an index:value pair at all, vs "x7:1"
+                        colon = dummy or _has_colon(buf, i, le)
+                        reason = BAD_INDEX if colon else MISSING_COLON
                         break
                     val = 1.0
                     st = 0
@@ -208,7 +222,8 @@ def parse_libsvm(buf, dummy, base, limit, stop_first, max_line, line0, keep_k, k
                             break
                     else:
                         if j >= le or buf[j] != 58:
-                            reason = MISSING_COLON if _ends_token(buf, j, le) else BAD_INDEX
+                            # "3x:1" is a bad index, "3" or "3x" lacks its colon
+                            reason = BAD_INDEX if _has_colon(buf, j, le) else MISSING_COLON
                             break
                         # fast path: [-]digits[.digits], at most 15 digits, then a delimiter
                         k = j + 1

@@ -33,6 +33,7 @@ __all__ = [
     "INVALID_UTF8",
     "LINE_TOO_LONG",
     "MISSING_COLON",
+    "MISSING_LABEL",
     "NEGATIVE_INDEX",
     "NON_FINITE",
     "NON_NUMERIC",
@@ -54,6 +55,7 @@ MISSING_COLON = 6
 INVALID_UTF8 = 7
 LINE_TOO_LONG = 8
 FIELD_COUNT = 9
+MISSING_LABEL = 10
 
 REASONS = (
     "ok",
@@ -66,6 +68,7 @@ REASONS = (
     "invalid_utf8",
     "line_too_long",
     "field_count",
+    "missing_label",
 )
 
 # status of parse_float

@@ -37,6 +37,7 @@ _TEXT = {
     "invalid_utf8": "invalid UTF-8",
     "line_too_long": "line longer than daskangel.data.max-line-bytes",
     "field_count": "wrong number of fields",
+    "missing_label": "missing label (the line starts with an index:value pair)",
 }
 
 

@@ -68,6 +68,11 @@ def test_inexact_numbers_are_reparsed_exactly():
         (b"1 11:1", "index_out_of_range"),
         (b"1 -3:1", "negative_index"),
         (b"1 3", "missing_colon"),
+        (b"1 abc", "missing_colon"),  # issue 14 4.9: no colon at all, was bad_index
+        (b"1 3x", "missing_colon"),
+        (b"1 3x:1", "bad_index"),
+        (b"3:1 5:2", "missing_label"),  # issue 14 4.9: empty label, was non_numeric
+        (b":1 5:2", "missing_label"),
         (b"1 3:1 \xff\xfe:1", "invalid_utf8"),
         (b"1 3:1 \xc3\xa9:1", "bad_index"),  # valid UTF-8, just not a number
     ],

@@ -292,3 +292,20 @@ def test_line_numbers_count_the_header_with_tiny_splits(client, tmp_path):
     with dask.config.set({"daskangel.data.split-bytes": 2}):
         ds = angel.data.read_docword(str(p), errors="collect").persist(n_partitions=3)
     assert [(e.line, e.reason) for e in ds.errors] == [(6, "bad_index")]
+
+
+@pytest.mark.timeout(120)
+def test_libsvm_counts_name_the_true_reason(client, tmp_path):
+    # issue 14 section 4.9: a line without a label was counted as non_numeric and a
+    # token without a colon as bad_index
+    p = tmp_path / "reasons.svm"
+    p.write_bytes(b"1 1:1\n2:1 4:2\n-1 2:1 abc\n1 x7:1\nabc 3:1\n0 3:1\n")
+    ds = angel.data.read_libsvm(str(p), n_features=10, errors="collect").persist(n_partitions=1)
+    assert ds.skipped == {"missing_label": 1, "missing_colon": 1, "bad_index": 1, "non_numeric": 1}
+    assert [(e.line, e.reason) for e in ds.errors] == [
+        (2, "missing_label"),
+        (3, "missing_colon"),
+        (4, "bad_index"),
+        (5, "non_numeric"),
+    ]
+    assert "missing label" in ds.errors[0].message and ds.n_rows == 2
