@@ -41,9 +41,12 @@ from typing import Any
 
 import numpy as np
 
+from .errors import SnapshotError
+
 __all__ = [
     "FORMAT",
     "block_checksum",
+    "block_files",
     "create_arrays",
     "fs_and_path",
     "grid_chunks",
@@ -164,18 +167,76 @@ def write_dense_block(
     return block_checksum(data)
 
 
+def _all_chunks(arr: Any) -> list[tuple[int, ...]]:
+    return [tuple(c) for c in np.ndindex(*arr.cdata_shape)]
+
+
+def _damaged(
+    url: str,
+    name: str,
+    spec: dict[str, Any],
+    node: str,
+    parts: list[tuple[Any, list[tuple[int, ...]]]],
+    err: BaseException,
+) -> SnapshotError:
+    """A SnapshotError naming the array, the block and the file that does not decode.
+
+    ``parts`` are the opened zarr arrays of the block with the chunks it covers; the
+    first chunk that fails on its own is named, else the zarr node ``node``.
+    """
+    file, cause = join(url, node), err
+    for arr, chunks in parts:
+        for coords in chunks:
+            try:
+                arr.blocks[coords]
+            except Exception as e:  # noqa: BLE001 - any codec or store error names the file
+                file, cause = join(url, arr.path, arr.metadata.encode_chunk_key(coords)), e
+                break
+        else:
+            continue
+        break
+    return SnapshotError(
+        f"snapshot {url}: block {spec['block']} of array {name!r} cannot be read: "
+        f"file {file} is damaged ({type(cause).__name__}: {cause or 'no message'}); "
+        "load an older snapshot version, or save the model again"
+    )
+
+
+def block_files(url: str, name: str, storage: str, ndim: int, spec: dict[str, Any]) -> str:
+    """Where a block's data lives: its chunk file (grid storage) or its zarr group."""
+    if storage != "grid":
+        return join(url, name, f"b{spec['block']}")
+    import zarr
+
+    try:
+        arr = zarr.open_array(store=open_store(url, read_only=True), path=name, mode="r")
+        region = _region(spec, ndim)
+        coords = tuple(r.start // c for r, c in zip(region, arr.chunks, strict=True))
+        return join(url, name, arr.metadata.encode_chunk_key(coords))
+    except Exception:  # noqa: BLE001 - only names the file of an error being raised
+        return join(url, name)
+
+
 def read_dense_block(
     url: str, name: str, storage: str, ndim: int, spec: dict[str, Any]
 ) -> np.ndarray:
+    """Read one dense block; a file that does not decode raises :class:`SnapshotError`."""
     import zarr
 
     store = open_store(url, read_only=True)
-    if storage == "grid":
-        arr = zarr.open_array(store=store, path=name, mode="r")
-        out = np.asarray(arr[_region(spec, ndim)])
-        return out.reshape(tuple(spec["shape"]))
-    g = zarr.open_group(store=store, path=f"{name}/b{spec['block']}", mode="r")
-    return np.asarray(g["values"][...])  # type: ignore[index]
+    node = name if storage == "grid" else f"{name}/b{spec['block']}/values"
+    parts: list[tuple[Any, list[tuple[int, ...]]]] = []
+    try:
+        arr = zarr.open_array(store=store, path=node, mode="r")
+        if storage == "grid":
+            region = _region(spec, ndim)
+            coords = tuple(r.start // c for r, c in zip(region, arr.chunks, strict=True))
+            parts.append((arr, [coords]))
+            return np.asarray(arr[region]).reshape(tuple(spec["shape"]))
+        parts.append((arr, _all_chunks(arr)))
+        return np.asarray(arr[...])
+    except Exception as e:
+        raise _damaged(url, name, spec, node, parts, e) from e
 
 
 def write_sparse_block(
@@ -200,13 +261,18 @@ def write_sparse_block(
 def read_sparse_block(
     url: str, name: str, spec: dict[str, Any]
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Read one sparse block; a file that does not decode raises :class:`SnapshotError`."""
     import zarr
 
-    g = zarr.open_group(
-        store=open_store(url, read_only=True), path=f"{name}/b{spec['block']}", mode="r"
-    )
-    keys, values = g["keys"], g["values"]
-    return np.asarray(keys[...]), np.asarray(values[...]), dict(g.attrs)  # type: ignore[index]
+    node = f"{name}/b{spec['block']}"
+    parts: list[tuple[Any, list[tuple[int, ...]]]] = []
+    try:
+        g = zarr.open_group(store=open_store(url, read_only=True), path=node, mode="r")
+        keys, values = g["keys"], g["values"]
+        parts = [(keys, _all_chunks(keys)), (values, _all_chunks(values))]
+        return np.asarray(keys[...]), np.asarray(values[...]), dict(g.attrs)  # type: ignore[index]
+    except Exception as e:
+        raise _damaged(url, name, spec, node, parts, e) from e
 
 
 def write_manifest(url: str, manifest: dict[str, Any]) -> None:

@@ -192,7 +192,9 @@ def _verify(
     want = info.get("checksums", {}).get(str(spec["block"]))
     got = fmt.block_checksum(*arrays)
     if want is not None and int(want) != got:
+        where = fmt.block_files(url, name, info["storage"], info["ndim"], spec)
         raise SnapshotError(
-            f"snapshot {url}: block {spec['block']} of array {name!r} has crc32 {got}, "
-            f"the manifest says {want}; the snapshot is damaged"
+            f"snapshot {url}: block {spec['block']} of array {name!r} ({where}) has crc32 "
+            f"{got}, the manifest says {want}; the snapshot is damaged: load an older "
+            "snapshot version, or save the model again"
         )

@@ -130,7 +130,7 @@ def test_load_mismatch_changes_nothing(client: Client, tmp_path: Path) -> None:
         ps.drop("w")
         w = ps.from_array("w", ref, block_shape=(250,))
         os.remove(f"{url}/w/c/2")  # a missing block reads as fill value: checksum fails
-        with pytest.raises(SnapshotError, match="block 2 of array 'w' has crc32"):
+        with pytest.raises(SnapshotError, match=rf"block 2 of array 'w' \({url}/w/c/2\) has crc32"):
             ps.load(url)
         np.testing.assert_array_equal(w.get(), ref)  # nothing installed anywhere
         with pytest.raises(SnapshotError, match=r"has no arrays \['nope'\]"):
@@ -138,6 +138,33 @@ def test_load_mismatch_changes_nothing(client: Client, tmp_path: Path) -> None:
         with pytest.raises(FileNotFoundError, match="no daskangel snapshot or model"):
             ps.load(str(tmp_path / "nowhere"))
         del other
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_corrupted_chunk_names_array_block_and_file(
+    client: Client, tmp_path: Path, damage: str
+) -> None:
+    # issue 14 section 4.8: a chunk that no longer decodes was a bare AssertionError
+    url = str(tmp_path / "m")
+    with angel.PSContext(client) as ps:
+        w = ps.random("w", (1000,), seed=1, block_shape=(250,))
+        s = ps.zeros("s", (2**20,), sparse=True)
+        s.increment(np.ones(3, "float32"), cols=[1, 2**10, 2**19])
+        ps.save(url)
+        ref = w.get()
+    files = {"w": (f"{url}/w/c/1", 1), "s": (f"{url}/s/b0/values/c/0", 0)}
+    for _, (path, _) in files.items():
+        raw = Path(path).read_bytes()
+        Path(path).write_bytes(raw[: len(raw) // 2] if damage == "truncate" else b"\x00" * 7)
+    for name, (path, block) in files.items():
+        want = rf"block {block} of array '{name}' cannot be read: file {path} is damaged"
+        with pytest.raises(SnapshotError, match=want):
+            angel.load_arrays(url, arrays=[name])
+    with angel.PSContext(client) as ps2:
+        w2 = ps2.from_array("w", ref, block_shape=(250,))
+        with pytest.raises(SnapshotError, match=r"block 1 of array 'w' cannot be read: file"):
+            ps2.load(url, arrays=["w"])
+        np.testing.assert_array_equal(w2.get(), ref)  # nothing installed anywhere
 
 
 @pytest.mark.parametrize("stage", ["chunks", "manifest"])

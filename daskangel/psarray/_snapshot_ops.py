@@ -134,9 +134,11 @@ def _read(
             block = sb
         want = checksums.get(str(spec["block"]))
         if want is not None and int(want) != crc:
+            where = fmt.block_files(url, array, storage, ndim, spec)
             raise SnapshotError(
-                f"snapshot {url}: block {spec['block']} of array {array!r} has crc32 {crc}, "
-                f"the manifest says {want}; the snapshot is damaged"
+                f"snapshot {url}: block {spec['block']} of array {array!r} ({where}) has "
+                f"crc32 {crc}, the manifest says {want}; the snapshot is damaged: load an "
+                "older snapshot version, or save the model again"
             )
         out.append(block)
     return out
