@@ -450,7 +450,8 @@ class MatrixFactorization(PSEstimator):
         li[i >= 0] = ii
         P, Q = self._rows("users", uu), self._rows("items", iu)
         lo, hi = self.rating_range_
-        return predict_kernel(lu, li, P, Q, float(self.global_mean_), lo, hi, bool(self.clip))
+        clip = bool(self.clip) and self.feedback == "explicit"
+        return predict_kernel(lu, li, P, Q, float(self.global_mean_), lo, hi, clip)
 
     def predict(self, X: Any) -> Any:
         """Predicted ratings of ``(user, item)`` pairs, in input order.

@@ -60,6 +60,7 @@ def make_plan(est: Any, ing: Ingested, epochs: int, metrics: str) -> Plan:
         alpha=float(est.alpha),
         implicit=est.feedback == "implicit",
         cg_steps=int(est.cg_steps),
+        biases=bool(est.biases) and est.feedback == "explicit",
         n_users=len(ing.umap),
         n_items=len(ing.imap),
     )

@@ -4,13 +4,13 @@ Defaults that depend on the solver (``None`` in the signature):
 
 | parameter | sgd (optimizer sgd) | sgd (adagrad / adarevision) | als | als, implicit |
 | --- | --- | --- | --- | --- |
-| ``reg`` | 0.05 | 0.05 | 0.06 (x ratings of the row) | 0.01 |
+| ``reg`` | 0.05 | 0.05 | 0.12 (x ratings of the row) | 0.01 |
 | ``learning_rate`` | 0.01 | 0.05 | - | - |
 
 Example
 -------
 >>> resolved_reg("als", "explicit", None), resolved_lr("sgd", "adagrad", None)
-(0.06, 0.05)
+(0.12, 0.05)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = ["check_params", "resolved_lr", "resolved_reg"]
 
 SOLVERS = ("sgd", "als")
 # what this version trains (ALS and model / hybrid parallel SGD land next)
-_AVAILABLE_SOLVERS = ("sgd",)
+_AVAILABLE_SOLVERS = ("sgd", "als")
 _AVAILABLE_PARALLELISM = ("data",)
 FEEDBACK = ("explicit", "implicit")
 OPTIMIZERS = ("sgd", "adagrad", "adarevision")
@@ -36,7 +36,7 @@ def resolved_reg(solver: str, feedback: str, reg: float | None) -> float:
     if reg is not None:
         return float(reg)
     if solver == "als":
-        return 0.01 if feedback == "implicit" else 0.06
+        return 0.01 if feedback == "implicit" else 0.12
     return 0.05
 
 
@@ -113,6 +113,11 @@ def check_params(est: Any) -> None:
         raise InvalidArgumentError(
             f"parallelism: solver='als' solves rows independently (data parallel); "
             f"got parallelism={est.parallelism!r}"
+        )
+    if est.solver == "als" and as_sync(est.sync).staleness != 0:
+        raise InvalidArgumentError(
+            f"sync: solver='als' alternates two phases that each read the other's result "
+            f"(BSP); got sync={est.sync!r}"
         )
     if est.solver == "sgd" and est.feedback == "implicit":
         raise InvalidArgumentError(

@@ -68,6 +68,9 @@ class Plan:
     alpha: float = 40.0  # implicit confidence: 1 + alpha * r
     implicit: bool = False
     cg_steps: int = 3
+    biases: bool = True  # explicit ALS solves each row's bias along its factors
+    gram: str | None = None  # implicit ALS: PS array of the tasks' Gram blocks (see _als)
+    n_tasks: int = 0
     n_users: int = 0
     n_items: int = 0
 
