@@ -26,12 +26,75 @@ Example
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import struct
+import warnings
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-__all__ = ["landed", "match_frames", "read_into_targets", "send_recv_into"]
+__all__ = ["landed", "match_frames", "read_into_targets", "send_recv_into", "tcp_internals"]
+
+#: The pieces of ``distributed.comm.tcp`` this module reads with, and the
+#: parameters each must take (checked once; see :func:`tcp_internals`).
+_NEEDED = {
+    "TCP": None,
+    "convert_stream_closed_error": ("obj", "exc"),
+    "from_frames": ("frames", "deserialize", "allow_offload"),
+    "read_bytes_rw": ("stream", "n"),
+}
+
+
+@functools.cache
+def tcp_internals() -> SimpleNamespace | None:
+    """Dask's TCP reading pieces this module follows, or ``None`` if they changed.
+
+    ``None`` (with one ``RuntimeWarning`` per process) when any piece is missing or
+    no longer takes the parameters used here: :func:`read_into_targets` then reads
+    through the public ``comm.read()``, which is correct but copies each large
+    frame once more.  ``tests/test_recv.py`` fails loudly in that case, so a Dask
+    upgrade that moves these internals is seen in CI rather than as a slowdown.
+
+    .. warning::
+       These are private to ``distributed``; the wire layout read here
+       (``[nosplit bytes][n_frames][lengths][frames]``) is checked by the tests
+       against Dask's own ``TCP.write`` on every run of the suite.
+    """
+    try:
+        from distributed.comm import tcp
+        from tornado.iostream import StreamClosedError
+    except ImportError as e:  # pragma: no cover - distributed without tornado
+        return _vanished(str(e))
+    found: dict[str, Any] = {"StreamClosedError": StreamClosedError}
+    for name, params in _NEEDED.items():
+        obj = getattr(tcp, name, None)
+        if obj is None:
+            return _vanished(f"distributed.comm.tcp.{name} is gone")
+        if params is not None:
+            try:
+                have = inspect.signature(obj).parameters
+            except (TypeError, ValueError):
+                return _vanished(f"distributed.comm.tcp.{name} has no signature")
+            missing = [p for p in params if p not in have]
+            if missing:
+                return _vanished(f"distributed.comm.tcp.{name} no longer takes {missing}")
+        found[name] = obj
+    found["SSLError"] = getattr(tcp, "SSLError", OSError)
+    return SimpleNamespace(**found)
+
+
+def _vanished(why: str) -> None:
+    warnings.warn(
+        f"daskangel reads large PS replies straight into their output by following "
+        f"Dask's TCP reader, but {why} (distributed version changed?): falling back "
+        f"to comm.read(), correct but one copy slower. Please report this with your "
+        f"distributed version.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return None
 
 
 def landed(result: Any, target: np.ndarray | None) -> bool:
@@ -74,11 +137,9 @@ def match_frames(
 
 async def read_into_targets(comm: Any, sizes: list[int], targets: list[np.ndarray | None]) -> Any:
     """``comm.read()``, reading matched frames into their targets (TCP comms only)."""
-    from distributed.comm.tcp import TCP, convert_stream_closed_error, from_frames, read_bytes_rw
-    from tornado.iostream import StreamClosedError
-
+    tcp = tcp_internals()
     stream = getattr(comm, "stream", None)
-    if not isinstance(comm, TCP) or stream is None:
+    if tcp is None or not isinstance(comm, tcp.TCP) or stream is None:
         return await comm.read()
     try:
         # [total nosplit bytes][n_frames][length of each frame] then the frames
@@ -102,21 +163,21 @@ async def read_into_targets(comm: Any, sizes: list[int], targets: list[np.ndarra
             while j < n_frames and j not in direct:
                 j += 1
             run = sum(lengths[i:j])
-            buf = await read_bytes_rw(stream, run) if run else memoryview(b"")
+            buf = await tcp.read_bytes_rw(stream, run) if run else memoryview(b"")
             pos = 0
             for k in range(i, j):
                 frames.append(buf[pos : pos + lengths[k]])
                 pos += lengths[k]
             i = j
-    except StreamClosedError as e:
+    except (tcp.StreamClosedError, tcp.SSLError) as e:
         comm.stream = None
         comm._closed = True
-        convert_stream_closed_error(comm, e)
+        tcp.convert_stream_closed_error(comm, e)
     except BaseException:
         comm.abort()
         raise
     try:
-        return await from_frames(
+        return await tcp.from_frames(
             frames, deserialize=comm.deserialize, allow_offload=comm.allow_offload
         )
     except EOFError:
