@@ -130,3 +130,33 @@ def test_bad_inputs_are_refused_with_the_argument_named(client: Client) -> None:
         clf.partial_fit(X, y + 5)
     with pytest.raises(angel.errors.SnapshotError, match="no saved daskangel model"):
         models.load("memory://nothing-here")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "os:system",  # a model file is data: nothing outside daskangel.models is imported
+        "builtins:eval",
+        "sklearn.linear_model:LogisticRegression",  # an estimator, but not one of ours
+        "daskangel.models:load",  # inside daskangel.models, but not an estimator
+        "daskangel.models._core._estimator:PSEstimator",  # the abstract base
+        "daskangel.models:os.system",
+    ],
+)
+def test_load_refuses_a_class_that_is_not_a_daskangel_estimator(tmp_path: Path, path: str) -> None:
+    import json
+
+    sentinel = tmp_path / "ran"
+    (tmp_path / "m").mkdir()
+    doc = {
+        "format": 2,
+        "class": path,
+        "params": {"command": f"touch {sentinel}", "source": f"open({str(sentinel)!r}, 'w')"},
+        "attrs": {},
+        "history": None,
+        "arrays": {},
+    }
+    (tmp_path / "m" / "daskangel-model.json").write_text(json.dumps(doc))
+    with pytest.raises(angel.errors.SnapshotError, match="daskangel"):
+        models.load(str(tmp_path / "m"))
+    assert not sentinel.exists()

@@ -145,15 +145,34 @@ def _read(url: str) -> dict[str, Any]:
 
 
 def _class(path: str, url: str) -> type:
+    """The estimator class a saved model names, only if it is one of daskangel's.
+
+    A model file is data: loading one must not import or call anything else
+    (``"os:system"`` would otherwise run with the saved parameters).  Only
+    modules under ``daskangel.models`` are imported, and only subclasses of
+    :class:`PSEstimator` are accepted.
+    """
+    from ._estimator import PSEstimator
+
     mod, _, qual = path.partition(":")
-    try:
-        return getattr(importlib.import_module(mod), qual)  # type: ignore[no-any-return]
-    except (ImportError, AttributeError):
-        # saved by an older layout (e.g. daskangel.models._estimators): the public name
-        cls = getattr(importlib.import_module(PUBLIC), qual, None)
-        if cls is None:
-            raise SnapshotError(f"url: {url!r} holds a {path!r}, which is not known here") from None
-        return cls  # type: ignore[no-any-return]
+    if mod != PUBLIC and not mod.startswith(PUBLIC + "."):
+        raise SnapshotError(
+            f"url: {url!r} names the class {path!r}; only daskangel.models estimators are "
+            "loaded from a model file (was it written by daskangel?)"
+        )
+    cls: Any = None
+    if "." not in qual and qual.isidentifier():
+        try:
+            cls = getattr(importlib.import_module(mod), qual, None)
+        except ImportError:
+            cls = None
+        if cls is None:  # saved by an older layout (e.g. daskangel.models._estimators)
+            cls = getattr(importlib.import_module(PUBLIC), qual, None)
+    if not (isinstance(cls, type) and issubclass(cls, PSEstimator)) or cls is PSEstimator:
+        raise SnapshotError(
+            f"url: {url!r} holds a {path!r}, which is not a daskangel estimator known here"
+        )
+    return cls
 
 
 def load(url: str, client: Any = None, ps: Any = None) -> Any:
