@@ -85,7 +85,7 @@ def tcp_internals() -> SimpleNamespace | None:
     return SimpleNamespace(**found)
 
 
-def _vanished(why: str) -> None:
+def _vanished(why: str) -> SimpleNamespace | None:
     warnings.warn(
         f"daskangel reads large PS replies straight into their output by following "
         f"Dask's TCP reader, but {why} (distributed version changed?): falling back "
@@ -94,7 +94,7 @@ def _vanished(why: str) -> None:
         RuntimeWarning,
         stacklevel=3,
     )
-    return None
+    return None  # the caller reads through comm.read()
 
 
 def landed(result: Any, target: np.ndarray | None) -> bool:
