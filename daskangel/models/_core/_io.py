@@ -144,6 +144,11 @@ def _read(url: str) -> dict[str, Any]:
     return doc
 
 
+def _is_base(c: type) -> bool:
+    """``c`` is :class:`PSEstimator` (by name: ``_estimator`` imports this module)."""
+    return c.__module__ == f"{__package__}._estimator" and c.__qualname__ == "PSEstimator"
+
+
 def _class(path: str, url: str) -> type:
     """The estimator class a saved model names, only if it is one of daskangel's.
 
@@ -152,8 +157,6 @@ def _class(path: str, url: str) -> type:
     modules under ``daskangel.models`` are imported, and only subclasses of
     :class:`PSEstimator` are accepted.
     """
-    from ._estimator import PSEstimator
-
     mod, _, qual = path.partition(":")
     if mod != PUBLIC and not mod.startswith(PUBLIC + "."):
         raise SnapshotError(
@@ -168,7 +171,7 @@ def _class(path: str, url: str) -> type:
             cls = None
         if cls is None:  # saved by an older layout (e.g. daskangel.models._estimators)
             cls = getattr(importlib.import_module(PUBLIC), qual, None)
-    if not (isinstance(cls, type) and issubclass(cls, PSEstimator)) or cls is PSEstimator:
+    if not (isinstance(cls, type) and any(map(_is_base, cls.__mro__[1:]))):
         raise SnapshotError(
             f"url: {url!r} holds a {path!r}, which is not a daskangel estimator known here"
         )
