@@ -8,6 +8,10 @@
 | ``_docs`` | held-out split by content hash, worker-side token state |
 | ``_sampler`` | the compiled MH/alias Gibbs sampler |
 | ``_cgs`` | the CGS training task (pipelined row pulls, sparse pushes) |
+| ``_vb`` | compiled SVI kernels: fast digamma, E-step, lazy sparse lambda update |
+| ``_svi`` | the MA-SVI training task (MA-LDA: local SVI steps, models averaged on the PS) |
+| ``_svi_fit`` | MA-SVI arrays, plan and the rebase of lambda's scale after a fit |
+| ``_history`` | ``history_`` rows per sweep |
 | ``_eval`` | document-completion scoring and folding in |
 | ``_apply`` | transform / score on any input |
 

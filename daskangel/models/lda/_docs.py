@@ -38,7 +38,7 @@ from ._sampler import mix_seed
 __all__ = ["STATES", "TaskDocs", "doc_hashes", "forget", "heldout_mask", "task_docs"]
 
 # {(model uid, partition fingerprint): TaskDocs}
-STATES: dict[tuple[str, str], TaskDocs] = {}
+STATES: dict[tuple[str, str], Any] = {}  # TaskDocs (cgs) or SVIDocs (ma-svi)
 _lock = threading.Lock()
 
 

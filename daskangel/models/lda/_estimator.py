@@ -38,7 +38,9 @@ from .._core import Prepared, PSEstimator, as_unlabelled
 from ._apply import score_of, theta_of
 from ._cgs import CGSTask, Plan
 from ._docs import forget
+from ._history import sweep_records
 from ._params import check_params, layout, priors, validate_dataset
+from ._svi_fit import make_svi_arrays, run_svi
 
 __all__ = ["LDA"]
 
@@ -52,11 +54,14 @@ class LDA(PSEstimator):
         ``K``, the number of topics.
     solver
         ``'cgs'``: collapsed Gibbs sampling (Metropolis-Hastings with alias
-        proposals, cost per token independent of ``K``).
+        proposals, cost per token independent of ``K``); ``'ma-svi'``: MA-LDA,
+        stochastic variational inference on every task with lazy sparse updates
+        of lambda, the tasks' models averaged through the PS every
+        ``average_every`` minibatches (data parallel only).
     doc_topic_prior, topic_word_prior
         alpha and beta (default ``1 / n_topics`` each, as scikit-learn).
     max_iter
-        Sweeps over the training tokens per ``fit``.
+        Sweeps (``'cgs'``) or passes (``'ma-svi'``) over the training documents per ``fit``.
     parallelism
         ``'data'``: every task samples its documents against (stale) full word
         rows; ``'model'``: the vocabulary is cut into one slice per task and
@@ -76,6 +81,16 @@ class LDA(PSEstimator):
         Metropolis-Hastings rounds (a doc and a word proposal each) per token.
     n_tasks
         Training tasks (default: one per worker thread).
+    batch_size, average_every
+        ``'ma-svi'``: documents per minibatch of a task (a task cuts its
+        documents of a pass into as many minibatches as the largest task
+        needs), and minibatches between two model averages.
+    learning_offset, learning_decay
+        ``'ma-svi'``: step size ``(learning_offset + t) ** -learning_decay`` of
+        the ``t``-th minibatch step (scikit-learn's names and defaults).
+    mean_change_tol, max_doc_update_iter
+        ``'ma-svi'``: the E-step of a document stops when its topic parameters
+        change by less than this on average, or after that many iterations.
     random_state
         Seed (``None``: a fresh one).
     progress
@@ -86,8 +101,11 @@ class LDA(PSEstimator):
 
     _fitted: ClassVar[tuple[str, ...]] = (
         *PSEstimator._fitted, "n_train_tokens_", "seed_", "heldout_ll_before_", "_uid",
+        "n_steps_",
     )  # fmt: skip
-    _saved: ClassVar[tuple[str, ...]] = (*PSEstimator._saved, "n_train_tokens_", "seed_")
+    _saved: ClassVar[tuple[str, ...]] = (
+        *PSEstimator._saved, "n_train_tokens_", "seed_", "n_steps_",
+    )  # fmt: skip
     _nwk: np.ndarray | None
     n_features_in_: int
 
@@ -106,6 +124,12 @@ class LDA(PSEstimator):
         evaluate_every: int = 1,
         mh_steps: int = 2,
         n_tasks: int | None = None,
+        batch_size: int = 128,
+        average_every: int = 1,
+        learning_offset: float = 10.0,
+        learning_decay: float = 0.7,
+        mean_change_tol: float = 1e-3,
+        max_doc_update_iter: int = 100,
         random_state: int | None = None,
         warm_start: bool = False,
         progress: bool = True,
@@ -124,6 +148,12 @@ class LDA(PSEstimator):
         self.evaluate_every = evaluate_every
         self.mh_steps = mh_steps
         self.n_tasks = n_tasks
+        self.batch_size = batch_size
+        self.average_every = average_every
+        self.learning_offset = learning_offset
+        self.learning_decay = learning_decay
+        self.mean_change_tol = mean_change_tol
+        self.max_doc_update_iter = max_doc_update_iter
         self.random_state = random_state
         self.warm_start = warm_start
         self.progress = progress
@@ -137,19 +167,25 @@ class LDA(PSEstimator):
             return self._nwk
         if not self._on_ps():
             return getattr(self, "_nwk", None)
-        self._nwk = np.asarray(self._ps.get_array(self._arrays["nwk"]).get(), np.int32)
+        if "lam" in self._arrays:
+            self._nwk = np.asarray(self._ps.get_array(self._arrays["lam"]).get(), np.float64)
+        else:
+            self._nwk = np.asarray(self._ps.get_array(self._arrays["nwk"]).get(), np.int32)
         return self._nwk
 
     def _reset(self) -> None:
         self._nwk = None
 
     def _make_arrays(self, ps: PSContext, V: int, K: int) -> None:
+        init = getattr(self, "_nwk", None)
+        if self.solver == "ma-svi":
+            self._arrays = make_svi_arrays(ps, V, K, self._seed(), init)
+            return
         name = f"lda-{uuid.uuid4().hex[:8]}"
         n_servers = max(1, len(workers_info(ps.client)))
         rows = max(1, math.ceil(V / (2 * n_servers)))
         nwk = ps.zeros(f"{name}.nwk", (V, K), "int32", block_shape=(rows, K))
         nk = ps.zeros(f"{name}.nk", (1, K), "int64")
-        init = getattr(self, "_nwk", None)
         if init is not None and init.shape == (V, K):  # unpickled: upload the counts again
             nwk.set(init)
             nk.set(init.sum(axis=0, dtype=np.int64)[None, :])
@@ -171,7 +207,7 @@ class LDA(PSEstimator):
         Dataset (e.g. ``angel.data.read_docword(url)``).
         """
         check_params(self)
-        if not self.warm_start or not hasattr(self, "n_features_in_"):
+        if not self.warm_start or not hasattr(self, "n_features_in_") or self._switched():
             self._forget()
         return self._fit(X, self.max_iter)
 
@@ -183,7 +219,21 @@ class LDA(PSEstimator):
            tokens of every document it was ever given.
         """
         check_params(self)
+        if self._switched():
+            raise InvalidArgumentError(
+                f"solver: the model was trained with the other solver, got {self.solver!r}"
+            )
         return self._fit(X, 1)
+
+    def _switched(self) -> bool:
+        """Is the model trained (arrays or a pulled copy) with the other solver?"""
+        arrays = getattr(self, "_arrays", None)
+        if arrays:
+            return ("lam" in arrays) != (self.solver == "ma-svi")
+        nwk = getattr(self, "_nwk", None)
+        if nwk is not None:
+            return (nwk.dtype.kind == "f") != (self.solver == "ma-svi")
+        return False
 
     def fit_transform(self, X: Any, y: Any = None, **kw: Any) -> Any:
         return self.fit(X).transform(X)
@@ -219,6 +269,12 @@ class LDA(PSEstimator):
             self._uid = uuid.uuid4().hex
         self._nwk = None
         sweep0 = int(getattr(self, "t_", 0))
+        if self.solver == "ma-svi":
+            res, rows, sp, tokens = run_svi(self, ps, ds, V, K, alpha, beta, self._seed(),
+                                            sweeps, sweep0)  # fmt: skip
+            self.n_train_tokens_ = tokens
+            self._record(res, rows, sweeps, sweep0, sp.rounds)
+            return self._done(sweep0, sweeps, res)
         met = ps.zeros(f"{self._arrays['nwk']}.metrics-{uuid.uuid4().hex[:6]}", (sweeps + 1, 3),
                        "float64")  # fmt: skip
         plan = Plan(
@@ -239,7 +295,10 @@ class LDA(PSEstimator):
             with contextlib.suppress(Exception):
                 ps.drop(met.name)
         self.n_train_tokens_ = int(ps.get_array(plan.nk).get().sum())
-        self._record(res, rows, plan)
+        self._record(res, rows, sweeps, sweep0, 1)
+        return self._done(sweep0, sweeps, res)
+
+    def _done(self, sweep0: int, sweeps: int, res: Any) -> LDA:
         self.t_ = sweep0 + sweeps
         self.n_iter_ = sweeps
         self.train_result_ = res
@@ -253,33 +312,8 @@ class LDA(PSEstimator):
             self.seed_ = int(np.random.default_rng().integers(0, 2**31) if rs is None else rs)
         return int(self.seed_)
 
-    def _record(self, res: Any, rows: np.ndarray, plan: Plan) -> None:
-        h = res.history
-        tokens = sum(int(r["tokens"]) for r in res.results)
-        recs = []
-        prev = 0.0
-        total = 0.0
-        if len(h):
-            t_at = h.groupby("clock")["time"].max()
-            ev_at = h.groupby("clock")["eval_s"].max() if "eval_s" in h else None
-            prev = float(t_at.get(0, 0.0))
-        for s in range(1, plan.sweeps + 1):
-            wall = float("nan")
-            if len(h) and s in t_at.index:
-                ev = float(ev_at.get(s, 0.0)) if ev_at is not None else 0.0
-                wall = max(float(t_at[s]) - prev - (ev if ev == ev else 0.0), 1e-9)
-                prev = float(t_at[s])
-                total += wall
-            ll_sum, n = rows[s, 0], rows[s, 1]
-            recs.append(
-                {
-                    "sweep": plan.sweep0 + s,
-                    "heldout_ll": ll_sum / n if n else float("nan"),
-                    "tokens_per_s": tokens / wall if wall == wall else float("nan"),
-                    "time": total,
-                }
-            )
-        self._append_history(recs, plan.sweep0)
+    def _record(self, res: Any, rows: np.ndarray, sweeps: int, sweep0: int, per: int) -> None:
+        self._append_history(sweep_records(res, rows, sweeps, sweep0, per), sweep0)
         self.heldout_ll_before_ = rows[0, 0] / rows[0, 1] if rows[0, 1] else float("nan")
 
     # -- using the topics -----------------------------------------------------------------
@@ -290,12 +324,13 @@ class LDA(PSEstimator):
         check_is_fitted(self, "n_features_in_")
         nwk = self._pull()
         if nwk is None:
-            raise InvalidStateError("LDA: the counts are gone (closed context)")
+            raise InvalidStateError("LDA: the topics are gone (closed context)")
         return nwk
 
     @property
     def components_(self) -> np.ndarray:
-        """``K x V`` topic-word pseudo-counts ``n_wk + beta`` (normalise rows for phi)."""
+        """``K x V`` topic-word pseudo-counts: ``n_wk + beta`` (``'cgs'``) or the variational
+        parameter lambda (``'ma-svi'``); normalise the rows for phi."""
         return self._counts().T.astype(np.float64) + priors(self)[1]
 
     @property

@@ -29,7 +29,7 @@ __all__ = [
     "validate_dataset",
 ]
 
-SOLVERS = ("cgs",)
+SOLVERS = ("cgs", "ma-svi")
 PARALLELISMS = ("data", "model", "hybrid")
 
 
@@ -71,6 +71,32 @@ def check_params(est: Any) -> None:
     if est.groups is not None:
         _int("groups", est.groups, 1)
     as_sync(est.sync)
+    if est.solver == "ma-svi":
+        _svi_params(est)
+
+
+def _real(name: str, v: Any, lo: float, hi: float, lo_open: bool = True) -> None:
+    ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
+    if ok:
+        ok = (float(v) > lo if lo_open else float(v) >= lo) and float(v) <= hi
+    if not ok:
+        side = "(" if lo_open else "["
+        raise InvalidArgumentError(f"{name}: expected a float in {side}{lo}, {hi}], got {v!r}")
+
+
+def _svi_params(est: Any) -> None:
+    """The parameters of ``solver='ma-svi'``."""
+    if est.parallelism != "data":
+        raise InvalidArgumentError(
+            f"parallelism: solver='ma-svi' averages whole models (data parallel only), "
+            f"got {est.parallelism!r}"
+        )
+    _int("batch_size", est.batch_size, 1)
+    _int("average_every", est.average_every, 1)
+    _int("max_doc_update_iter", est.max_doc_update_iter, 1)
+    _real("learning_offset", est.learning_offset, 0.0, math.inf)
+    _real("learning_decay", est.learning_decay, 0.0, 1.0)
+    _real("mean_change_tol", est.mean_change_tol, 0.0, math.inf)
 
 
 def layout(est: Any, n_tasks: int) -> tuple[int, int]:
