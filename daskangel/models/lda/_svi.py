@@ -29,7 +29,7 @@ pulls anyway plus the held-out words; the final model after the last clock.
 Example
 -------
 >>> log_scales(SVIPlan.example(), 0, 3).round(4).tolist()
-[0.0, -0.0953, -0.1823, -0.2624]
+[0.0, -0.1054, -0.2007, -0.2877]
 """
 
 from __future__ import annotations
