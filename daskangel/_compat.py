@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["register_sparse_serializer", "workers_info"]
+__all__ = ["register_sparse_serializer", "training_workers", "workers_info"]
 
 
 def workers_info(client: Any) -> dict[str, dict[str, Any]]:
@@ -36,6 +36,32 @@ def workers_info(client: Any) -> dict[str, dict[str, Any]]:
     """
     info = client.sync(client.scheduler.identity, n_workers=-1)
     return dict(info["workers"])
+
+
+def training_workers(client: Any) -> dict[str, dict[str, Any]]:
+    """:func:`workers_info` of the workers that may hold training data and run
+    training tasks: those carrying the resource ``daskangel.train.resource``
+    names, or every worker when it is unset (the default).
+
+    Set it to keep training off the PS workers of a cluster whose trainers are
+    started with ``--resources daskangel-train=1`` (``docs/deploy.md``).
+    """
+    import dask
+
+    from .errors import InvalidArgumentError
+
+    info = workers_info(client)
+    resource = dask.config.get("daskangel.train.resource", None)
+    if not resource:
+        return info
+    picked = {a: w for a, w in info.items() if (w.get("resources") or {}).get(resource, 0) > 0}
+    if info and not picked:
+        raise InvalidArgumentError(
+            f"daskangel.train.resource: no worker of the cluster carries the resource "
+            f"{resource!r} (resources seen: {sorted({r for w in info.values() for r in (w.get('resources') or {})})}); "
+            f"start trainers with `dask worker ... --resources {resource}=1`, or unset it"
+        )
+    return picked
 
 
 def register_sparse_serializer() -> None:

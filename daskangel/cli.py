@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ._compat import workers_info
+from ._compat import training_workers, workers_info
 
 __all__ = ["MODELS", "main"]
 
@@ -211,7 +211,7 @@ def _run(a: argparse.Namespace, kw: dict[str, Any]) -> int:
                 ds = _read(a.data, a.format, a.n_features).persist(
                     client,
                     n_partitions=a.groups
-                    or sum(w["nthreads"] for w in workers_info(client).values()),
+                    or sum(w["nthreads"] for w in training_workers(client).values()),
                 )
                 est.fit(ds)
                 final = est.history_.iloc[-1].to_dict() if len(est.history_) else {}

@@ -23,7 +23,7 @@ from typing import Any
 from distributed import Client, Future, default_client
 
 from .. import config
-from .._compat import workers_info
+from .._compat import training_workers, workers_info
 from ..errors import InvalidArgumentError, InvalidStateError, MalformedInputError
 from ._assign import assign, task_workers
 from ._build import BuildSpec, combine, describe, finalize
@@ -152,7 +152,7 @@ class Dataset:
         if memory_budget is None and storage == "memory_disk" and self.memory_budget:
             memory_budget = self.memory_budget
         budget = budget_bytes(storage, memory_budget)
-        ws = workers or list(workers_info(client))
+        ws = workers or list(training_workers(client))
         tasks = task_workers(ws, n_partitions or len(ws))
         out = Dataset.__new__(Dataset)
         out.__dict__.update(self.__dict__)
@@ -271,7 +271,7 @@ class Dataset:
         assert self.client is not None
         client = self.client
         pieces, plan, spec, shift, nf = self._recipe
-        live = sorted(workers_info(client))
+        live = sorted(training_workers(client))
         if not live:
             raise InvalidStateError("repair: the cluster has no workers")
         count = {w: 0 for w in live}

@@ -40,7 +40,7 @@ from typing import Any
 
 from distributed import Client, Future
 
-from .._compat import workers_info
+from .._compat import training_workers
 from ..errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
@@ -177,7 +177,7 @@ def assign(
 ) -> list[tuple[Any, str]]:
     """``[(partition future or None, worker address)]``, one per task id."""
     n_tasks = n_groups * group_size
-    pool = list(workers) if workers else sorted(workers_info(client))
+    pool = list(workers) if workers else sorted(training_workers(client))
     if not pool:
         raise InvalidArgumentError("client: the cluster has no workers to train on")
     if data is None:

@@ -38,7 +38,7 @@ import distributed
 from distributed import Future
 
 from .. import config
-from .._compat import workers_info
+from .._compat import training_workers
 from ..errors import ServerLostError
 from ._placement import group_item, place_share
 
@@ -153,7 +153,7 @@ class Recovery:
         """The live workers; while every worker is down (all restarting at once),
         wait up to ``daskangel.client.recovery-wait`` for one to come back."""
         client = self.trainer.client
-        live = sorted(workers_info(client))
+        live = sorted(training_workers(client))
         if live:
             return live
         wait = config.get_seconds("daskangel.client.recovery-wait")
@@ -164,7 +164,7 @@ class Recovery:
                 f"no worker came back within daskangel.client.recovery-wait ({wait:g}s) "
                 "to rerun the lost training tasks"
             ) from None
-        return sorted(workers_info(client))
+        return sorted(training_workers(client))
 
     def _placed(self, t: int, part: Any) -> tuple[Any, str | None]:
         """The task's data (scattered again if its copy was lost) and a worker for it."""

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 from sklearn.base import BaseEstimator
 
-from ..._compat import workers_info
+from ..._compat import training_workers
 from ...context import PSContext
 from ._io import array_names, save_model
 
@@ -105,7 +105,7 @@ class PSEstimator(BaseEstimator):
     def _n_tasks(self, client: Any) -> int:
         """``n_tasks=`` or one task per worker thread of the cluster."""
         n = getattr(self, "n_tasks", None)
-        return int(n) if n else sum(w["nthreads"] for w in workers_info(client).values())
+        return int(n) if n else sum(w["nthreads"] for w in training_workers(client).values())
 
     def _array_names(self) -> list[str]:
         """Every PS array the model owns (empty when it has none)."""
