@@ -172,6 +172,7 @@ class PSContext:
         )
         self.servers = [ServerId(str(a), int(i)) for a, i in servers]
         every_clocks, every_seconds = _every(snapshot_every)
+        _check_shared_url(self.client, snapshot, "snapshot")
         if snapshot is None and snapshot_every is not None:
             raise InvalidArgumentError("snapshot_every: needs snapshot=<url> to write to")
         self.snapshot_url = snapshot
@@ -447,6 +448,7 @@ class PSContext:
         docs/snapshot-format.md) and by :meth:`load` / :func:`daskangel.load_arrays`.
         """
         self._check_open()
+        _check_shared_url(self.client, url, "url")
         return dict(
             self.client.sync(
                 self._scheduler.daskangel_snapshot, ctx=self.id, url=url, arrays=arrays
@@ -465,6 +467,7 @@ class PSContext:
         a layout are created co-placed again, whatever their names.
         """
         self._check_open()
+        _check_shared_url(self.client, url, "url")
         return load_into(self, url, arrays, rename)
 
     def wait_until_recovered(self, timeout: float | None = None) -> list[str]:
@@ -519,6 +522,26 @@ class PSContext:
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")
+
+
+def _check_shared_url(client: Client, url: str | None, arg: str) -> None:
+    """Refuse an fsspec ``memory://`` URL when the workers run in processes of their own.
+
+    A memory filesystem lives in one process: each worker would write its blocks
+    into its own, and nothing written could be read back by anyone else.
+    """
+    if not isinstance(url, str) or not url.startswith("memory://"):
+        return
+    from ._compat import workers_info
+
+    if any(w.get("nanny") for w in workers_info(client).values()):
+        raise InvalidArgumentError(
+            f"{arg}: {url!r} is an fsspec memory:// filesystem, which lives inside one "
+            "process, and this cluster's workers run in processes of their own (each "
+            "would write to its own memory, and nothing could be read back); use a "
+            "directory (a local path) or an object store (s3://, gs://, ...), or "
+            "memory:// only with LocalCluster(processes=False)"
+        )
 
 
 def _every(value: int | float | str | None) -> tuple[int | None, float | None]:
