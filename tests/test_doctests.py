@@ -14,7 +14,9 @@ import pytest
 
 import daskangel
 
-pytestmark = pytest.mark.timeout(120)
+# every family's examples compile its numba kernels on a cold cache (a fresh clone):
+# minutes on a busy 2-core machine, not seconds
+pytestmark = pytest.mark.timeout(900)
 
 
 def _modules() -> list[str]:
