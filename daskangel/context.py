@@ -264,8 +264,10 @@ class PSContext:
             blocks=meta.block_specs(),
             like=like,
         )
-        self.binding.metas[name] = ArrayMeta.from_dict(full)
-        return PSArray(name, context=self, binding=self.binding)
+        m = self.binding.metas[name] = ArrayMeta.from_dict(full)
+        arr = PSArray(name, context=self, binding=self.binding)
+        arr._uid = m.uid  # this creation, whatever later happens to the name
+        return arr
 
     def zeros(
         self,

@@ -385,6 +385,20 @@ class PSAgent(KeySetPulls):
                 if job is None or fk[0] == job:
                     del self.keyset_fetches[fk]
 
+    def forget_arrays(self, names: list[str]) -> None:
+        """Drop everything kept for freed arrays: cached rows, key sets registered
+        on their (gone) servers, buffered increments."""
+        gone = set(names)
+        self.pusher.drop_arrays(gone)
+        with self._lock:
+            for sk in [k for k in self.stores if k[1] in gone]:
+                del self.stores[sk]
+            tags = {t for t, kp in self.keysets.items() if kp.name in gone}
+            for t in tags:
+                del self.keysets[t]
+            for fk in [k for k in self.keyset_fetches if k[1] in tags]:
+                del self.keyset_fetches[fk]
+
     def forget_job(self, job: str) -> None:
         """Drop everything kept for a finished (or rolled back) job, including its
         buffered increments that were not pushed yet."""

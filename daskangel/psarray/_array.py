@@ -27,7 +27,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.utils import format_bytes
 
-from ..errors import ContextClosedError, InvalidTypeError, ShapeMismatchError
+from ..errors import ContextClosedError, InvalidTypeError, ShapeMismatchError, StaleLayoutError
 from ._binding import Binding, get_binding
 from ._keylists import KeySet
 from ._meta import ArrayMeta, BlockInfo
@@ -67,8 +67,10 @@ class PSFuture:
         return self._fut.exception(timeout)
 
 
-def _rebuild(name: str) -> PSArray:
-    return PSArray(name)
+def _rebuild(name: str, uid: str | None = None) -> PSArray:
+    a = PSArray(name)
+    a._uid = uid
+    return a
 
 
 class PSArray:
@@ -82,9 +84,12 @@ class PSArray:
         self.name = name
         self._context = context
         self._binding_obj = binding
+        # the creation of ``name`` this handle stands for (pinned on first use):
+        # a handle never silently follows a dropped array's successor
+        self._uid: str | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.name,))
+        return (_rebuild, (self.name, self._uid))
 
     # -- binding and metadata ------------------------------------------------
 
@@ -102,7 +107,22 @@ class PSArray:
     def meta(self) -> ArrayMeta:
         b = self._binding
         m = b.metas.get(self.name)
-        return m if m is not None else b.run(b.meta, self.name)
+        uid = self._uid
+        if m is not None and (uid is None or m.uid == uid):
+            if uid is None:
+                self._uid = m.uid
+            return m
+        # unknown here, or this process cached another creation of the name
+        m = b.run(b.meta, self.name, m is not None)
+        if uid is None:
+            self._uid = m.uid
+        elif m.uid != uid:
+            raise StaleLayoutError(
+                f"array {self.name!r}: this handle is for an array that was dropped; an "
+                f"array of that name was created again (shape {m.shape}, dtype "
+                f"{m.dtype.name}): use its handle (ps.get_array({self.name!r}))"
+            )
+        return m
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -105,6 +105,15 @@ class Binding:
     def forget(self, name: str) -> None:
         self.metas.pop(name, None)
 
+    def forget_arrays(self, names: list[str]) -> None:
+        """Forget the metadata of freed arrays and what this process's agent kept of
+        them (pulled rows, key lists, buffered increments)."""
+        for n in names:
+            self.metas.pop(n, None)
+        agent = getattr(self, "_daskangel_agent", None)
+        if agent is not None:
+            agent.forget_arrays(names)
+
     # -- server calls -----------------------------------------------------------
 
     async def call(
@@ -174,6 +183,7 @@ class Binding:
                     array=name,
                     parts=[pending[b] for b in blocks],
                     **extra,
+                    **({"uid": meta.uid} if meta.uid else {}),
                 )
                 for s, blocks in groups.items()
             ]
@@ -195,6 +205,13 @@ class Binding:
             pending = {b: by_block[b] for b in stale}
             remaining = deadline - loop.time()
             fresh = await self.meta(name, refresh=True)
+            if fresh.uid != meta.uid:
+                # planned for an array since dropped: the parts may not fit the new one
+                raise StaleLayoutError(
+                    f"array {name!r} was dropped and created again while this request was "
+                    "made for the old one (shape or dtype may differ); its metadata is now "
+                    "refreshed here: make the request again"
+                )
             if unreachable and fresh.generation == meta.generation and remaining > 0:
                 # the scheduler has not noticed yet: wait for it to drop the server
                 fresh = await self._wait(name, meta.generation, remaining)

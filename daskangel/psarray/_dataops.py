@@ -60,6 +60,8 @@ def _create(server: PSServer, array: str, blocks: list[dict[str, Any]]) -> None:
             int(spec["col0"]),
             int(spec["n_cols"]),
         )
+        if spec.get("uid"):
+            server.uids[array] = str(spec["uid"])
     server.blocks.update(made)
 
 
@@ -68,6 +70,7 @@ def _drop(server: PSServer, array: str) -> int:
     keys = [k for k in server.blocks if k[0] == array]
     for k in keys:
         del server.blocks[k]
+    server.uids.pop(array, None)
     return len(keys)
 
 

@@ -50,6 +50,14 @@ class PSWorkerPlugin(WorkerPlugin):
     def setup(self, worker: Worker) -> None:
         self.worker = worker
         worker.handlers["daskangel_ps"] = self.handle
+        worker.handlers["daskangel_forget"] = self.forget
+
+    def forget(self, names: list[str]) -> None:
+        """The ``daskangel_forget`` handler: the scheduler freed these arrays; this
+        process's handles, agent and update buffer forget what they kept of them."""
+        binding = getattr(self.worker, "_daskangel_binding", None)
+        if binding is not None:
+            binding.forget_arrays(names)
 
     def teardown(self, worker: Worker) -> None:
         # the handler stays: a request racing with the worker's shutdown then gets
@@ -69,6 +77,7 @@ class PSWorkerPlugin(WorkerPlugin):
         self, ps_op: str, server: int, cost: int, kwargs: dict[str, Any], received: bool
     ) -> Any:
         srv = self.server(int(server))
+        srv.check_uid(kwargs)
         afn = ASYNC_OPS.get(ps_op)
         if afn is not None:
             reply = await afn(srv, **kwargs)
@@ -165,6 +174,7 @@ class PSServerActor:
             return error_reply(e)
 
     def _call(self, op: str, kwargs: dict[str, Any]) -> Any:
+        self.server.check_uid(kwargs)
         if op in ASYNC_OPS:
             from distributed.utils import sync
 

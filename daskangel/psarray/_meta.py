@@ -65,6 +65,8 @@ class ArrayMeta:
     init: InitSpec
     servers: tuple[ServerId, ...] = ()
     generation: int = 0
+    # the creation this metadata describes (a new array of the same name has another)
+    uid: str = ""
     ctx: str = ""
     transport: str = "handlers"
     lost: frozenset[int] = frozenset()
@@ -145,6 +147,7 @@ class ArrayMeta:
             init=InitSpec.from_dict(d["init"]),
             servers=tuple(ServerId(str(s[0]), int(s[1])) for s in d.get("servers", ())),
             generation=int(d.get("generation", 0)),
+            uid=str(d.get("uid", "")),
             ctx=str(d.get("ctx", "")),
             transport=str(d.get("transport", "handlers")),
             lost=frozenset(int(b) for b in d.get("lost", ())),

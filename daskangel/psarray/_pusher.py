@@ -304,6 +304,14 @@ class UpdatePusher:
                 del self.buffers[k]
         return len(keys)
 
+    def drop_arrays(self, names: set[str]) -> int:
+        """Discard the buffered increments of freed arrays; return how many buffers."""
+        with self._cv:
+            keys = [k for k in self.buffers if k[1] in names]
+            for k in keys:
+                del self.buffers[k]
+        return len(keys)
+
     def buffered_bytes(self) -> int:
         with self._cv:
             return sum(b.nbytes for b in self.buffers.values())

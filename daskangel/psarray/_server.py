@@ -121,6 +121,8 @@ class PSServer(Holds, WriteBehind):
         self.index = index
         # {(array_name, block_id): Block}
         self.blocks: dict[tuple[str, int], Block] = {}
+        # {array_name: uid of the creation whose blocks this server holds}
+        self.uids: dict[str, str] = {}
         # {op_name: [calls, seconds, cost, payload bytes in, payload bytes out]}: cost
         # is the caller's estimate of the work (inline vs thread), the payload bytes
         # are the arrays the requests carried and the replies returned (counted by
@@ -151,6 +153,23 @@ class PSServer(Holds, WriteBehind):
             raise StaleLayoutError(
                 f"server {self.address}#{self.index} holds no block {block} of array {array!r}"
             ) from None
+
+    def check_uid(self, kwargs: dict[str, Any]) -> None:
+        """Refuse a request planned for another array of the same name.
+
+        ``kwargs["uid"]`` (removed here) is the creation the caller's metadata
+        describes; the caller then refreshes its metadata.
+        """
+        uid = kwargs.pop("uid", None)
+        if uid is None:
+            return
+        array = kwargs.get("array")
+        held = self.uids.get(array)  # type: ignore[arg-type]
+        if held is not None and held != uid:
+            raise StaleLayoutError(
+                f"server {self.address}#{self.index}: array {array!r} was dropped and "
+                "created again since the caller read its metadata"
+            )
 
     def write_block(
         self, key: tuple[str, int], block: Block, clock: int | None, fn: Callable[[Block], Any]

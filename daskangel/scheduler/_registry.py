@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.comm.core import CommClosedError
 from distributed.protocol import Serialized, deserialize
 
+from .. import config
 from .._wire import call_server
 from ..errors import (
     ArrayExistsError,
@@ -127,7 +129,8 @@ class ArrayRegistry:
     async def close(self, ctx: str) -> list[str]:
         """Free every array of a context; later use of them says the context closed."""
         names = [n for n, m in self.arrays.items() if m["ctx"] == ctx]
-        await asyncio.gather(*(self.drop(n) for n in names), return_exceptions=True)
+        await asyncio.gather(*(self.drop(n, forget=False) for n in names), return_exceptions=True)
+        await self.forget_everywhere(names)
         for n in names:
             self.closed[n] = ctx
         while len(self.closed) > _CLOSED_MEMORY:
@@ -166,6 +169,10 @@ class ArrayRegistry:
                 f"name: an array named {name!r} already exists; pick another name or drop it first"
             )
         event = self._pending[name] = asyncio.Event()
+        # this creation's identity: caches of an earlier array of the same name
+        # (handles, worker processes, requests in flight) are told apart by it
+        uid = uuid.uuid4().hex[:16]
+        blocks = [{**b, "uid": uid} for b in blocks]
         try:
             servers = self.ctx_servers[ctx]
             if like is not None:
@@ -195,6 +202,7 @@ class ArrayRegistry:
             full.update(
                 servers=[list(s) for s in placed],
                 generation=1,
+                uid=uid,
                 ctx=ctx,
                 blocks=blocks,
             )
@@ -205,15 +213,32 @@ class ArrayRegistry:
             del self._pending[name]
             event.set()
 
-    async def drop(self, name: str) -> bool:
-        """Free an array's blocks and forget it."""
+    async def drop(self, name: str, forget: bool = True) -> bool:
+        """Free an array's blocks and forget it, here and in every worker process."""
         meta = self.arrays.pop(name, None)
         if meta is None:
             return False
         lost = set(meta.get("lost", ()))
         servers = {(s[0], s[1]) for b, s in enumerate(meta["servers"]) if b not in lost}
         await self._drop_blocks(name, list(servers), meta["transport"])
+        if forget:
+            await self.forget_everywhere([name])
         return True
+
+    async def forget_everywhere(self, names: list[str]) -> None:
+        """Tell every worker process to forget what it cached of the freed arrays
+        (metadata, pulled rows, key lists, buffered increments), so a new array of
+        the same name is used with its own shape and dtype from the next task on.
+        Workers without the PS plugin, or leaving, are skipped."""
+        if not names or not self.scheduler.workers:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                self.scheduler.broadcast(
+                    msg={"op": "daskangel_forget", "names": names}, on_error="ignore"
+                ),
+                config.get_seconds("daskangel.context.start-timeout"),
+            )
 
     async def meta(self, name: str) -> dict[str, Any]:
         """Metadata of an array; waits for a create in flight."""
