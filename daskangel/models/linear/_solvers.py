@@ -16,10 +16,16 @@ under BSP / SSP and a resubmitted task resumes at its epoch and round.
   pushes its model delta weighted by its share of the round's rows, so the
   servers end the round holding the average of the local models.
 
+Under SSP / ASP, ``ma-sgd`` pulls its base past the clock cache (the servers'
+newest weights): its push is the change of its local model against that base,
+and against a cached, older base the changes other tasks pushed since would be
+added a second time (the model oscillated, its epochs scored like a coin).
+
 At the start of every epoch a task evaluates the global model (under BSP the
-copy it pulled; under SSP / ASP the servers' newest values) on its validation rows and adds the sums to the epoch's row of the metrics array; rows
-that every task has finished (known from the clock rule, so all tasks read the
-same figures) feed ``ctx.report`` and early stopping.
+copy it pulled; under SSP / ASP the servers' newest values) on its validation
+rows and adds the sums to the epoch's row of the metrics array; rows that every
+task has finished (known from the clock rule, so all tasks read the same
+figures) feed ``ctx.report`` and early stopping.
 
 Example
 -------
@@ -90,6 +96,11 @@ class SGDTask:
         tm["prep_rows"] = time.perf_counter() - t_0
         ks = w.key_set(d.keys) if K == 1 and p.prune and d.keys.size else None
         mon = Monitor(ctx, p, d)
+        # ma-sgd pushes its local model's change against the weights it pulled, so
+        # that base must be the servers' newest: from the clock cache (up to
+        # ``staleness`` clocks old) the changes others pushed since would be added
+        # again, and the model oscillates with a growing amplitude
+        base = w.plain if p.solver == "ma-sgd" and mon.staleness != 0 else w
         tm["prep"] += time.perf_counter() - t_0
         nk = d.keys.shape[0]
         W = np.zeros((nk, K))
@@ -110,9 +121,10 @@ class SGDTask:
                 loss_sum, loss_n = 0.0, 0
                 if epoch > 0:
                     t_0 = time.perf_counter()
-                    W0 = pull(w, d.keys, K, ks, not p.prune, d.pos)
+                    W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
                     t_1 = time.perf_counter()
-                    mon.evaluate(epoch - 1, W0 if mon.staleness == 0 else mon.latest(d.keys))
+                    fresh = mon.staleness == 0 or base is not w
+                    mon.evaluate(epoch - 1, W0 if fresh else mon.latest(d.keys))
                     tm["pull"] += t_1 - t_0
                     tm["eval"] += time.perf_counter() - t_1
                 t_0 = time.perf_counter()
@@ -126,7 +138,7 @@ class SGDTask:
             if rows.size and p.solver == "ma-sgd":
                 t_0 = time.perf_counter()
                 if W0 is None:
-                    W0 = pull(w, d.keys, K, ks, not p.prune, d.pos)
+                    W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
                 t_1 = time.perf_counter()
                 W = W0.copy()
                 loss = d.local_sgd(rows, W, p, eta)
