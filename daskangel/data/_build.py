@@ -78,6 +78,7 @@ class PieceResult:
     report: SplitReport
     lo: int
     hi: int
+    stride: int = 1  # n: share k of n of a compressed file (lines L % n == k); 1: a run
 
 
 def new_sink(spec: BuildSpec, name: str) -> ChunkSink:
@@ -165,12 +166,14 @@ def build_piece(spec: BuildSpec, split: Split, name: str) -> PieceResult:
         if parsed.stopped:
             report.stopped = True
             break
-    return PieceResult(sink.finish(), report, lo, hi)
+    stride = split.shares if not plain and split.shares > 1 else 1
+    return PieceResult(sink.finish(), report, lo, hi, stride)
 
 
 def combine(spec: BuildSpec, index: int, indexed: bool, *pieces: PieceResult) -> Partition:
     """Join a task's pieces into its partition (one CSR at the ``memory`` level)."""
     chunks: list[Chunk] = [c for p in pieces for c in p.chunks]
+    origin = tuple((sum(c.n_rows for c in p.chunks), p.stride) for p in pieces)
     nf = max([c.n_features for c in chunks], default=0)
     if spec.level == "memory" and len(chunks) > 1:
         chunks = [concat([c for c in chunks if isinstance(c, CSRBatch)], nf)]
@@ -186,6 +189,7 @@ def combine(spec: BuildSpec, index: int, indexed: bool, *pieces: PieceResult) ->
         worker_address(),
         [p.report for p in pieces],
         (lo, hi),
+        origin=origin,
     )
 
 
@@ -216,6 +220,7 @@ def finalize(part: Partition, shift: int, n_features: int) -> Partition:
         part.worker,
         part.reports,
         rng,
+        origin=part.origin,
     )
 
 
@@ -233,4 +238,5 @@ def describe(part: Partition) -> dict[str, Any]:
         "level": part.level,
         "indexed": part.indexed,
         "reports": part.reports,
+        "origin": part.origin,
     }

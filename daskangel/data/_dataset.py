@@ -20,6 +20,7 @@ import uuid
 import weakref
 from typing import Any
 
+import numpy as np
 from distributed import Client, Future, default_client
 
 from .. import config
@@ -27,6 +28,7 @@ from .._compat import training_workers, workers_info
 from ..errors import InvalidArgumentError, InvalidStateError, MalformedInputError
 from ._assign import assign, task_workers
 from ._build import BuildSpec, combine, describe, finalize
+from ._positions import positions
 from ._report import ERROR_MODES, BadLine, SplitReport, resolve_lines, total_counts
 from ._sources import (
     Derived,
@@ -207,6 +209,7 @@ class Dataset:
         self._set_info(metas)
 
     def _set_info(self, metas: list[dict[str, Any]]) -> None:
+        self._origins = [(m["reports"], m.get("origin")) for m in metas]
         self.info = [
             PartitionInfo(
                 m["index"],
@@ -241,6 +244,23 @@ class Dataset:
         if final is not None:
             part = client.submit(finalize, part, *final, key=f"{base}-part-{t}-final", **opts)
         return part
+
+    def positions(self) -> list[np.ndarray]:
+        """Each partition's rows' positions in the input (int64, 0-based).
+
+        Rows are numbered in input order: files in the order given, lines in
+        file order; arrays and dask collections in row order.  Scores computed
+        partition by partition go back to input order with these
+        (``predict`` on a Dataset does).
+
+        Example
+        -------
+        >>> ds = angel.data.from_array(X, y).persist(n_partitions=2)  # doctest: +SKIP
+        >>> np.concatenate(ds.positions()).tolist() == list(range(len(X)))  # doctest: +SKIP
+        True
+        """
+        self._check()
+        return positions(getattr(self, "_origins", []), self.header_lines)
 
     def lost(self) -> list[int]:
         """Partitions whose worker has left the cluster."""

@@ -96,6 +96,7 @@ class Partition:
         "n_features",
         "n_rows",
         "nnz",
+        "origin",
         "reports",
         "share",
         "worker",
@@ -113,6 +114,7 @@ class Partition:
         reports: list[Any] | None = None,
         col_range: tuple[int, int] | None = None,
         share: Share | None = None,
+        origin: tuple[tuple[int, int], ...] | None = None,
     ) -> None:
         self.dataset_id = dataset_id
         self.index = index
@@ -128,6 +130,8 @@ class Partition:
             col_range = _col_range(chunks)
         self.col_range = col_range
         self.share = share
+        # (rows, stride) of each piece, in order (see data._positions); None: unknown
+        self.origin = origin
 
     # -- sizes --------------------------------------------------------------------------
 
@@ -238,6 +242,7 @@ class Partition:
             self.reports,
             (lo or 0, hi or 0),
             self.share,
+            self.origin,
         )
 
     # -- sharing among the members of a training group ------------------------------------
