@@ -5,7 +5,10 @@
 * a dask array or dataframe: a lazy dask array, one block per row chunk
   (the weights travel once, as one graph key);
 * a daskangel Dataset: each partition is scored on the worker holding it and
-  the result is a dask array over those futures (rows in partition order).
+  the result is a dask array over those futures, rows in the input's order
+  (:func:`.._core._predict.in_input_order`); a Dataset with more features than
+  the model is refused (fewer: the missing ones weigh 0, as for a libsvm test
+  file whose last features never occur).
 
 Example
 -------
@@ -24,6 +27,7 @@ import numpy as np
 from ...data import Dataset
 from ...errors import InvalidArgumentError
 from .._core._input import is_dask
+from .._core._predict import in_input_order
 
 __all__ = ["local_margins", "margins_of"]
 
@@ -36,9 +40,11 @@ def local_margins(X: Any, W: np.ndarray) -> np.ndarray:
 
 def _partition_margins(part: Any, W: np.ndarray) -> np.ndarray:
     X = part.csr().to_scipy()
-    n = min(X.shape[1], W.shape[0] - 1)
-    if X.shape[1] != n:
-        X = X[:, :n]
+    n = X.shape[1]
+    if n > W.shape[0] - 1:  # checked on the driver; a rewritten partition could differ
+        raise InvalidArgumentError(
+            f"X has {n} features, but the model is expecting {W.shape[0] - 1} features"
+        )
     return local_margins(X, np.vstack([W[:n], W[-1:]]))
 
 
@@ -46,21 +52,17 @@ def margins_of(est: Any, X: Any, W: np.ndarray) -> Any:
     """Margins ``(n, K)`` of ``X`` under weights ``W`` (see the module docstring)."""
     K = W.shape[1]
     if isinstance(X, Dataset):
-        import dask
-        import dask.array as da
-
         ds = X if X.persisted else X.persist()
+        if ds.n_features > est.n_features_in_:
+            raise InvalidArgumentError(
+                f"X: the Dataset has {ds.n_features} features, but {type(est).__name__} "
+                f"is expecting {est.n_features_in_} features as input"
+            )
         client = ds.client
         assert client is not None
         [wf] = client.scatter([W], broadcast=True)
         futs = ds.map_partitions(_partition_margins, wf)
-        blocks = [
-            da.from_delayed(dask.delayed(f), shape=(info.n_rows, K), dtype=np.float64)
-            for f, info in zip(futs, ds.info, strict=True)
-        ]
-        if not blocks:
-            return da.zeros((0, K), chunks=((0,), (K,)))
-        return da.concatenate(blocks, axis=0)
+        return in_input_order(ds, futs, K)
     if hasattr(X, "to_dask_array"):
         X = X.to_dask_array(lengths=True)
     if is_dask(X):
