@@ -131,6 +131,11 @@ class FTRL(Optimizer):
 
     ``sigma = (sqrt(n + g^2) - sqrt(n)) / alpha; z += g - sigma w; n += g^2;
     w = 0 if |z| <= l1 else -(z - sign(z) l1) / ((beta + sqrt(n)) / alpha + l2)``.
+
+    An entry never stepped (``n == 0``) starts from the ``z`` that gives back its
+    current weight, ``z = -w (beta / alpha + l2) - sign(w) l1``, so weights that
+    do not start at zero (a factorization machine's random factors) are kept
+    rather than reset by the first step; from zero it is the usual ``z = 0``.
     """
 
     alpha: float = 0.1
@@ -147,7 +152,10 @@ class FTRL(Optimizer):
         n0 = state["n"]
         n = n0 + g * g
         sigma = (np.sqrt(n) - np.sqrt(n0)) / self.alpha
-        z = state["z"] + g - sigma * w
+        z0 = np.where(
+            n0 == 0, -w * (self.beta / self.alpha + self.l2) - np.sign(w) * self.l1, state["z"]
+        )
+        z = z0 + g - sigma * w
         denom = (self.beta + np.sqrt(n)) / self.alpha + self.l2
         w = np.where(np.abs(z) <= self.l1, 0.0, -(z - np.sign(z) * self.l1) / denom)
         return w, {"z": z, "n": n}

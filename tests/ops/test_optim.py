@@ -48,6 +48,9 @@ def ref_adam(hp, w, s, i, g):
 
 def ref_ftrl(hp, w, s, i, g):
     n_old = s["n"][i]
+    if n_old == 0:  # never stepped: the z that gives back w
+        l1 = math.copysign(hp["l1"], w) if w else 0.0
+        s["z"][i] = -w * (hp["beta"] / hp["alpha"] + hp["l2"]) - l1
     n_new = n_old + g * g
     sigma = (math.sqrt(n_new) - math.sqrt(n_old)) / hp["alpha"]
     s["z"][i] += g - sigma * w
@@ -272,3 +275,15 @@ def test_bound_optimizer_steps_from_dask_tasks(ps, client):
     adam.drop(ps)
     opt.drop(ps)
     assert sorted(ps.arrays()) == ["w"]
+
+
+def test_ftrl_keeps_nonzero_start_weights(ps):
+    """A zero gradient on weights that do not start at 0 (random factors) leaves them;
+    FTRL used to reset every first-touched entry to about 0 (z started at 0)."""
+    w = ps.random("w", (4, 3), seed=1, dist="normal", scale=0.1, dtype="float64")
+    w0 = np.asarray(w.get())
+    opt = ops.FTRL(alpha=0.1, beta=1.0, l1=0.01, l2=0.5).attach(ps, w)
+    opt.step(np.zeros((2, 3)), rows=[0, 2])
+    np.testing.assert_allclose(w.get(), w0, atol=1e-12)
+    opt.step(np.full((1, 3), 1e-3), rows=[1])  # a small gradient moves a little
+    assert np.abs(np.asarray(w.get())[1] - w0[1]).max() < 1e-3
