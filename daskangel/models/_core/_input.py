@@ -30,6 +30,7 @@ __all__ = [
     "Prepared",
     "as_dataset",
     "as_unlabelled",
+    "check_finite",
     "dataset_classes",
     "encode_labels",
     "is_dask",
@@ -194,3 +195,28 @@ def as_unlabelled(X: Any, client: Any, n_tasks: int) -> Prepared:
 
     X = check_array(X, accept_sparse="csr", dtype="numeric")
     return Prepared(from_array(X).persist(client, n_partitions=n_tasks), True, None)
+
+
+def _non_finite(p: Any) -> tuple[int, int]:
+    b = p.csr()
+    return int((~np.isfinite(b.data)).sum()), int((~np.isfinite(b.labels)).sum())
+
+
+def check_finite(data: Prepared) -> None:
+    """Refuse a Dataset holding NaN or infinity in its values or labels (before training).
+
+    Local inputs are checked by scikit-learn's ``check_X_y``; a Dataset or a dask
+    input is checked here, next to its partitions (one pass, nothing moves).
+    """
+    ds = data.ds
+    if not ds.partitions:
+        return
+    counts = ds.client.gather(ds.map_partitions(_non_finite))  # type: ignore[union-attr]
+    bad_x = sum(c[0] for c in counts)
+    bad_y = sum(c[1] for c in counts)
+    if bad_x:
+        raise InvalidArgumentError(
+            f"X: expected finite values, got {bad_x} NaN or infinite value(s)"
+        )
+    if bad_y:
+        raise InvalidArgumentError(f"y: expected finite labels, got {bad_y} NaN or infinite")
