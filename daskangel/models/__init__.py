@@ -2,6 +2,7 @@
 
 | family | estimators |
 | --- | --- |
+| ``fm/`` | :class:`FMClassifier`, :class:`FMRegressor` (factorization machines on the PS) |
 | ``gbdt/`` | :class:`GBDTClassifier`, :class:`GBDTRegressor` (two-phase split finding on the PS) |
 | ``lda/`` | :class:`LDA` (collapsed Gibbs sampling on the PS) |
 | ``linear/`` | :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVC`, :class:`LinearRegression`, :class:`Ridge`, :class:`HuberRegressor`, :class:`Lasso` |
@@ -24,6 +25,7 @@ Example
 from __future__ import annotations
 
 from ._core import PSEstimator, auc_from_hist, load
+from .fm import FMClassifier, FMRegressor
 from .gbdt import GBDTClassifier, GBDTRegressor
 from .lda import LDA
 from .linear import (
@@ -42,6 +44,8 @@ from .mf import MatrixFactorization
 __all__ = [
     "LDA",
     "SOLVERS",
+    "FMClassifier",
+    "FMRegressor",
     "GBDTClassifier",
     "GBDTRegressor",
     "HuberRegressor",

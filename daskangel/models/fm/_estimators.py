@@ -1,0 +1,153 @@
+"""The factorization machines: scikit-learn estimators whose model rows live on the PS.
+
+| estimator | model | outputs |
+| --- | --- | --- |
+| :class:`FMClassifier` | Rendle's FM, logistic loss (binary) | ``predict_proba``, ``decision_function`` |
+| :class:`FMRegressor` | Rendle's FM, squared error | ``predict`` |
+
+The objective is the mean loss over the training rows plus
+``reg_linear/2 |w|^2 + reg_factors/2 |V|^2`` over the rows a step touches.
+
+Example
+-------
+>>> from daskangel.models import FMClassifier                          # doctest: +SKIP
+>>> clf = FMClassifier(n_factors=8, solver="adam").fit(X, y)            # doctest: +SKIP
+>>> clf.predict_proba(X_dask)                  # a dask array          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.base import ClassifierMixin, RegressorMixin
+
+from .._core._predict import map_rows
+from ._base import FMModel
+
+__all__ = ["FMClassifier", "FMRegressor"]
+
+COMMON_DOC = """
+    Parameters
+    ----------
+    n_factors
+        ``k``: factors per feature (per feature and field for FFM).
+    solver
+        ``'ma-sgd'`` (default): local SGD passes whose deltas are averaged on
+        the PS; ``'adam'``, ``'adagrad'``, ``'ftrl'``, ``'sgd'``: minibatch
+        gradients pushed to that server-side optimiser (the batch's rows
+        pulled, pruned).
+    learning_rate
+        Step size of the optimiser (FTRL: its alpha; MA-SGD: the local SGD step).
+    reg_linear, reg_factors
+        L2 strengths of the linear weights and of the factors (the bias is free).
+    max_iter
+        Epochs (passes over the data).
+    batch_size
+        Rows per step (default 256; 1 for ``'ma-sgd'``).
+    local_steps
+        ``'ma-sgd'``: local steps between two averagings (default: a whole pass).
+    init_std
+        Standard deviation of the initial factors (and linear weights).
+    sync
+        ``'bsp'``, ``'ssp:<s>'``, ``'asp'`` or a protocol object (``angel.SSP(2)``).
+    tol, n_iter_no_change, early_stopping, validation_fraction
+        A seeded ``validation_fraction`` of every partition is held out and
+        evaluated each epoch (metrics in ``history_``); with ``early_stopping``
+        training stops once the validation loss has not improved by ``tol`` for
+        ``n_iter_no_change`` epochs.
+    dtype
+        The model's dtype on the PS (default float32).
+    n_tasks
+        Training tasks (default: one per worker thread).
+    random_state, warm_start, progress, client, ps
+        Seed of the initial factors, splits and shuffles; continue from the
+        current model on ``fit``; show a progress bar; the Dask client (default:
+        the current one); an existing :class:`~daskangel.PSContext` to use.
+
+    Attributes
+    ----------
+    w0_, coef_, factors_
+        Bias, linear weights, factor matrix (pulled from the PS on first use).
+    classes_, n_features_in_, n_iter_, t_
+        Classes, features, epochs of the last fit, epochs in total.
+    history_
+        pandas DataFrame, one row per epoch: ``train_loss`` and ``val_*`` metrics.
+"""
+
+
+def _init(self: Any, kw: dict[str, Any]) -> None:
+    for k, v in kw.items():
+        if k not in ("self", "__class__"):
+            setattr(self, k, v)
+
+
+class _Classifier(ClassifierMixin, FMModel):
+    _task = "classifier"
+
+    def decision_function(self, X: Any) -> Any:
+        """The margins ``(n,)``: positive for ``classes_[1]``."""
+        return self._margins(X)
+
+    def predict(self, X: Any) -> Any:
+        """Class labels (a dask array for a dask / Dataset input)."""
+        classes = self.classes_
+
+        def pick(m: np.ndarray) -> np.ndarray:
+            return classes[(m > 0).astype(np.int64)]
+
+        m = self._margins(X)
+        if hasattr(m, "dask"):
+            return m.map_blocks(pick, dtype=classes.dtype)
+        return pick(m)
+
+    def predict_proba(self, X: Any) -> Any:
+        """Class probabilities ``(n, 2)``."""
+
+        def proba(m: np.ndarray) -> np.ndarray:
+            p = 1.0 / (1.0 + np.exp(-np.clip(m, -500, 500)))
+            return np.stack([1.0 - p, p], axis=1)
+
+        m = self._margins(X)
+        if hasattr(m, "dask"):
+            return m.map_blocks(proba, dtype=np.float64, new_axis=1, chunks=(m.chunks[0], (2,)))
+        return proba(m)
+
+    def predict_log_proba(self, X: Any) -> Any:
+        p = self.predict_proba(X)
+        return np.log(np.clip(p, 1e-300, None)) if not hasattr(p, "dask") else p.map_blocks(np.log)
+
+
+class FMClassifier(_Classifier):
+    __doc__ = "Factorization machine for binary classification (logistic loss).\n" + COMMON_DOC
+
+    def __init__(
+        self, *, n_factors: int = 8, solver: str = "ma-sgd", learning_rate: float = 0.01,
+        reg_linear: float = 1e-5, reg_factors: float = 1e-4, max_iter: int = 10,
+        batch_size: int | None = None, local_steps: int | None = None, init_std: float = 0.01,
+        sync: Any = "bsp", tol: float | None = 1e-4, n_iter_no_change: int = 3,
+        early_stopping: bool = True, validation_fraction: float = 0.1, dtype: Any = None,
+        n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
+        progress: bool = False, client: Any = None, ps: Any = None,
+    ) -> None:  # fmt: skip
+        _init(self, locals())
+
+
+class FMRegressor(RegressorMixin, FMModel):
+    __doc__ = "Factorization machine for regression (squared error).\n" + COMMON_DOC
+    _task = "regressor"
+
+    def __init__(
+        self, *, n_factors: int = 8, solver: str = "ma-sgd", learning_rate: float = 0.01,
+        reg_linear: float = 1e-5, reg_factors: float = 1e-4, max_iter: int = 10,
+        batch_size: int | None = None, local_steps: int | None = None, init_std: float = 0.01,
+        sync: Any = "bsp", tol: float | None = 1e-4, n_iter_no_change: int = 3,
+        early_stopping: bool = True, validation_fraction: float = 0.1, dtype: Any = None,
+        n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
+        progress: bool = False, client: Any = None, ps: Any = None,
+    ) -> None:  # fmt: skip
+        _init(self, locals())
+
+    def predict(self, X: Any) -> Any:
+        """Predicted values (a dask array for a dask / Dataset input)."""
+        return map_rows(self._margins(X), lambda m: m, np.float64, True)

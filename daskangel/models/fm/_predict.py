@@ -1,0 +1,99 @@
+"""Margins of a fitted factorization machine on any input: local in, local out; dask in, dask out.
+
+* numpy / ``scipy.sparse`` / pandas: checked like scikit-learn checks them and
+  scored here by the compiled kernel over CSR rows (global indices: the model's
+  rows are the features, the bias last);
+* a dask array or dataframe: a lazy dask array, one block per row chunk (the
+  model travels once, as one graph key);
+* a daskangel Dataset: each partition is scored on the worker holding it, rows
+  in partition order.
+
+Example
+-------
+>>> import numpy as np
+>>> W = np.array([[0.5, 1.0], [0.0, 2.0], [0.1, 0.0]])     # 2 features, k = 1, bias last
+>>> local_margins(np.array([[1.0, 1.0]]), W, None).tolist()  # 0.1 + 0.5 + 1 * 2
+[2.6]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ...data import Dataset
+from ...errors import InvalidArgumentError
+from .._core._input import is_dask
+from ._kernels import margins
+
+__all__ = ["local_margins", "margins_of"]
+
+_NO_FIELDS = np.zeros(0, np.int32)
+
+
+def local_margins(X: Any, W: np.ndarray, fields: np.ndarray | None) -> np.ndarray:
+    """Margins ``(n,)`` of a numpy or scipy.sparse ``X`` under the model rows ``W``."""
+    X = sp.csr_matrix(X)
+    X.sort_indices()
+    f = _NO_FIELDS if fields is None else np.append(fields, 0).astype(np.int32)
+    nf = 0 if fields is None else int(fields.max(initial=0)) + 1
+    return margins(  # type: ignore[no-any-return]
+        X.indptr, X.indices, np.asarray(X.data, np.float64), W, f, nf
+    )
+
+
+def _partition_margins(part: Any, W: np.ndarray, fields: np.ndarray | None) -> np.ndarray:
+    X = part.csr().to_scipy()
+    n = W.shape[0] - 1
+    if X.shape[1] > n:
+        raise InvalidArgumentError(
+            f"X has {X.shape[1]} features, but the model is expecting {n} features as input"
+        )
+    X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n))
+    return local_margins(X, W, fields)
+
+
+def margins_of(est: Any, X: Any, W: np.ndarray, fields: np.ndarray | None) -> Any:
+    """Margins ``(n,)`` of ``X`` (see the module docstring)."""
+    if isinstance(X, Dataset):
+        import dask
+        import dask.array as da
+
+        ds = X if X.persisted else X.persist()
+        client = ds.client
+        assert client is not None
+        [wf] = client.scatter([W], broadcast=True)
+        futs = ds.map_partitions(_partition_margins, wf, fields)
+        blocks = [
+            da.from_delayed(dask.delayed(f), shape=(info.n_rows,), dtype=np.float64)
+            for f, info in zip(futs, ds.info, strict=True)
+        ]
+        if not blocks:
+            return da.zeros((0,), chunks=((0,),))
+        return da.concatenate(blocks, axis=0)
+    if hasattr(X, "to_dask_array"):
+        X = X.to_dask_array(lengths=True)
+    if is_dask(X):
+        import dask
+
+        if X.ndim != 2 or X.shape[1] != est.n_features_in_:
+            raise InvalidArgumentError(
+                f"X has {X.shape[-1] if X.ndim else 0} features, but {type(est).__name__} "
+                f"is expecting {est.n_features_in_} features as input"
+            )
+        Xr = X.rechunk({1: -1})
+        wd = dask.delayed(W, pure=True)
+        return Xr.map_blocks(
+            local_margins, wd, fields, dtype=np.float64, drop_axis=1, chunks=(Xr.chunks[0],)
+        )
+    from sklearn.utils.validation import check_array
+
+    X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
+    if X.shape[1] != est.n_features_in_:
+        raise InvalidArgumentError(
+            f"X has {X.shape[1]} features, but {type(est).__name__} is expecting "
+            f"{est.n_features_in_} features as input"
+        )
+    return local_margins(X, W, fields)

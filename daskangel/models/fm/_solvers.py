@@ -1,0 +1,144 @@
+"""A factorization machine's training task: minibatches through server-side optimisers, or MA-SGD.
+
+One task per data partition runs :class:`FMTask` under ``angel.train``; a
+clock is one *round* and an epoch is ``plan.rounds`` rounds, the same number
+for every task (a task whose rows run out does empty rounds), so clocks line
+up under BSP / SSP and a resubmitted task resumes at its epoch and round.
+
+* ``'adam'``, ``'adagrad'``, ``'ftrl'``, ``'sgd'``: a round is one minibatch:
+  pull the rows (linear weight and factors) of the batch's features only,
+  compute the gradient over the CSR rows (compiled, ``O(nnz k)``), add the L2
+  terms of the touched rows, and push it to the optimiser psf, which steps
+  the weights and its state where they live.
+* ``'ma-sgd'``: a round pulls the rows of the partition's keys once (pruned),
+  runs ``local_steps`` minibatch SGD steps locally (a whole pass by default)
+  and pushes the model delta weighted by the task's share of the round's rows,
+  so the servers end the round holding the average of the local models.
+
+At the start of every epoch a task evaluates the model on its validation rows
+into the epoch's row of the metrics array (:class:`.._core._monitor.Monitor`).
+
+Example
+-------
+>>> angel.train(ps, FMTask(plan), dataset, sync=angel.BSP())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ...psarray import PSArray
+from .._core._monitor import Monitor
+from .._core._order import round_share, rows_per_round
+from .._core._rows import pull, push
+from ._kernels import batch_keys, grad_rows
+from ._task import Plan, TaskData, prepare
+
+__all__ = ["FMTask", "per_round"]
+
+
+def per_round(plan: Plan) -> int:
+    """Training rows a task visits in one clock."""
+    return rows_per_round(plan.solver, plan.local_steps, plan.batch, plan.train_rows)
+
+
+class FMTask:
+    """``fn(ctx, partition)`` of a factorization machine's fit (see the module docstring)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def __call__(self, ctx: Any, part: Any) -> dict[str, Any]:
+        p = self.plan
+        tm = {"prep": 0.0, "pull": 0.0, "grad": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
+        t_0 = time.perf_counter()
+        d = prepare(part, p)
+        D = p.width
+        w = ctx.array(p.weights)
+        mon = Monitor(ctx, p, lambda W: d.evaluate(W, p))
+        tm["prep"] += time.perf_counter() - t_0
+        nk = d.keys.shape[0]
+        W = np.zeros((nk, D))
+        G = np.zeros((nk, D))
+        mark = np.full(nk, -1, np.int64)
+        scratch = np.empty(nk, np.int64)
+        per = per_round(p)
+        total = p.epochs * p.rounds
+        order = np.arange(0)
+        loss_sum, loss_n = 0.0, 0
+        c = ctx.iteration
+        stopped = False
+        t = d.train
+        while c < total:
+            epoch, rnd = divmod(c, p.rounds)
+            W0 = None
+            if rnd == 0:
+                order = d.epoch_order([int(p.seed) & 0xFFFFFFFF, p.epoch0 + epoch, part.index])
+                loss_sum, loss_n = 0.0, 0
+                if epoch > 0:
+                    t_0 = time.perf_counter()
+                    W0 = pull(w, d.keys, D, pos=d.pos)
+                    t_1 = time.perf_counter()
+                    mon.evaluate(epoch - 1, W0 if mon.staleness == 0 else self._latest(d))
+                    tm["pull"] += t_1 - t_0
+                    tm["eval"] += time.perf_counter() - t_1
+                t_0 = time.perf_counter()
+                stopped = mon.stop(c)
+                tm["eval"] += time.perf_counter() - t_0
+                if stopped:
+                    break
+            rows = order[rnd * per : (rnd + 1) * per]
+            if rows.size and p.solver == "ma-sgd":
+                t_0 = time.perf_counter()
+                if W0 is None:
+                    W0 = pull(w, d.keys, D, pos=d.pos)
+                t_1 = time.perf_counter()
+                W = W0.copy()
+                loss = d.local_sgd(rows, W, p, p.eta0)
+                t_2 = time.perf_counter()
+                share = round_share(per, p.train_rows, ctx.task_id, rnd)
+                push(w, d.keys, (W - W0) * share, D, d.pos)
+                tm["pull"] += t_1 - t_0
+                tm["grad"] += t_2 - t_1
+                tm["push"] += time.perf_counter() - t_2
+                loss_sum += loss
+                loss_n += rows.size
+            elif rows.size:
+                t_0 = time.perf_counter()
+                bk = np.append(batch_keys(t.indptr, t.indices, rows, mark, c, scratch), nk - 1)
+                keys = d.keys[bk] if d.pos is None else d.keys[d.pos[bk]]
+                W[bk] = pull(w, keys, D)
+                t_1 = time.perf_counter()
+                G[bk] = 0.0
+                loss = grad_rows(
+                    t.indptr, t.indices, t.data, d.y_train, rows, W, d.fields, p.n_fields,
+                    p.kind, G,
+                )  # fmt: skip
+                g = G[bk] / rows.size
+                g[:-1, 0] += p.reg_linear * W[bk[:-1], 0]
+                g[:-1, 1:] += p.reg_factors * W[bk[:-1], 1:]
+                t_2 = time.perf_counter()
+                p.optimizer.step(g, rows=keys, casting="same_kind", atomic=False)
+                tm["pull"] += t_1 - t_0
+                tm["grad"] += t_2 - t_1
+                tm["push"] += time.perf_counter() - t_2
+                loss_sum += loss
+                loss_n += rows.size
+            if rnd == p.rounds - 1:
+                mon.add_train(epoch, loss_sum, loss_n)
+            t_0 = time.perf_counter()
+            ctx.clock()
+            tm["clock"] += time.perf_counter() - t_0
+            c = ctx.iteration
+        if not stopped and c >= total and total:
+            t_0 = time.perf_counter()
+            mon.evaluate(p.epochs - 1, self._latest(d))
+            tm["eval"] += time.perf_counter() - t_0
+        return {"epochs": c // p.rounds if p.rounds else 0, "stopped": stopped, "timings": tm}
+
+    def _latest(self, d: TaskData) -> np.ndarray:
+        """The rows of ``d``'s keys as the servers hold them now (not the task's view)."""
+        return pull(PSArray(self.plan.weights), d.keys, self.plan.width, pos=d.pos)
