@@ -42,6 +42,7 @@ __all__ = [
     "RequestTooLargeError",
     "ServerLostError",
     "ShapeMismatchError",
+    "ServerMemoryError",
     "SnapshotError",
     "StaleLayoutError",
     "SyncError",
@@ -161,3 +162,11 @@ class MalformedInputError(DaskAngelError, ValueError):
 
 class MissingDependencyError(DaskAngelError, ImportError):
     """An optional package needed for this input (e.g. ``zstandard``) is not installed."""
+
+
+class ServerMemoryError(DaskAngelError, MemoryError):
+    """An array's blocks would not fit the memory limits of the workers holding them."""
+
+    def __reduce__(self) -> tuple[type, tuple]:  # type: ignore[type-arg]
+        # MemoryError's default reduction cannot rebuild a subclass (tblib, Dask)
+        return (type(self), self.args)

@@ -53,7 +53,7 @@ from ._meta import ArrayMeta
 from ._plan import assemble, plan_get
 from ._pullcache import Fetch, UnitStore, covered
 from ._pusher import UpdatePusher
-from ._routing import normalize_index
+from ._routing import check_shape, normalize_index
 
 __all__ = ["PSAgent", "agent_of", "get_agent"]
 
@@ -170,6 +170,7 @@ class PSAgent(KeySetPulls):
                 raise ShapeMismatchError("rows: a key-set pull selects columns of a vector only")
             return self.get_keys(cols, job=job, floor=floor, task=task)
         m = self._meta(name)
+        check_shape("get", m.shape, m.itemsize, rows, cols)  # before any index is made
         unit = self._units(m, rows, cols)
         if unit is None or self._too_big(m, unit):
             t0 = time.perf_counter()

@@ -29,6 +29,7 @@ from ._meta import ArrayMeta
 from ._packed import plan_packed
 from ._routing import (
     AxisPlan,
+    check_shape,
     check_size,
     check_values,
     normalize_index,
@@ -53,9 +54,12 @@ __all__ = [
 ]
 
 
-def axes(m: ArrayMeta, rows: Any, cols: Any) -> tuple[AxisPlan, AxisPlan, tuple[int, ...]]:
+def axes(
+    m: ArrayMeta, rows: Any, cols: Any, what: str = "get"
+) -> tuple[AxisPlan, AxisPlan, tuple[int, ...]]:
     if m.ndim == 1 and rows is not None:
         raise PSIndexError(f"rows: array {m.name!r} is 1-D; select with cols=")
+    check_shape(what, m.shape, m.itemsize, rows, cols)
     r, r_scalar = normalize_index("rows", rows, m.shape[0])
     c, c_scalar = normalize_index("cols", cols, m.shape[1])
     rp = plan_axis(m.layout, "rows", r, m.shape[0])
@@ -233,13 +237,16 @@ def plan_update(
                 "values: a sparse matrix carries its own coordinates; pass it without rows= / cols="
             )
         return plan_coo(m, values, casting, on_nonfinite)
+    if m.ndim == 1 and rows is not None:
+        raise PSIndexError(f"rows: array {m.name!r} is 1-D; select with cols=")
+    check_shape("values", m.shape, m.itemsize, rows, cols)
     # one row of a sparse 4-byte array at many columns: packed parts (a vector
     # with rows= goes the general way, which names the error)
     if add and cols is not None and m.sparse and m.itemsize == 4 and (m.ndim > 1 or rows is None):
         packed = plan_packed(m, values, rows, cols, casting, on_nonfinite)
         if packed is not None:
             return packed
-    rp, cp, shape = axes(m, rows, cols)
+    rp, cp, shape = axes(m, rows, cols, "values")
     vals = np.asarray(values)
     try:
         vals = np.broadcast_to(vals, shape).reshape(rp.size, cp.size)

@@ -43,7 +43,7 @@ from ._plan import coo_parts as _coo_parts
 from ._plan import is_sparse_input as _is_sparse_input
 from ._plan import plan_update, with_block
 from ._pushbuffer import MergeBuffer
-from ._routing import check_size, check_values, normalize_index, route_coo
+from ._routing import check_shape, check_size, check_values, normalize_index, route_coo
 
 __all__ = ["BufferKey", "UpdatePusher", "to_units"]
 
@@ -79,6 +79,7 @@ def to_units(
         return "entries", cr * nc + cc, data.reshape(-1, 1)
     if m.ndim == 1 and rows is not None:
         raise PSIndexError(f"rows: array {m.name!r} is 1-D; select with cols=")
+    check_shape("values", m.shape, m.itemsize, rows, cols)
     r, r_scalar = normalize_index("rows", rows, nr)
     c, c_scalar = normalize_index("cols", cols, nc)
     vals = np.asarray(values)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from dask.utils import format_bytes
 
 from .. import config
 from ..errors import (
@@ -35,6 +36,7 @@ from ._layout import Layout
 __all__ = [
     "AxisPlan",
     "Index",
+    "check_shape",
     "check_size",
     "check_values",
     "normalize_index",
@@ -75,6 +77,8 @@ def normalize_index(name: str, idx: Any, extent: int) -> tuple[Index, bool]:
         return np.array([i], dtype=np.int64), True
     if isinstance(idx, slice):
         start, stop, step = idx.indices(extent)
+        n = len(range(start, stop, step))
+        check_size(name, n * 8, f"{name}: a slice of {n:,} indices")  # before np.arange
         return np.arange(start, stop, step, dtype=np.int64), False
     arr = np.asarray(idx)
     if arr.size == 0:
@@ -113,6 +117,7 @@ def plan_axis(layout: Layout, axis: str, idx: Index, extent: int) -> AxisPlan:
             extent,
         )
     if idx is None:
+        check_size(axis, extent * 8, f"{axis}: all {extent:,} hashed keys")
         idx = np.arange(extent, dtype=np.int64)
     m = idx.shape[0]
     if n == 1:
@@ -172,14 +177,40 @@ def route_coo(
     return out
 
 
-def check_size(name: str, nbytes: int) -> None:
-    """Reject a request over ``daskangel.client.max-request-bytes`` before sending."""
+def check_size(name: str, nbytes: int, what: str | None = None) -> None:
+    """Reject a request over ``daskangel.client.max-request-bytes`` before sending
+    (``what`` describes it; default: ``"{name}: request"``)."""
     limit = config.get_bytes("daskangel.client.max-request-bytes")
     if nbytes > limit:
         raise RequestTooLargeError(
-            f"{name}: request of {nbytes:,} bytes exceeds daskangel.client.max-request-bytes "
-            f"= {limit:,}; split it (e.g. get_iter, rows=/cols=) or raise the limit"
+            f"{what or name + ': request'} of {format_bytes(nbytes)} ({nbytes:,} bytes) "
+            f"exceeds daskangel.client.max-request-bytes = {format_bytes(limit)}; nothing was "
+            "allocated or sent: split it (get_iter, smaller rows=/cols= slices) or raise the limit"
         )
+
+
+def selected(idx: Any, extent: int) -> int:
+    """How many entries an index selects along an axis of ``extent``, without
+    materialising it (a slice is counted, not expanded)."""
+    if idx is None:
+        return extent
+    if isinstance(idx, slice):
+        return len(range(*idx.indices(extent)))
+    if isinstance(idx, (int, np.integer)):
+        return 1
+    if isinstance(idx, np.ndarray) and idx.dtype == np.bool_:
+        return int(np.count_nonzero(idx))
+    try:
+        return len(idx)
+    except TypeError:
+        return 1
+
+
+def check_shape(name: str, shape: tuple[int, int], itemsize: int, rows: Any, cols: Any) -> None:
+    """Reject a rows x cols request over ``daskangel.client.max-request-bytes`` from
+    its shape alone, before any index, value or output array is made."""
+    nr, nc = selected(rows, shape[0]), selected(cols, shape[1])
+    check_size(name, nr * nc * itemsize, f"{name}: {nr:,} x {nc:,} entries of {itemsize} bytes")
 
 
 def _finite(values: np.ndarray) -> bool:

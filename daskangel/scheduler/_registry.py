@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dask.utils import format_bytes
 from distributed.comm.core import CommClosedError
 from distributed.protocol import Serialized, deserialize
 
@@ -38,6 +39,7 @@ from ..errors import (
     DaskAngelError,
     InvalidArgumentError,
     ServerLostError,
+    ServerMemoryError,
 )
 from ._placement import place_blocks
 
@@ -184,6 +186,7 @@ class ArrayRegistry:
                 placed = [(s[0], int(s[1])) for s in other["servers"]]
             else:
                 placed = place_blocks([int(b["bytes"]) for b in blocks], servers, self.load())
+            self._check_memory(name, blocks, placed)
             per_server: dict[ServerId, list[dict[str, Any]]] = {}
             for b, s in zip(blocks, placed, strict=True):
                 per_server.setdefault(s, []).append(b)
@@ -212,6 +215,45 @@ class ArrayRegistry:
         finally:
             del self._pending[name]
             event.set()
+
+    def _check_memory(
+        self, name: str, blocks: list[dict[str, Any]], placed: list[ServerId]
+    ) -> None:
+        """Refuse dense blocks that would push a worker past its share of memory
+        (``daskangel.server.max-memory-fraction`` of its memory limit): Dask would
+        restart it, losing the blocks of every array it holds."""
+        frac = float(config.get("daskangel.server.max-memory-fraction"))
+        new: dict[str, int] = {}
+        for b, s in zip(blocks, placed, strict=True):
+            if b["kind"] == "dense":
+                new[s[0]] = new.get(s[0], 0) + int(b["bytes"])
+        if not new:
+            return
+        held: dict[str, int] = {}
+        for m in self.arrays.values():
+            for b, s in zip(m["blocks"], m["servers"], strict=True):
+                if b["kind"] == "dense":
+                    held[s[0]] = held.get(s[0], 0) + int(b["bytes"])
+        over = []
+        for addr, add in sorted(new.items()):
+            ws = self.scheduler.workers.get(addr)
+            limit = int(getattr(ws, "memory_limit", 0) or 0)
+            if limit and held.get(addr, 0) + add > frac * limit:
+                over.append(
+                    f"worker {addr} would hold {format_bytes(held.get(addr, 0) + add)} "
+                    f"({format_bytes(add)} of this array, {format_bytes(held.get(addr, 0))} "
+                    f"of others) where its memory limit {format_bytes(limit)} x {frac} "
+                    f"allows {format_bytes(int(frac * limit))}"
+                )
+        if over:
+            total = sum(new.values())
+            raise ServerMemoryError(
+                f"name: array {name!r} needs {format_bytes(total)} of dense blocks, more than "
+                f"the PS servers' memory allows: {'; '.join(over)} "
+                "(daskangel.server.max-memory-fraction of each worker's memory limit). "
+                "Nothing was created: use a sparse array, a smaller dtype, more workers or "
+                "more memory per worker"
+            )
 
     async def drop(self, name: str, forget: bool = True) -> bool:
         """Free an array's blocks and forget it, here and in every worker process."""
