@@ -79,6 +79,7 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _kddgen import GenSpec, bayes_logloss, make_chunk
+from _sgdrate import print_rate, sgd_rate
 
 
 def logloss(y: np.ndarray, margin: np.ndarray) -> float:
@@ -342,12 +343,15 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=0.35)
     ap.add_argument("--target", type=float, default=None)
     ap.add_argument("--cap", type=float, default=900.0, help="dask-ml seconds")
-    ap.add_argument("--skip", default="", help="comma list of sklearn,daskangel,daskml")
+    ap.add_argument("--skip", default="", help="comma list of sklearn,daskangel,daskml,sgdrate")
+    ap.add_argument("--sgd-rows", type=int, default=200_000, help="rows of the sgd-rate run")
+    ap.add_argument("--sgd-features", type=int, default=1_000_000)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, 2 epochs: a run check")
     a = ap.parse_args()
     if a.smoke:
         a.rows, a.features, a.test_rows, a.chunk_rows = 20_000, 20_000, 2_000, 10_000
         a.epochs, a.cap = 2, 10.0
+        a.sgd_rows, a.sgd_features = 5_000, 20_000
     for name in ("rows", "features", "nnz_per_row", "test_rows", "chunk_rows", "epochs"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')}: expected an int >= 1, got {getattr(a, name)}")
@@ -379,6 +383,7 @@ def main() -> None:
 
     ag: dict[str, Any] = {"skipped": True}
     dm: dict[str, Any] = {"skipped": True}
+    rate: dict[str, Any] = {"skipped": True}
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
@@ -401,6 +406,9 @@ def main() -> None:
             print(f"dask-ml (cap {a.cap:.0f} s) ...", flush=True)
             client.run(_trim)
             dm = run_daskml(a, client, g, test, target)
+        if "sgdrate" not in skip:
+            print("sgd vs ma-sgd rows/s ...", flush=True)
+            rate = sgd_rate(client, a, repeat=1 if a.smoke else 3)
 
     def fmt(s: Any) -> str:
         return "-" if s is None else f"{s:8.1f}"
@@ -442,6 +450,8 @@ def main() -> None:
             f"\n== pruning (ma-sgd, seconds per epoch) ==\npruned pulls {pr:.2f} s, full pulls "
             f"{fu:.2f} s: full/pruned = {fu / pr:.2f}x"
         )
+    if not rate.get("skipped"):
+        print_rate(rate, a)
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
 
 

@@ -18,7 +18,10 @@ On a 2-worker LocalCluster (processes), for each transport ("handlers", "actors"
 * rows/s of a 1,000-row batched get from a 100,000 x 100 matrix;
 * sparse increment keys/s: 1 M random keys into a 1 x 10**9 sparse vector (new keys,
   then the same keys again), per server, next to the same update (packing, then the
-  block's packed update) on one local block.
+  block's packed update) on one local block;
+* the row section (``--sections rows``, :mod:`_rowbench`): random-row gets, pipelined
+  pulls with and without compute, and sparse row increments of LDA- and MF-shaped
+  arrays, measured in a task on a worker without a server against bare RPCs.
 
 Every figure is the median of ``--repeat`` runs (dense transfers: ``repeat x 64 / MiB``
 runs, so that each size times as many bytes and the 1 MiB medians are as steady as
@@ -36,6 +39,7 @@ import time
 from typing import Any
 
 import numpy as np
+from _rowbench import bench_rows
 from _timing import median_time, paired_median_times
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -262,19 +266,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--transports", default="handlers,actors")
+    ap.add_argument("--sections", default="transports,rows", help="comma list of transports,rows")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, one round: a run check")
     args = ap.parse_args()
     repeat = 1 if args.smoke else args.repeat
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        client.register_plugin(RawPlugin())
-        rows = []
-        for t in args.transports.split(","):
-            rows += bench_transport(client, t, repeat, args.smoke)
+    sections = set(args.sections.split(","))
+    rows = []
+    if "transports" in sections:
+        with (
+            LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            client.register_plugin(RawPlugin())
+            for t in args.transports.split(","):
+                rows += bench_transport(client, t, repeat, args.smoke)
+    if "rows" in sections:
+        rows += bench_rows(1 if args.smoke else repeat * 3, args.smoke, RawPlugin())
     head = ("transport", "operation", "daskangel", "raw transport (ratio)", "local numpy")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(5)]
     line = " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))

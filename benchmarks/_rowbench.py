@@ -1,0 +1,244 @@
+"""The row section of ``bench_ps.py``: random-row pulls and sparse row pushes from a task.
+
+On a 3-worker LocalCluster (processes, one thread each): the PS servers live on
+two workers, and every figure is measured inside one task on the third, which
+holds no server, so every byte crosses a comm, as for a training task pulling
+rows it does not hold.  Two shapes: LDA-like (50,000 x 1,000 int32 word-topic
+counts) and MF-like (50,000 x 50 float32 item factors), auto-partitioned.
+
+* **get**: ``PSArray.get(rows=idx)`` of 1,000 and 10,000 distinct random rows
+  (unsorted), against *raw*: one bare Dask RPC per server, concurrently, each
+  returning as many bytes as that server's rows (a cached array: no copy, no
+  planning);
+* **pipelined pulls** of 10,000 rows in batches of 1,000: one ``get``,
+  all batches as ``get_async`` issued up front then collected, and
+  ``get_iter``; then the same with a compute step per batch (a float32 matmul
+  of the batch, releasing the GIL), where pulling ahead pays;
+* **sparse row increments**: ``PSArray.increment`` of a ``scipy.sparse`` CSR of
+  10,000 random rows x 20 nonzeros, against *raw*: one bare RPC per server
+  carrying the update's compact content (a 4-byte column and a 4-byte value per
+  key, 8 bytes per row) closed by a small round trip that waits for queued adds
+  (``version_token``) on the daskangel side.
+
+Each figure is the median of ``repeat`` rounds, daskangel and raw timed in turns
+(``paired_median_times``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from _timing import paired_median_times
+from distributed import Client, LocalCluster, get_worker
+from distributed.protocol import to_serialize
+from distributed.utils import sync
+
+import daskangel as angel
+
+__all__ = ["bench_rows"]
+
+SHAPES = {"LDA": ((50_000, 1_000), "int32"), "MF": ((50_000, 50), "float32")}
+SMOKE_SHAPES = {"LDA": ((2_000, 100), "int32"), "MF": ((2_000, 50), "float32")}
+NNZ = 20  # nonzeros per row of a sparse row increment
+BATCH = 1_000
+
+
+def _server_of(arr: angel.PSArray) -> tuple[np.ndarray, list[str]]:
+    """``row -> server number`` (row-block layouts) and the servers' addresses."""
+    blocks = arr.blocks
+    addrs = sorted({b.server.address for b in blocks})
+    n_rows = arr.shape[0]
+    owner = np.empty(n_rows, np.int64)
+    for b in blocks:
+        r0, r1 = b.rows
+        owner[r0:r1] = addrs.index(b.server.address)
+    return owner, addrs
+
+
+def _raw(addrs: list[str], op: str, shares: list[Any]) -> None:
+    """One bare RPC per server from this task, concurrently."""
+    w = get_worker()
+
+    async def go() -> None:
+        calls = []
+        for a, s in zip(addrs, shares, strict=True):
+            if op == "source":
+                calls.append(w.rpc(a).bench_source(nbytes=int(s)))
+            else:
+                calls.append(w.rpc(a).bench_sink(data=to_serialize(s)))
+        await asyncio.gather(*calls)
+
+    sync(w.loop, go)
+
+
+def _compute(vals: np.ndarray, B: np.ndarray) -> float:
+    return float((vals.astype(np.float32) @ B).sum())
+
+
+def _measure(name: str, n_rows: list[int], repeat: int, warmup: int, seed: int) -> dict[str, Any]:
+    """Runs in a task on the worker without a server: every figure of one array."""
+    arr = angel.PSArray(name)
+    owner, addrs = _server_of(arr)
+    nr, width = arr.shape
+    row_bytes = width * arr.dtype.itemsize
+    rng = np.random.default_rng(seed)
+    out: dict[str, Any] = {"servers": len(addrs)}
+    for n in n_rows:
+        idx = rng.choice(nr, size=min(n, nr), replace=False)
+        shares = [int((owner[idx] == s).sum()) * row_bytes for s in range(len(addrs))]
+        t = paired_median_times(
+            {
+                "get": lambda idx=idx: arr.get(rows=idx),
+                "raw": lambda s=shares: _raw(addrs, "source", s),
+            },
+            repeat,
+            warmup=warmup,
+        )
+        out[f"get {n}"] = (t["get"], t["raw"])
+    # pipelined pulls of the largest count
+    n = min(max(n_rows), nr)
+    idx = rng.choice(nr, size=n, replace=False)
+    batch = min(BATCH, max(1, n // 10))
+    starts = range(0, n, batch)
+    B = rng.standard_normal((width, 16)).astype(np.float32)
+
+    def one(compute: bool) -> None:
+        v = arr.get(rows=idx)
+        if compute:
+            for s in starts:
+                _compute(v[s : s + batch], B)
+
+    def all_async(compute: bool) -> None:
+        futs = [arr.get_async(rows=idx[s : s + batch]) for s in starts]
+        for f in futs:
+            v = f.result()
+            if compute:
+                _compute(v, B)
+
+    def it(compute: bool) -> None:
+        for _, v in arr.get_iter(idx, batch=batch):
+            if compute:
+                _compute(v, B)
+
+    for compute in (False, True):
+        fns = {"get": lambda c=compute: one(c), "async": lambda c=compute: all_async(c)}
+        fns["iter"] = lambda c=compute: it(c)
+        out[f"pipe {'compute' if compute else 'pull'}"] = paired_median_times(
+            fns, repeat, warmup=warmup
+        )
+    # the compute alone
+    v_all = arr.get(rows=idx)
+    t0 = time.perf_counter()
+    for _ in range(max(1, repeat // 2)):
+        for s in starts:
+            _compute(v_all[s : s + batch], B)
+    out["compute"] = (time.perf_counter() - t0) / max(1, repeat // 2)
+    out["pipe n"], out["pipe batch"] = n, batch
+    # sparse row increments: NNZ random columns in each of n random rows
+    n_inc = min(max(n_rows), nr)
+    nnz = min(NNZ, width)
+    r = np.sort(rng.choice(nr, size=n_inc, replace=False))
+    cols = np.stack([rng.choice(width, size=nnz, replace=False) for _ in range(64)])
+    cols = np.sort(cols[rng.integers(0, 64, n_inc)], axis=1).ravel()
+    indptr = np.zeros(nr + 1, np.int64)
+    indptr[r + 1] = nnz
+    indptr = np.cumsum(indptr)
+    data = np.ones(n_inc * nnz, arr.dtype)
+    X = sp.csr_matrix((data, cols, indptr), shape=(nr, width))
+    inc_shares = [
+        np.ones(int((owner[r] == s).sum()) * (nnz * 2 + 2), np.float32) for s in range(len(addrs))
+    ]
+    small = [4] * len(addrs)
+
+    def inc() -> None:
+        arr.increment(X)
+        arr.version_token()
+
+    def raw_inc() -> None:
+        _raw(addrs, "sink", inc_shares)
+        _raw(addrs, "source", small)
+
+    t = paired_median_times({"inc": inc, "raw": raw_inc}, repeat, warmup=warmup)
+    out["inc"] = (t["inc"], t["raw"], n_inc * nnz)
+    return out
+
+
+def bench_rows(repeat: int, smoke: bool, plugin: Any) -> list[tuple[str, str, str, str, str]]:
+    """The row section's table rows (see the module docstring)."""
+    shapes = SMOKE_SHAPES if smoke else SHAPES
+    n_rows = [100, 500] if smoke else [1_000, 10_000]
+    rows: list[tuple[str, str, str, str, str]] = []
+    with (
+        LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.register_plugin(plugin)
+        workers = sorted(client.scheduler_info()["workers"])
+        with angel.PSContext(client, workers=workers[:2]) as ps:
+            for label, (shape, dtype) in shapes.items():
+                name = f"rows-{label}"
+                if dtype == "int32":  # counts
+                    ps.zeros(name, shape, dtype=dtype)
+                else:
+                    ps.random(name, shape, dtype=dtype, seed=1)
+                fut = client.submit(
+                    _measure,
+                    name,
+                    n_rows,
+                    repeat,
+                    0 if smoke else 2,
+                    0,
+                    workers=[workers[2]],
+                    pure=False,
+                )
+                res = fut.result()
+                what = f"{label} {shape[0]:,} x {shape[1]:,} {dtype}"
+                row_bytes = shape[1] * np.dtype(dtype).itemsize
+                for n in n_rows:
+                    t, tr = res[f"get {n}"]
+                    k = min(n, shape[0])
+                    rows.append(
+                        (
+                            "rows",
+                            f"{what}: get {k:,} random rows ({k * row_bytes / 2**20:.1f} MiB)",
+                            f"{t * 1e3:,.2f} ms",
+                            f"{tr * 1e3:,.2f} ms ({tr / t:.0%})",
+                            "-",
+                        )
+                    )
+                pn, pb = res["pipe n"], res["pipe batch"]
+                for mode in ("pull", "compute"):
+                    ts = res[f"pipe {mode}"]
+                    best = min(ts["get"], ts["async"])
+                    extra = (
+                        f" + compute {res['compute'] * 1e3:,.1f} ms" if mode == "compute" else ""
+                    )
+                    rows.append(
+                        (
+                            "rows",
+                            f"{what}: {pn:,} rows in batches of {pb:,}{extra}: get_iter",
+                            f"{ts['iter'] * 1e3:,.1f} ms",
+                            f"one get {ts['get'] * 1e3:,.1f} ms, all get_async "
+                            f"{ts['async'] * 1e3:,.1f} ms (best/iter {best / ts['iter']:.0%})",
+                            "-",
+                        )
+                    )
+                t, tr, keys = res["inc"]
+                rows.append(
+                    (
+                        "rows",
+                        f"{what}: sparse row increment {keys // min(NNZ, shape[1]):,} "
+                        f"rows x {min(NNZ, shape[1])} nnz",
+                        f"{keys / t / 1e6:,.1f} M keys/s",
+                        f"{keys / tr / 1e6:,.1f} M keys/s ({tr / t:.0%})",
+                        "-",
+                    )
+                )
+                ps.drop(name)
+    return rows
