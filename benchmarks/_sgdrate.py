@@ -38,15 +38,16 @@ def _fit_rate(models: Any, ds: Any, solver: str, n_rows: int) -> tuple[float, fl
     return rows / wall, ll
 
 
-def sgd_rate(client: Any, a: Any, repeat: int = 3) -> dict[str, Any]:
+def sgd_rate(client: Any, a: Any, repeat: int = 3, warmup: bool = True) -> dict[str, Any]:
     """``{solver: (median rows/s, val log-loss)}`` and the ratio sgd / ma-sgd."""
     import daskangel as angel
     from daskangel import models
 
     g = GenSpec(a.sgd_features, a.nnz_per_row, a.seed)
-    Xw, yw, _ = make_chunk(0, 2000, 5, 1000)
-    for solver in ("sgd", "ma-sgd"):  # warm-up: compile the kernels on the workers
-        models.LogisticRegression(solver=solver, max_iter=1).fit(Xw, yw).close()
+    if warmup:  # compile the kernels on the workers
+        Xw, yw, _ = make_chunk(0, 2000, 5, 1000)
+        for solver in ("sgd", "ma-sgd"):
+            models.LogisticRegression(solver=solver, max_iter=1).fit(Xw, yw).close()
     X, y, _ = make_chunk(0, a.sgd_rows, g.nnz, g.n_features, spec=g)
     ds = angel.data.from_array(X, y, n_features=g.n_features).persist(client, n_partitions=2)
     out: dict[str, Any] = {}

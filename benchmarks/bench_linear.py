@@ -351,7 +351,7 @@ def main() -> None:
     if a.smoke:
         a.rows, a.features, a.test_rows, a.chunk_rows = 20_000, 20_000, 2_000, 10_000
         a.epochs, a.cap = 2, 10.0
-        a.sgd_rows, a.sgd_features = 5_000, 20_000
+        a.sgd_rows, a.sgd_features = 2_000, 10_000
     for name in ("rows", "features", "nnz_per_row", "test_rows", "chunk_rows", "epochs"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')}: expected an int >= 1, got {getattr(a, name)}")
@@ -408,7 +408,7 @@ def main() -> None:
             dm = run_daskml(a, client, g, test, target)
         if "sgdrate" not in skip:
             print("sgd vs ma-sgd rows/s ...", flush=True)
-            rate = sgd_rate(client, a, repeat=1 if a.smoke else 3)
+            rate = sgd_rate(client, a, repeat=1 if a.smoke else 3, warmup=not a.smoke)
 
     def fmt(s: Any) -> str:
         return "-" if s is None else f"{s:8.1f}"

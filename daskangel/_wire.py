@@ -161,7 +161,7 @@ def check_wire_config() -> None:
 
 
 # the fields of an update's parts that may carry its bulk
-_BULK = ("values", "packed", "coo_rows", "coo_cols")
+_BULK = ("values", "packed", "coo_rows", "coo_cols", "csr_rows", "csr_len", "csr_cols")
 
 
 def split_follow(op: str, kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[np.ndarray]]:

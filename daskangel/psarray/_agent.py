@@ -45,12 +45,13 @@ import numpy as np
 
 from .. import config
 from ..errors import InvalidArgumentError, PSIndexError, ShapeMismatchError
+from . import _kernels as K
 from ._agentkeys import KeySetPulls, _KeyPlan
 from ._array import PSArray
 from ._binding import Binding, get_binding
 from ._keylists import KeySet
 from ._meta import ArrayMeta
-from ._plan import assemble, plan_get
+from ._plan import assemble, direct_targets, plan_get
 from ._pullcache import Fetch, UnitStore, covered
 from ._pusher import UpdatePusher
 from ._routing import check_shape, normalize_index
@@ -65,11 +66,12 @@ COUNTERS = ("calls", "seconds", "bytes_pulled", "bytes_pushed", "cache_hits", "j
 class _Pending:
     """A read being answered: cache hits now, the rest from fetches in flight."""
 
-    __slots__ = ("out", "parts", "uniq")
+    __slots__ = ("_out", "dtype", "parts", "uniq", "width")
 
-    def __init__(self, uniq: np.ndarray, out: np.ndarray) -> None:
+    def __init__(self, uniq: np.ndarray, width: int, dtype: np.dtype) -> None:
         self.uniq = uniq
-        self.out = out
+        self.width, self.dtype = width, dtype
+        self._out: np.ndarray | None = None
         # [(fetch, positions in uniq, positions in fetch.keys)]
         self.parts: list[tuple[Fetch, np.ndarray, np.ndarray]] = []
 
@@ -80,7 +82,21 @@ class _Pending:
     def done(self) -> bool:
         return all(f.future.done() for f, _, _ in self.parts)
 
+    @property
+    def out(self) -> np.ndarray:
+        """The result being filled (allocated on first use: a read answered by one
+        fetch of its own never needs it)."""
+        if self._out is None:
+            self._out = np.empty((self.uniq.shape[0], self.width), self.dtype)
+        return self._out
+
     def finish(self) -> np.ndarray:
+        if self._out is None and len(self.parts) == 1:
+            f, at, _ = self.parts[0]
+            if f.joined == 0 and at.shape[0] == self.uniq.shape[0]:
+                # this read's own fetch of exactly its units, shared with nobody
+                # (no reader can join a finished fetch): its array, no copy
+                return f.future.result()
         for f, at, src in self.parts:
             self.out[at] = f.future.result()[src]
         return self.out
@@ -182,6 +198,8 @@ class PSAgent(KeySetPulls):
                 )
             return out
         mode, idx, shape = unit
+        if K.is_strictly_sorted(idx):  # sorted distinct units: no gather back
+            return self._request(name, m, mode, idx, job, floor, task).finish().reshape(shape)
         uniq, inv = np.unique(idx, return_inverse=True)
         pending = self._request(name, m, mode, uniq, job, floor, task)
         return pending.finish()[inv.ravel()].reshape(shape)
@@ -204,7 +222,7 @@ class PSAgent(KeySetPulls):
     ) -> _Pending:
         """Serve ``uniq`` units from cache, fetches in flight, and one new fetch."""
         width = m.shape[1] if mode == "rows" else 1
-        pending = _Pending(uniq, np.empty((uniq.shape[0], width), m.dtype))
+        pending = _Pending(uniq, width, m.dtype)
         new: Fetch | None = None
         with self._lock:
             store = self.stores.get((job, name, mode))
@@ -224,6 +242,7 @@ class PSAgent(KeySetPulls):
                     cov = covered(uniq[need_at], f)
                     if cov.any():
                         at = need_at[cov]
+                        f.joined += 1
                         pending.parts.append((f, at, np.searchsorted(f.keys, uniq[at])))
                         need_at = need_at[~cov]
                         self._count(task, joined=int(cov.sum()))
@@ -245,9 +264,12 @@ class PSAgent(KeySetPulls):
                 m, parts, places, cost, full, shape = plan_get(arr.meta, fetch.keys, None)
             else:
                 m, parts, places, cost, full, shape = plan_get(arr.meta, None, fetch.keys)
-            finish = assemble(m, places, full, shape)
+            # the keys are sorted: each block's reply is one run of the result,
+            # read from the socket straight into its place
+            out, into = direct_targets(m.dtype, full, places, cost)
+            finish = assemble(m, places, full, shape, out, into)
             b = self.binding
-            cf = b.submit(b.call_blocks, name, "get", parts, cost, {})
+            cf = b.submit(b.call_blocks, name, "get", parts, cost, {}, into)
         except BaseException as e:
             self._fail_fetch(store, fetch, e)
             raise
@@ -313,16 +335,18 @@ class PSAgent(KeySetPulls):
         per_batch = batch * m.shape[1] * m.itemsize
         window = max(1, config.get_bytes("daskangel.agent.pipeline-bytes") // max(1, per_batch))
         todo = deque(starts)
-        live: deque[tuple[np.ndarray, np.ndarray, _Pending]] = deque()
+        live: deque[tuple[np.ndarray, np.ndarray | None, _Pending]] = deque()
 
         def launch() -> None:
             while todo and len(live) < window:
                 s = todo.popleft()
                 rb = idx[s : s + batch]
-                uniq, inv = np.unique(rb, return_inverse=True)
-                live.append(
-                    (rb, inv.ravel(), self._request(name, m, "rows", uniq, job, floor, task))
-                )
+                if K.is_strictly_sorted(rb):  # a task's key list: as it is, no gather back
+                    uniq, inv = rb, None
+                else:
+                    uniq, inv = np.unique(rb, return_inverse=True)
+                    inv = inv.ravel()
+                live.append((rb, inv, self._request(name, m, "rows", uniq, job, floor, task)))
 
         launch()
         while live:
@@ -336,7 +360,9 @@ class PSAgent(KeySetPulls):
                 at = ready[0] if ready else 0
             rb, inv, pending = live[at]
             del live[at]
-            vals = pending.finish()[inv]
+            vals = pending.finish()
+            if inv is not None:
+                vals = vals[inv]
             launch()
             yield rb, vals
 

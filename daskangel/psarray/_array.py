@@ -31,7 +31,7 @@ from ..errors import ContextClosedError, InvalidTypeError, ShapeMismatchError, S
 from ._binding import Binding, get_binding
 from ._keylists import KeySet
 from ._meta import ArrayMeta, BlockInfo
-from ._plan import assemble, direct_targets, plan_get, plan_update
+from ._plan import assemble, direct_targets, plan_get, plan_update, sort_rows
 from ._routing import check_values
 from ._taskclock import current_clock
 
@@ -166,11 +166,13 @@ class PSArray:
 
     def get_async(self, rows: Any = None, cols: Any = None) -> PSFuture:
         """Start a :meth:`get`; return a :class:`PSFuture` of the numpy result."""
-        m, parts, places, cost, full, shape = plan_get(self.meta, rows, cols)
+        m = self.meta
+        rows, rank = sort_rows(m, rows)
+        m, parts, places, cost, full, shape = plan_get(m, rows, cols)
         out, into = direct_targets(m.dtype, full, places, cost)
         b = self._binding
         fut = b.submit(b.call_blocks, self.name, "get", parts, cost, {}, into)
-        return PSFuture(fut, assemble(m, places, full, shape, out, into))
+        return PSFuture(fut, _in_order(assemble(m, places, full, shape, out, into), rank))
 
     def get(self, rows: Any = None, cols: Any = None) -> np.ndarray:
         """Pull the whole array, some rows, some columns, or rows x columns.
@@ -184,11 +186,13 @@ class PSArray:
             if rows is not None:
                 raise ShapeMismatchError("rows: a key-set pull selects columns of a vector only")
             return self._agent().get_keys(cols)
-        m, parts, places, cost, full, shape = plan_get(self.meta, rows, cols)
+        m = self.meta
+        rows, rank = sort_rows(m, rows)
+        m, parts, places, cost, full, shape = plan_get(m, rows, cols)
         out, into = direct_targets(m.dtype, full, places, cost)
         b = self._binding
         results = b.run(b.call_blocks, self.name, "get", parts, cost, {}, into)
-        return assemble(m, places, full, shape, out, into)(results)
+        return _in_order(assemble(m, places, full, shape, out, into), rank)(results)
 
     def _agent(self) -> Any:
         from ._agent import agent_of
@@ -385,6 +389,16 @@ class PSArray:
             f"<tr><th>logical bytes</th><td>{format_bytes(m.shape[0] * m.shape[1] * m.itemsize)}</td></tr>"
             f"</table><table><tr><th>server</th><th>blocks</th></tr>{rows}</table></div>"
         )
+
+
+def _in_order(
+    finish: Callable[[Any], np.ndarray], rank: np.ndarray | None
+) -> Callable[[Any], np.ndarray]:
+    """``finish``, then the rows of a get planned sorted (:func:`sort_rows`) back in
+    request order (one gather)."""
+    if rank is None:
+        return finish
+    return lambda results: np.take(finish(results), rank, axis=0)
 
 
 def _name_of(arr: Any) -> str:

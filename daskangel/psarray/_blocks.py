@@ -129,6 +129,29 @@ class DenseBlock:
         K.scatter_coo(d, rows, cols, values.astype(d.dtype, copy=False), add)
         self.version += 1
 
+    def check_csr(self, rows: np.ndarray, lens: np.ndarray, cols: np.ndarray, n: int) -> None:
+        """Check compressed rows: local rows, entries per row adding up to ``n``
+        (the values), columns in range."""
+        if rows.shape != lens.shape or (lens.shape[0] and int(lens.min()) < 0):
+            raise ShapeMismatchError(
+                f"csr_len: expected one count >= 0 per row of csr_rows ({rows.shape[0]}), "
+                f"got {lens.shape[0]}"
+            )
+        if int(lens.sum()) != n or cols.shape[0] != n:
+            raise ShapeMismatchError(
+                f"csr_cols: expected {int(lens.sum())} columns and values, got "
+                f"{cols.shape[0]} and {n}"
+            )
+        self.check(rows, cols)
+
+    def update_csr(
+        self, rows: np.ndarray, lens: np.ndarray, cols: np.ndarray, values: np.ndarray, add: bool
+    ) -> None:
+        """Write compressed rows: ``lens[i]`` entries ``(cols, values)`` in row ``rows[i]``."""
+        d = self.own()
+        K.scatter_csr(d, rows, lens, cols, values.astype(d.dtype, copy=False), add)
+        self.version += 1
+
     def own(self) -> np.ndarray:
         """The block's array, safe to change in place (a copy if it was lent)."""
         if self.lent:

@@ -158,7 +158,7 @@ def _dense_values(server: PSServer, kwargs: dict[str, Any]) -> bool:
     and copies); packed and coordinate parts, and sparse blocks, apply in place."""
     array = kwargs["array"]
     for p in kwargs["parts"]:
-        if "coo_rows" in p or "packed" in p:
+        if "coo_rows" in p or "packed" in p or "csr_rows" in p:
             return False
         if not isinstance(server.blocks.get((array, int(p["block"]))), DenseBlock):
             return False
@@ -188,6 +188,13 @@ def _update(
     for b, p in zip(blocks, parts, strict=True):
         if "coo_rows" in p:
             b.check(p["coo_rows"], p["coo_cols"])
+        elif "csr_rows" in p:
+            if not isinstance(b, DenseBlock):
+                raise InvalidArgumentError(
+                    f"csr_rows: compressed-row parts write dense blocks; block "
+                    f"{p['block']} of array {array!r} is sparse"
+                )
+            b.check_csr(p["csr_rows"], p["csr_len"], p["csr_cols"], p["values"].shape[0])
         elif "packed" in p:
             _check_packed(b, p, add)
         else:
@@ -199,6 +206,10 @@ def _update(
                 fn = lambda blk, p=p: blk.update_packed(int(p["rows"][0]), p["packed"])  # noqa: E731
             elif "coo_rows" in p:
                 fn = lambda blk, p=p: blk.update_coo(p["coo_rows"], p["coo_cols"], p["values"], add)  # noqa: E731
+            elif "csr_rows" in p:
+                fn = lambda blk, p=p: blk.update_csr(  # noqa: E731
+                    p["csr_rows"], p["csr_len"], p["csr_cols"], p["values"], add
+                )
             else:
                 fn = lambda blk, p=p: blk.update(p["rows"], p["cols"], p["values"], add)  # noqa: E731
             server.write_block((array, int(p["block"])), b, clock, fn)

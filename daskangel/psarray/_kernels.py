@@ -31,9 +31,11 @@ __all__ = [
     "hash_random",
     "helper",
     "is_sorted",
+    "is_strictly_sorted",
     "merge_update",
     "reduce_sorted",
     "scatter_coo",
+    "scatter_csr",
     "scatter_grid",
     "sort_pairs",
     "sparse_lookup",
@@ -45,6 +47,15 @@ def is_sorted(a):  # type: ignore[no-untyped-def]
     """True when ``a`` is non-decreasing."""
     for i in range(1, a.shape[0]):
         if a[i] < a[i - 1]:
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def is_strictly_sorted(a):  # type: ignore[no-untyped-def]
+    """True when ``a`` is increasing (sorted, no duplicates)."""
+    for i in range(1, a.shape[0]):
+        if a[i] <= a[i - 1]:
             return False
     return True
 
@@ -232,6 +243,21 @@ def scatter_coo(block, rows, cols, values, add):  # type: ignore[no-untyped-def]
             block[rows[k], cols[k]] += values[k]
         else:
             block[rows[k], cols[k]] = values[k]
+
+
+@njit(nogil=True, cache=True)
+def scatter_csr(block, rows, lens, cols, values, add):  # type: ignore[no-untyped-def]
+    """``block[rows[i], cols[k]] (+)= values[k]`` for the ``lens[i]`` entries ``k`` of
+    row ``i`` (compressed rows, in order); duplicates accumulate when adding."""
+    k = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for _ in range(lens[i]):
+            if add:
+                block[r, cols[k]] += values[k]
+            else:
+                block[r, cols[k]] = values[k]
+            k += 1
 
 
 @njit(nogil=True, cache=True)

@@ -25,6 +25,7 @@ import numpy as np
 from .. import config
 from .._recv import landed
 from ..errors import PSIndexError, ShapeMismatchError
+from . import _kernels as K
 from ._meta import ArrayMeta
 from ._packed import plan_packed
 from ._routing import (
@@ -46,9 +47,11 @@ __all__ = [
     "grid",
     "is_sparse_input",
     "plan_coo",
+    "plan_csr",
     "plan_get",
     "plan_update",
     "short",
+    "sort_rows",
     "span_len",
     "with_block",
 ]
@@ -164,6 +167,35 @@ def coo_parts(values: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[in
     return coords[0], coords[1], data, tuple(coo.shape)
 
 
+def sort_rows(m: ArrayMeta, rows: Any) -> tuple[Any, np.ndarray | None]:
+    """``(rows sorted, rank)`` of an unsorted row index, else ``(rows, None)``.
+
+    A get of sorted rows answers each block with one run of the result, which is
+    read from the socket straight into its place (:func:`direct_targets`) and
+    the server reads its rows in memory order; the caller then takes
+    ``result[rank]`` (one gather) instead of scattering every block's reply.
+
+    Example
+    -------
+    >>> from daskangel.psarray._layout import RangePartitioner
+    >>> from daskangel.psarray._initspec import InitSpec
+    >>> m = ArrayMeta("w", (10, 2), 2, np.dtype("float32"), False,
+    ...               RangePartitioner(2).layout((10, 2), 4, 2, False), InitSpec())
+    >>> r, rank = sort_rows(m, [7, 1, 4])
+    >>> r.tolist(), rank.tolist()
+    ([1, 4, 7], [2, 0, 1])
+    """
+    if m.ndim == 1 or rows is None or isinstance(rows, (int, np.integer, slice)):
+        return rows, None
+    r, scalar = normalize_index("rows", rows, m.shape[0])
+    if r is None or scalar or r.shape[0] < 2 or K.is_sorted(r):
+        return rows, None
+    order = np.argsort(r, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    return r[order], rank
+
+
 def plan_get(m: ArrayMeta, rows: Any, cols: Any) -> tuple[Any, ...]:
     """``(meta, parts, places, cost, full shape, result shape)`` of a get."""
     rp, cp, shape = axes(m, rows, cols)
@@ -276,9 +308,68 @@ def plan_update(
     return parts, cost
 
 
+def plan_csr(
+    m: ArrayMeta, values: Any, casting: str | None, on_nonfinite: str | None
+) -> tuple[dict[int, dict[str, Any]], dict[int, int]] | None:
+    """Compressed-row parts of a ``scipy.sparse`` CSR write into a dense matrix cut
+    only by rows, or None (another input or layout: :func:`plan_coo`).
+
+    Each block gets its touched rows (local, int32), their entry counts and the
+    slices of the matrix's own columns and values, which need no routing: 4-byte
+    columns and values plus 8 bytes a row, where coordinates cost 8 + 8 + 4 bytes
+    an entry and a gather of each.
+    """
+    if (
+        m.sparse
+        or m.ndim != 2
+        or m.layout.n_col_blocks != 1
+        or type(values).__module__.split(".")[0] != "scipy"
+        or values.format != "csr"
+        or values.shape != m.shape
+    ):
+        return None
+    indptr = np.asarray(values.indptr, np.int64)
+    cols, data = np.asarray(values.indices), np.asarray(values.data)
+    check_size("values", data.nbytes + cols.nbytes + indptr.nbytes)
+    data, keep = check_values(data, m.dtype, casting, on_nonfinite)
+    if keep is not None:
+        return None  # entries to drop: the coordinate path picks them
+    if cols.shape[0]:
+        lo, hi = int(cols.min()), int(cols.max())
+        if lo < 0 or hi >= m.shape[1]:
+            raise PSIndexError(
+                f"values: column {lo if lo < 0 else hi} out of range [0, {m.shape[1]})"
+            )
+    cols = cols.astype(np.int32, copy=False)
+    lens = np.diff(indptr)
+    touched = np.flatnonzero(lens)
+    bounds = np.asarray(m.layout.row_bounds, np.int64)
+    cuts = np.searchsorted(touched, bounds)
+    parts: dict[int, dict[str, Any]] = {}
+    cost: dict[int, int] = {}
+    for g in range(m.layout.n_row_blocks):
+        s, e = int(cuts[g]), int(cuts[g + 1])
+        if s == e:
+            continue
+        tr = touched[s:e]
+        k0, k1 = int(indptr[tr[0]]), int(indptr[tr[-1] + 1])
+        parts[g] = {
+            "block": g,
+            "csr_rows": (tr - bounds[g]).astype(np.int32),
+            "csr_len": lens[tr].astype(np.int32),
+            "csr_cols": cols[k0:k1],
+            "values": data[k0:k1],
+        }
+        cost[g] = (k1 - k0) * (data.itemsize + 4)
+    return parts, cost
+
+
 def plan_coo(
     m: ArrayMeta, values: Any, casting: str | None, on_nonfinite: str | None
 ) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
+    csr = plan_csr(m, values, casting, on_nonfinite)
+    if csr is not None:
+        return csr
     rows, cols, data, shape = coo_parts(values)
     want = (m.shape[1],) if m.ndim == 1 else m.shape
     if shape != want and not (m.ndim == 1 and shape == m.shape):

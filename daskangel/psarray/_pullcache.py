@@ -38,11 +38,15 @@ __all__ = ["Fetch", "UnitStore", "covered", "positions"]
 class Fetch:
     """A pull in flight: its sorted unique units, freshness and result future."""
 
-    __slots__ = ("fresh", "future", "keys")
+    __slots__ = ("fresh", "future", "joined", "keys")
 
     def __init__(self, keys: np.ndarray, fresh: int | None) -> None:
         self.keys = keys
         self.fresh = fresh
+        # readers that share this fetch besides the one that sent it (counted
+        # under the agent's lock while it is in flight): with none, the sender
+        # may take the fetched array itself instead of a copy
+        self.joined = 0
         # resolves to the (len(keys), width) values, in key order
         self.future: concurrent.futures.Future[np.ndarray] = concurrent.futures.Future()
 

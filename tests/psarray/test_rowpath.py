@@ -1,0 +1,137 @@
+"""The row path (issue 14 section 1): random-row gets planned sorted, get_iter and
+agent reads without extra copies, and compressed-row (CSR) writes into dense matrices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import daskangel as angel
+from daskangel.errors import ShapeMismatchError
+from daskangel.psarray._agent import agent_of
+from daskangel.psarray._initspec import InitSpec
+from daskangel.psarray._plan import plan_coo
+from daskangel.psarray._server import PSServer
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _matrix(ps: angel.PSContext, name: str, shape: tuple[int, int], dtype: str) -> np.ndarray:
+    ref = np.arange(shape[0] * shape[1]).reshape(shape).astype(dtype)
+    a = ps.zeros(name, shape, dtype=dtype, block_shape=(7, shape[1]))
+    a.set(ref)
+    return ref
+
+
+def test_random_rows_in_request_order(ps: angel.PSContext) -> None:
+    ref = _matrix(ps, "m", (50, 6), "float32")
+    a = ps.get_array("m")
+    rng = np.random.default_rng(0)
+    for idx in (rng.permutation(50), rng.integers(0, 50, 80), np.array([9, 3]), [4, 4, 1]):
+        np.testing.assert_array_equal(a.get(rows=idx), ref[idx])
+        np.testing.assert_array_equal(a.get_async(rows=idx).result(), ref[idx])
+        np.testing.assert_array_equal(a.get(rows=idx, cols=2), ref[idx, 2])
+        np.testing.assert_array_equal(a.get(rows=idx, cols=[5, 0]), ref[idx][:, [5, 0]])
+    mask = np.zeros(50, bool)
+    mask[[3, 30]] = True
+    np.testing.assert_array_equal(a.get(rows=mask), ref[mask])
+
+
+def test_get_iter_and_agent_reads(ps: angel.PSContext) -> None:
+    ref = _matrix(ps, "g", (60, 40), "int32")  # 7-row blocks of 160 bytes a row
+    a = ps.get_array("g")
+    rng = np.random.default_rng(1)
+    for rows in (np.arange(0, 60, 2), rng.integers(0, 60, 45)):
+        seen = []
+        for rb, vals in a.get_iter(rows, batch=8):
+            np.testing.assert_array_equal(vals, ref[rb])
+            seen.append(rb)
+        np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.sort(rows))
+    agent = agent_of(a._binding)
+    np.testing.assert_array_equal(agent.get("g", rows=np.arange(5, 50)), ref[5:50])
+    # the reader owns its result: writing into it changes neither the servers nor a cache
+    got = agent.get("g", rows=np.arange(10))
+    got[:] = -1
+    np.testing.assert_array_equal(a.get(rows=np.arange(10)), ref[:10])
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "float64"])
+def test_csr_increment_and_set(ps: angel.PSContext, dtype: str) -> None:
+    shape = (40, 30)
+    a = ps.zeros("c", shape, dtype=dtype, block_shape=(9, 30))
+    rng = np.random.default_rng(2)
+    rows = rng.integers(0, 40, 120)
+    cols = rng.integers(0, 30, 120)
+    vals = rng.integers(1, 5, 120).astype(dtype)
+    X = sp.csr_matrix((vals, (rows, cols)), shape=shape)  # duplicates summed by scipy
+    # a CSR with duplicate entries in a row (not canonical): they add up
+    dup = sp.csr_matrix(
+        (np.ones(3, dtype), np.array([4, 4, 7]), np.array([0] * 6 + [3] * 35)), shape=shape
+    )
+    assert plan_coo(a.meta, X, None, None)[0][0].keys() >= {"csr_rows", "csr_cols", "csr_len"}
+    a.increment(X)
+    a.increment(dup)
+    want = X.toarray() + dup.toarray()
+    np.testing.assert_array_equal(a.get(), want)
+    Y = sp.random(40, 30, density=0.1, random_state=3, format="csr")
+    Y.data = rng.integers(1, 5, Y.nnz).astype(float)
+    Y = Y.astype(dtype)
+    a.set(Y)
+    want[Y.nonzero()] = Y.toarray()[Y.nonzero()]
+    np.testing.assert_array_equal(a.get(), want)
+
+
+def test_csr_falls_back_where_it_does_not_apply(ps: angel.PSContext) -> None:
+    X = sp.random(12, 20, density=0.2, random_state=4, format="csr", dtype="float32")
+    s = ps.zeros("sp", (12, 20), dtype="float32", sparse=True)  # sparse blocks: coordinates
+    b = ps.zeros("cb", (12, 20), dtype="float32", block_shape=(5, 7))  # cut by columns too
+    for arr in (s, b):
+        assert "coo_rows" in next(iter(plan_coo(arr.meta, X, None, None)[0].values()))
+        arr.increment(X)
+        np.testing.assert_allclose(arr.get(), X.toarray())
+    bad = X.copy()
+    bad.data[1] = np.nan  # skipped entries go the coordinate way
+    b.increment(bad, on_nonfinite="skip")
+    want = 2 * X.toarray()
+    want[bad.nonzero()[0][1], bad.nonzero()[1][1]] -= X.data[1]
+    np.testing.assert_allclose(b.get(), want, rtol=1e-6)
+
+
+def test_server_rejects_bad_csr_parts_and_changes_nothing() -> None:
+    s = PSServer("local", 0)
+    spec = {"kind": "dense", "shape": (4, 5), "dtype": "float32", "init": InitSpec().to_dict()}
+    s.dispatch(
+        "create", array="w", blocks=[{"block": 0, **spec, "row0": 0, "col0": 0, "n_cols": 5}]
+    )
+    s.dispatch(
+        "create",
+        array="z",
+        blocks=[{"block": 0, **spec, "kind": "sparse", "row0": 0, "col0": 0, "n_cols": 5}],
+    )
+
+    def part(rows: list[int], lens: list[int], cols: list[int]) -> dict[str, object]:
+        return {
+            "block": 0,
+            "csr_rows": np.array(rows, np.int32),
+            "csr_len": np.array(lens, np.int32),
+            "csr_cols": np.array(cols, np.int32),
+            "values": np.ones(len(cols), "float32"),
+        }
+
+    good = part([0, 2], [1, 1], [1, 4])
+    for bad in (part([0, 2], [1, 2], [1, 4]), part([0], [1, 1], [1, 4])):
+        with pytest.raises(ShapeMismatchError):
+            s.dispatch("update", array="w", add=True, parts=[good, bad])
+    with pytest.raises(angel.errors.PSIndexError):
+        s.dispatch("update", array="w", add=True, parts=[part([0, 4], [1, 1], [1, 4])])
+    with pytest.raises(angel.errors.PSIndexError):
+        s.dispatch("update", array="w", add=True, parts=[part([0], [1], [5])])
+    with pytest.raises(angel.errors.InvalidArgumentError):
+        s.dispatch("update", array="z", add=True, parts=[good])
+    np.testing.assert_array_equal(
+        s.dispatch("get", array="w", parts=[{"block": 0, "rows": None, "cols": None}])[0], 0
+    )
+    s.dispatch("update", array="w", add=True, parts=[good])
+    got = s.dispatch("get", array="w", parts=[{"block": 0, "rows": None, "cols": None}])[0]
+    assert got[0, 1] == 1 and got[2, 4] == 1 and got.sum() == 2
