@@ -135,3 +135,25 @@ def test_server_rejects_bad_csr_parts_and_changes_nothing() -> None:
     s.dispatch("update", array="w", add=True, parts=[good])
     got = s.dispatch("get", array="w", parts=[{"block": 0, "rows": None, "cols": None}])[0]
     assert got[0, 1] == 1 and got[2, 4] == 1 and got.sum() == 2
+
+
+def test_cache_insert_merges_in_place() -> None:
+    """UnitStore.insert merges sorted keys (no re-sort of the store per fetch) and keeps
+    a cached unit fresher than the fetch, as before."""
+    from daskangel.psarray._pullcache import UnitStore
+
+    rng = np.random.default_rng(0)
+    s = UnitStore(2, np.dtype("float32"))
+    ref: dict[int, tuple[np.ndarray, int]] = {}
+    for _ in range(200):
+        k = np.unique(rng.integers(0, 1000, int(rng.integers(1, 50))))
+        v = rng.random((k.size, 2)).astype("float32")
+        f = int(rng.integers(0, 10))
+        s.insert(k, v, f)
+        for kk, vv in zip(k.tolist(), v, strict=True):
+            if kk not in ref or ref[kk][1] <= f:
+                ref[kk] = (vv, f)
+    ks = sorted(ref)
+    assert s.keys.tolist() == ks
+    np.testing.assert_array_equal(s.vals, np.array([ref[k][0] for k in ks]))
+    assert s.fresh.tolist() == [ref[k][1] for k in ks]

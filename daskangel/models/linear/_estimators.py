@@ -58,7 +58,9 @@ _COMMON_DOC = """
         Step size ``learning_rate / (1 + epoch) ** power_t`` (FTRL: its alpha;
         adaptive server optimisers: their lr).
     batch_size
-        Rows per SGD step (default 1 for ``'ma-sgd'``, 64 for ``'sgd'``/``'ftrl'``).
+        Rows per SGD step (default 1 for ``'ma-sgd'``; for ``'sgd'``/``'ftrl'``,
+        whose every step is a pull, a push and a clock on the PS,
+        ``daskangel.models.sgd-batch``, 1024).
     local_steps
         ``'ma-sgd'``: local steps between two averagings (default: a whole pass).
     alpha, l1

@@ -80,7 +80,7 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
     vf = float(self.validation_fraction)
     train_rows = tuple(int(i.n_rows - round(i.n_rows * vf)) for i in ds.info)
     solver = self.solver
-    batch = self.batch_size or (1 if solver == "ma-sgd" else 64)
+    batch = self.batch_size or (1 if solver == "ma-sgd" else _sgd_batch())
     if solver in ("lbfgs", "owlqn"):
         batch = max(train_rows) if train_rows else 1
     classes = None
@@ -142,6 +142,16 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
         rounds = max(1, -(-max(train_rows) // per))
         plan = _replace(plan, rounds=rounds)
     return plan
+
+
+def _sgd_batch() -> int:
+    """``daskangel.models.sgd-batch``: the default minibatch of ``'sgd'`` / ``'ftrl'``."""
+    value = config.get("daskangel.models.sgd-batch")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(
+            f"daskangel.models.sgd-batch: expected an int >= 1, got {value!r}"
+        )
+    return value
 
 
 def _hot_keys() -> int:

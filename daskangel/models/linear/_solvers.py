@@ -152,10 +152,12 @@ class SGDTask:
             elif rows.size:
                 assert isinstance(d, TaskData)  # in place: ma-sgd only
                 t = d.train
+                t_0 = time.perf_counter()
                 bk = batch_keys(t.indptr, t.indices, rows, mark, c)
                 if p.has_bias:
                     bk = np.append(bk, nk - 1)
                 W[bk] = pull(w, d.keys[bk], K, None, not p.prune and False)
+                t_1 = time.perf_counter()
                 G[bk] = 0.0
                 loss = grad_rows(
                     t.indptr, t.indices, t.data, d.y_train, rows, W, p.kind, p.eps,
@@ -165,10 +167,14 @@ class SGDTask:
                 if p.decay_grad:
                     g *= eta / p.eta0
                 keys = d.keys[bk]
+                t_2 = time.perf_counter()
                 if K == 1:
                     p.optimizer.step(g[:, 0], cols=keys, casting="same_kind", atomic=False)
                 else:
                     p.optimizer.step(g, rows=keys, casting="same_kind", atomic=False)
+                tm["pull"] += t_1 - t_0
+                tm["sgd"] += t_2 - t_1
+                tm["push"] += time.perf_counter() - t_2
                 loss_sum += loss
                 loss_n += rows.size
             if rnd == p.rounds - 1:
