@@ -171,6 +171,7 @@ def numba_sgd(
     train: pd.DataFrame, test: pd.DataFrame | None, K: int, epochs: int, seed: int = 0
 ) -> dict[str, Any]:
     """daskangel's SGD kernel over all the ratings in one process (the yardstick)."""
+    from daskangel.models._core import epoch_order
     from daskangel.models.mf._kernels import predict, sgd_block
     from daskangel.models.mf._params import resolved_lr, resolved_reg
 
@@ -187,13 +188,14 @@ def numba_sgd(
     Q = rng.normal(scale=0.05, size=(i.max() + 1, K + 1)).astype(np.float32)
     P[:, K] = 0
     Q[:, K] = 0
-    ut, it = u[:n], i[:n]
+    shuffle = rng.permutation(n)  # laid out once in a random order, as a task does
+    ut, it, r = u[:n][shuffle], i[:n][shuffle], r[shuffle]
     sgd_block(
         np.arange(min(n, 10), dtype=np.int64), ut, it, r, P.copy(), Q.copy(), mu, lr, reg, lr, reg
     )  # fmt: skip  (compiles)
     times = []
-    for _ in range(epochs):
-        order = rng.permutation(n)
+    for e in range(epochs):
+        order = epoch_order(n, [seed, e, 0])  # the block order of daskangel's epochs
         t = time.perf_counter()
         sgd_block(order, ut, it, r, P, Q, mu, lr, reg, lr, reg)
         times.append(time.perf_counter() - t)
@@ -208,7 +210,7 @@ def numba_sgd(
 def implicit_matrix(df: pd.DataFrame, n_users: int, n_items: int, alpha: float) -> Any:
     import scipy.sparse as sp
 
-    v = alpha * df.rating.to_numpy(np.float32)
+    v = 1.0 + alpha * df.rating.to_numpy(np.float32)  # the confidence c of Hu et al.
     return sp.csr_matrix((v, (df.user.to_numpy(), df.item.to_numpy())), shape=(n_users, n_items))
 
 
