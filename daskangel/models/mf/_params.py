@@ -24,9 +24,6 @@ from ...scheduler._clock_rule import as_sync
 __all__ = ["check_params", "resolved_lr", "resolved_reg"]
 
 SOLVERS = ("sgd", "als")
-# what this version trains (ALS and model / hybrid parallel SGD land next)
-_AVAILABLE_SOLVERS = ("sgd", "als")
-_AVAILABLE_PARALLELISM = ("data",)
 FEEDBACK = ("explicit", "implicit")
 OPTIMIZERS = ("sgd", "adagrad", "adarevision")
 PARALLELISM = ("data", "model", "hybrid")
@@ -99,16 +96,6 @@ def check_params(est: Any) -> None:
                 f"{name}: expected a column name (str), got {getattr(est, name)!r}"
             )
     as_sync(est.sync)
-    if est.solver not in _AVAILABLE_SOLVERS:
-        raise InvalidArgumentError(
-            f"solver: {est.solver!r} is not available in this version (available: "
-            f"{_AVAILABLE_SOLVERS})"
-        )
-    if est.parallelism not in _AVAILABLE_PARALLELISM:
-        raise InvalidArgumentError(
-            f"parallelism: {est.parallelism!r} is not available in this version (available: "
-            f"{_AVAILABLE_PARALLELISM})"
-        )
     if est.solver == "als" and est.parallelism != "data":
         raise InvalidArgumentError(
             f"parallelism: solver='als' solves rows independently (data parallel); "
