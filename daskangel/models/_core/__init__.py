@@ -22,9 +22,11 @@ from ._input import (
     Prepared,
     as_dataset,
     as_unlabelled,
+    check_feature_names,
     check_finite,
     dataset_classes,
     encode_labels,
+    feature_names,
     is_dask,
 )
 from ._io import array_names, load, rename_arrays, save_model
@@ -44,6 +46,8 @@ __all__ = [
     "Prepared",
     "array_names",
     "as_dataset",
+    "check_feature_names",
+    "feature_names",
     "as_unlabelled",
     "auc_from_hist",
     "check_finite",

@@ -57,13 +57,44 @@ def _close(ps: PSContext) -> None:
     threading.Thread(target=run, name="daskangel-model-close", daemon=True).start()
 
 
+_seceded = threading.local()  # .key: the task this thread has seceded for
+
+
+def _task_client() -> Any:
+    """Inside a Dask task (a fit run by ``joblib.parallel_backend("dask")``, as
+    ``GridSearchCV`` does): the worker's client, after the task has seceded from the
+    worker's thread pool.  A fit waits on training tasks that need the worker's
+    threads; holding one while waiting deadlocks a worker with one thread, and every
+    worker once the fits outnumber the threads.  ``None`` outside a task."""
+    try:
+        from distributed import get_client, get_worker, secede
+        from distributed.worker import thread_state
+
+        get_worker()
+    except (ImportError, ValueError):
+        return None
+    key = getattr(thread_state, "key", None)
+    if key is None:  # the worker's event loop or a thread of our own, not a task
+        return None
+    if getattr(_seceded, "key", None) != key:
+        secede()  # the thread leaves the pool for good; it ends with the task
+        _seceded.key = key
+    return get_client()
+
+
 class PSEstimator(BaseEstimator):
     """Base of every daskangel estimator (see the module docstring); not used directly."""
 
     # fitted attributes a fit from scratch forgets (a family adds its own)
-    _fitted: ClassVar[tuple[str, ...]] = ("n_features_in_", "t_", "n_iter_", "history_")
+    _fitted: ClassVar[tuple[str, ...]] = (
+        "n_features_in_",
+        "feature_names_in_",
+        "t_",
+        "n_iter_",
+        "history_",
+    )
     # fitted attributes the model format saves (JSON: numbers, strings, numpy arrays)
-    _saved: ClassVar[tuple[str, ...]] = ("n_features_in_", "t_", "n_iter_")
+    _saved: ClassVar[tuple[str, ...]] = ("n_features_in_", "feature_names_in_", "t_", "n_iter_")
     # keys of ``_arrays`` whose values are not array names
     _not_names: ClassVar[tuple[str, ...]] = ("rule",)
     # never pickled: the live context and what refers to it
@@ -73,6 +104,18 @@ class PSEstimator(BaseEstimator):
 
     _arrays: Any  # the family's dict of PS array names, or None
 
+    # -- scikit-learn ----------------------------------------------------------------
+
+    def __sklearn_clone__(self) -> PSEstimator:
+        """An unfitted copy with the same parameters; ``client=`` and ``ps=`` are
+        shared, not copied (they are handles to a live cluster and context: a deep
+        copy of a ``Client`` fails, and a new one would be another connection)."""
+        from sklearn.base import clone
+
+        params = self.get_params(deep=False)
+        live = {k: params.pop(k) for k in ("client", "ps") if k in params}
+        return type(self)(**{k: clone(v, safe=False) for k, v in params.items()}, **live)
+
     # -- the PS side ----------------------------------------------------------------
 
     def _client(self) -> Any:
@@ -81,6 +124,9 @@ class PSEstimator(BaseEstimator):
             return self.client
         if getattr(self, "ps", None) is not None:
             return self.ps.client
+        inside = _task_client()
+        if inside is not None:
+            return inside
         from distributed import default_client
 
         return default_client()

@@ -24,15 +24,17 @@ from typing import Any
 import numpy as np
 
 from ...data import Dataset, from_array
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
     "Prepared",
     "as_dataset",
     "as_unlabelled",
     "check_finite",
+    "check_feature_names",
     "dataset_classes",
     "encode_labels",
+    "feature_names",
     "is_dask",
 ]
 
@@ -107,6 +109,58 @@ def _check_local(
     return X, y
 
 
+def feature_names(X: Any) -> np.ndarray | None:
+    """The column names of a DataFrame ``X`` (pandas or dask) as scikit-learn keeps
+    them: an object array when every name is a string, else ``None``.
+
+    Example
+    -------
+    >>> import pandas as pd
+    >>> feature_names(pd.DataFrame({"a": [1.0], "b": [2.0]})).tolist()
+    ['a', 'b']
+    >>> feature_names(pd.DataFrame([[1.0, 2.0]])) is None
+    True
+    """
+    cols = getattr(X, "columns", None)
+    if cols is None:
+        return None
+    names = list(cols)
+    strings = [isinstance(c, str) for c in names]
+    if names and all(strings):
+        return np.asarray(names, dtype=object)
+    if any(strings):
+        kinds = sorted({type(c).__name__ for c in names})
+        raise InvalidTypeError(
+            f"X: feature names are only supported if all input features have string "
+            f"names, but X has feature names of types {kinds}; convert them all to str"
+        )
+    return None
+
+
+def check_feature_names(est: Any, X: Any, reset: bool) -> None:
+    """Set ``est.feature_names_in_`` from ``X`` (``reset``: a fit from scratch), or
+    check that ``X``'s names are the fitted ones (later fits, predictions)."""
+    names = feature_names(X)
+    if reset:
+        if names is not None:
+            est.feature_names_in_ = names
+        elif hasattr(est, "feature_names_in_"):
+            del est.feature_names_in_
+        return
+    fitted = getattr(est, "feature_names_in_", None)
+    if fitted is None or names is None:
+        return
+    if len(names) != len(fitted) or bool((names != fitted).any()):
+        unseen = [n for n in names if n not in set(fitted)][:5]
+        missing = [n for n in fitted if n not in set(names)][:5]
+        raise InvalidArgumentError(
+            f"X: the feature names should match those that were passed during fit "
+            f"(unseen at fit: {unseen}, seen at fit but missing: {missing}"
+            + ("; same names, another order" if not unseen and not missing else "")
+            + ")"
+        )
+
+
 def dataset_classes(ds: Dataset) -> np.ndarray:
     """Sorted distinct labels of a persisted Dataset (computed on its workers)."""
 
@@ -133,7 +187,10 @@ def as_dataset(
     """Turn ``X, y`` into a persisted Dataset with ``n_tasks`` partitions.
 
     ``allow_nan``: NaN in ``X`` is a missing value (tree models), not an error.
+    A DataFrame's string column names become ``est.feature_names_in_`` on a fit
+    from scratch, and must match them on later fits.
     """
+    check_feature_names(est, X, reset=not hasattr(est, "n_features_in_"))
     if isinstance(X, Dataset):
         if y is not None:
             raise InvalidArgumentError("y: a daskangel Dataset carries its own labels; pass y=None")

@@ -26,7 +26,7 @@ import numpy as np
 
 from ...data import Dataset
 from ...errors import InvalidArgumentError
-from .._core._input import is_dask
+from .._core._input import check_feature_names, is_dask
 from .._core._predict import in_input_order
 
 __all__ = ["local_margins", "margins_of"]
@@ -51,6 +51,7 @@ def _partition_margins(part: Any, W: np.ndarray) -> np.ndarray:
 def margins_of(est: Any, X: Any, W: np.ndarray) -> Any:
     """Margins ``(n, K)`` of ``X`` under weights ``W`` (see the module docstring)."""
     K = W.shape[1]
+    check_feature_names(est, X, reset=False)
     if isinstance(X, Dataset):
         ds = X if X.persisted else X.persist()
         if ds.n_features > est.n_features_in_:
