@@ -206,7 +206,7 @@ def _run(a: argparse.Namespace, kw: dict[str, Any]) -> int:
                 if a.command == "predict":
                     return _predict(a, client, ps)
                 est = getattr(models, MODELS[a.model])(
-                    **kw, n_tasks=a.groups, progress=not a.no_progress, ps=ps
+                    **kw, n_tasks=a.groups, progress=False if a.no_progress else "auto", ps=ps
                 )
                 ds = _read(a.data, a.format, a.n_features).persist(
                     client,

@@ -8,7 +8,7 @@ partition.  The scheduler plugin holds the clocks and enforces ``sync`` across
 groups (BSP inside a group); ``array_sync`` overrides it per array, as Angel
 allows.
 
-``train`` shows a tqdm progress bar (clocks done; also in Jupyter), returns a
+``train`` shows a progress bar where a person watches (``_progress``), returns a
 :class:`TrainResult` with each task's return value and a history DataFrame, and
 raises the first task error as :class:`~daskangel.errors.TaskFailedError` naming
 the task, with its remote traceback, after the other tasks have stopped.
@@ -46,6 +46,7 @@ from ..errors import (
 from ..scheduler._clock_rule import Sync, as_sync
 from ._context import TaskContext
 from ._placement import PLACEMENTS, assign, task_pieces
+from ._progress import Bar, resolve_progress
 from ._recovery import Recovery, _forget_job, wait_futures
 from ._runner import run_task
 from ._spec import TaskSpec
@@ -93,8 +94,10 @@ class Trainer:
         epochs: int | None = None,
         placement: str | Callable[..., Any] = "replicated",
         workers: list[str] | None = None,
-        progress: bool = True,
+        progress: bool | str = "auto",
         name: str | None = None,
+        unit: str = "clock",
+        clocks_per_unit: int = 1,
     ) -> None:
         if not callable(fn):
             raise InvalidTypeError(f"fn: expected a function fn(ctx, partition), got {fn!r}")
@@ -124,7 +127,9 @@ class Trainer:
             )
         self.placement = placement
         self.workers = workers
-        self.progress = progress
+        self.progress = resolve_progress(progress)
+        self.unit = unit
+        self.clocks_per_unit = _check_int("clocks_per_unit", clocks_per_unit, 1)
         self.job = name or f"train-{uuid.uuid4().hex[:10]}"
         self.futures: list[Future] = []
         self.recovery = Recovery(self)
@@ -244,11 +249,7 @@ class Trainer:
                             traceback=out.get("traceback", ""),
                         )
                 if bar is not None:
-                    bar.n = sum(table["clocks"])
-                    post = _mean_metrics(table)
-                    if post:
-                        bar.set_postfix(post, refresh=False)
-                    bar.refresh()
+                    bar.update(list(table["clocks"]), _mean_metrics(table))
                 if failure is not None and pending:
                     self._drain(pending, outs)
                     pending = set()
@@ -267,13 +268,10 @@ class Trainer:
         self._raise_failure(table, outs)
         return self._result(table, outs, wall)
 
-    def _bar(self) -> Any:
+    def _bar(self) -> Bar | None:
         if not self.progress:
             return None
-        from tqdm.auto import tqdm
-
-        total = self.n_tasks * self.epochs if self.epochs else None
-        return tqdm(total=total, desc=f"train {self.job}", unit="clock", leave=False)
+        return Bar(self.epochs, self.unit, self.clocks_per_unit, f"train {self.job}")
 
     def _outcome(self, f: Future) -> dict[str, Any]:
         t = self.recovery.task_of[f.key]
@@ -375,8 +373,10 @@ def train(
     epochs: int | None = None,
     placement: str | Callable[..., Any] = "replicated",
     workers: list[str] | None = None,
-    progress: bool = True,
+    progress: bool | str = "auto",
     name: str | None = None,
+    unit: str = "clock",
+    clocks_per_unit: int = 1,
 ) -> TrainResult:
     """Run ``fn(ctx, partition)`` as one Dask future per task and wait for all.
 
@@ -406,9 +406,13 @@ def train(
     workers
         Restrict the tasks to these workers (default: all).
     progress
-        Show a tqdm progress bar.
+        Show a progress bar: ``True``, ``False`` or ``"auto"`` (where a person
+        watches: a terminal or Jupyter; see :mod:`daskangel.train._progress`).
     name
         Job id (default: a fresh one).
+    unit, clocks_per_unit
+        What the bar counts (``"epoch"``) and how many clocks make one (the bar
+        shows the slowest task's completed units out of ``epochs / clocks_per_unit``).
 
     Returns
     -------
@@ -427,4 +431,6 @@ def train(
         workers=workers,
         progress=progress,
         name=name,
+        unit=unit,
+        clocks_per_unit=clocks_per_unit,
     ).result()

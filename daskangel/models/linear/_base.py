@@ -215,12 +215,13 @@ class LinearModel(PSEstimator):
                 n_parts = len(ds.partitions)
                 res = train(
                     ps, QNTask(plan), ds, groups=1, group_size=n_parts, epochs=plan.epochs,
-                    array_sync={plan.weights: BSP()}, progress=self.progress,
+                    array_sync={plan.weights: BSP()}, progress=self.progress, unit="epoch",
                 )  # fmt: skip
             else:
                 res = train(
                     ps, SGDTask(plan), ds, sync=as_sync(self.sync),
-                    epochs=plan.epochs * plan.rounds, progress=self.progress,
+                    epochs=plan.epochs * plan.rounds, progress=self.progress, unit="epoch",
+                    clocks_per_unit=plan.rounds,
                 )  # fmt: skip
             done = min(int(r["epochs"]) for r in res.results) if res.results else 0
             if plan.rounds > 1 or self.solver in ("lbfgs", "owlqn"):

@@ -91,7 +91,8 @@ _COMMON_DOC = """
         Training tasks (default: one per worker thread).
     random_state, warm_start, progress, client, ps
         Seed of splits and shuffles; continue from the current weights on
-        ``fit``; show a progress bar; the Dask client (default: the current
+        ``fit``; a progress bar of epochs (``"auto"``: shown in a terminal or
+        Jupyter, not in batch logs; ``True`` / ``False``); the Dask client (default: the current
         one); an existing :class:`~daskangel.PSContext` to keep the weights in.
 
     Attributes
@@ -180,7 +181,7 @@ class LogisticRegression(_Probabilistic):
         optimizer: str = "adagrad", prune: bool = True, average: bool = True,
         memory: int = 10,
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
-        warm_start: bool = False, progress: bool = False, client: Any = None, ps: Any = None,
+        warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
         _init(self, locals())
 
@@ -213,7 +214,7 @@ class LinearSVC(_Classifier):
         validation_fraction: float = 0.1, optimizer: str = "adagrad", prune: bool = True,
         average: bool = True,
         memory: int = 10, dtype: Any = None, n_tasks: int | None = None,
-        random_state: int | None = 0, warm_start: bool = False, progress: bool = False,
+        random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
         _init(self, locals())
@@ -240,7 +241,7 @@ class LinearRegression(_Regressor):
         optimizer: str = "adagrad", prune: bool = True, average: bool = True,
         memory: int = 10,
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
-        warm_start: bool = False, progress: bool = False, client: Any = None, ps: Any = None,
+        warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
         _init(self, locals())
 
@@ -257,7 +258,7 @@ class Ridge(LinearRegression):
         optimizer: str = "adagrad", prune: bool = True, average: bool = True,
         memory: int = 10,
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
-        warm_start: bool = False, progress: bool = False, client: Any = None, ps: Any = None,
+        warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
         _init(self, locals())
 
@@ -277,7 +278,7 @@ class HuberRegressor(_Regressor):
         validation_fraction: float = 0.1, optimizer: str = "adagrad", prune: bool = True,
         average: bool = True,
         memory: int = 10, dtype: Any = None, n_tasks: int | None = None,
-        random_state: int | None = 0, warm_start: bool = False, progress: bool = False,
+        random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
         _init(self, locals())
@@ -295,7 +296,7 @@ class Lasso(_Regressor):
         validation_fraction: float = 0.0, optimizer: str = "adagrad", prune: bool = True,
         average: bool = True,
         memory: int = 10, dtype: Any = None, n_tasks: int | None = None,
-        random_state: int | None = 0, warm_start: bool = False, progress: bool = False,
+        random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
         _init(self, locals())
