@@ -1,0 +1,131 @@
+"""Starting centres, and the data's statistics, taken on the workers holding the rows.
+
+* :func:`data_stats`: rows, column sums and ``sum ||x||^2`` of every partition,
+  added up: the mean per-feature variance that scales ``tol`` (as scikit-learn
+  does) and the row count checked against ``n_clusters``;
+* :func:`sample_rows`: a seeded uniform sample of rows without replacement,
+  each partition sending only its share (the client never reads the data);
+* :func:`initial_centres`: ``init='random'`` (``k`` distinct sampled rows),
+  ``'k-means++'`` (scikit-learn's greedy k-means++ on a sample of at most
+  ``daskangel.kmeans.init-sample`` rows) or a given ``(k, d)`` array.
+
+Example
+-------
+>>> import numpy as np
+>>> take_share(np.array([0, 3, 5, 9]), np.array([0, 4, 10]), 1).tolist()
+[1, 5]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ... import config
+from ...errors import InvalidArgumentError
+
+__all__ = ["DataStats", "data_stats", "initial_centres", "sample_rows", "take_share"]
+
+
+@dataclass(frozen=True, slots=True)
+class DataStats:
+    """Rows per partition and the mean per-feature variance of the data."""
+
+    rows: tuple[int, ...]
+    mean_variance: float
+
+    @property
+    def n(self) -> int:
+        return int(sum(self.rows))
+
+
+def _stats(part: Any, d: int) -> tuple[int, np.ndarray, float]:
+    b = part.csr()
+    X = b.to_scipy()
+    if X.shape[1] > d:
+        X = X[:, :d]
+    v = np.asarray(X.data, np.float64)
+    if not np.isfinite(v).all():
+        raise InvalidArgumentError(
+            f"X: partition {part.index} holds NaN or infinite values; KMeans needs finite input"
+        )
+    return int(X.shape[0]), np.asarray(X.sum(axis=0), np.float64).ravel(), float((v * v).sum())
+
+
+def data_stats(ds: Any, d: int) -> DataStats:
+    """Statistics of a persisted Dataset (computed on its workers)."""
+    parts = ds.client.gather(ds.map_partitions(_stats, d)) if ds.partitions else []
+    rows = tuple(int(p[0]) for p in parts)
+    n = sum(rows)
+    if n == 0:
+        return DataStats(rows, 0.0)
+    colsum = np.sum([p[1] for p in parts], axis=0)
+    sq = float(sum(p[2] for p in parts))
+    mean = colsum / n
+    var = max(sq / n - float(mean @ mean), 0.0) / max(d, 1)
+    return DataStats(rows, var)
+
+
+def take_share(ids: np.ndarray, bounds: np.ndarray, index: int) -> np.ndarray:
+    """The global row ids of ``ids`` (sorted) inside partition ``index``, made local."""
+    lo, hi = int(bounds[index]), int(bounds[index + 1])
+    a, b = np.searchsorted(ids, [lo, hi])
+    return ids[a:b] - lo
+
+
+def _rows(part: Any, ids: np.ndarray, bounds: np.ndarray, d: int) -> Any:
+    local = take_share(ids, bounds, int(part.index))
+    X = part.csr().take(local).to_scipy().astype(np.float64)
+    return X[:, :d] if X.shape[1] > d else X
+
+
+def sample_rows(ds: Any, stats: DataStats, size: int, seed: int, d: int) -> sp.csr_matrix:
+    """``size`` distinct rows drawn uniformly (seeded), as one CSR matrix."""
+    n = stats.n
+    size = min(int(size), n)
+    ids = np.sort(
+        np.random.default_rng([int(seed) & 0xFFFFFFFF, 4231]).choice(n, size, replace=False)
+    )
+    bounds = np.concatenate([[0], np.cumsum(stats.rows)])
+    blocks = [b for b in ds.client.gather(ds.map_partitions(_rows, ids, bounds, d)) if b.shape[0]]
+    if not blocks:
+        return sp.csr_matrix((0, d))
+    M = sp.vstack(blocks).tocsr()
+    # back to the sampled order (partition order is id order; shuffle with the seed)
+    perm = np.random.default_rng([int(seed) & 0xFFFFFFFF, 4232]).permutation(M.shape[0])
+    return M[perm]
+
+
+def check_init_array(init: Any, k: int, d: int) -> np.ndarray:
+    """A given ``init`` as a ``(k, d)`` float64 array, or a clear error."""
+    arr = np.asarray(init, dtype=np.float64) if not sp.issparse(init) else init.toarray()
+    if arr.ndim != 2 or arr.shape != (k, d):
+        raise InvalidArgumentError(
+            f"init: the array of initial centres must have shape (n_clusters, n_features) = "
+            f"({k}, {d}), got {arr.shape}"
+        )
+    if not np.isfinite(arr).all():
+        raise InvalidArgumentError("init: the initial centres hold NaN or infinite values")
+    return np.array(arr, dtype=np.float64)
+
+
+def initial_centres(init: Any, ds: Any, stats: DataStats, k: int, d: int, seed: int) -> np.ndarray:
+    """The ``(k, d)`` starting centres (see the module docstring)."""
+    if not isinstance(init, str):
+        return check_init_array(init, k, d)
+    if init == "random":
+        return np.asarray(sample_rows(ds, stats, k, seed, d).toarray(), np.float64)
+    if init == "k-means++":
+        from sklearn.cluster import kmeans_plusplus
+
+        size = max(k, int(config.get("daskangel.kmeans.init-sample")))
+        S = sample_rows(ds, stats, size, seed, d)
+        centres, _ = kmeans_plusplus(S, k, random_state=int(seed) & 0x7FFFFFFF)
+        return np.asarray(centres.toarray() if sp.issparse(centres) else centres, np.float64)
+    raise InvalidArgumentError(
+        f"init: expected 'k-means++', 'random' or an array of shape (n_clusters, n_features), "
+        f"got {init!r}"
+    )

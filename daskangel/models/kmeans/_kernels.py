@@ -1,0 +1,163 @@
+"""Compiled assignment kernels: nearest centre, squared distance, per-cluster sums.
+
+The squared distance of a row ``x`` to a centre ``c`` is taken in the
+``||x||^2 - 2 x.c + ||c||^2`` form.  Dense rows get ``x.c`` for a block of rows
+from one BLAS product (:func:`assign_dense_blocks`, ``daskangel.kmeans.block-rows``
+rows at a time); CSR rows accumulate it entry by entry against the transposed
+centres (:func:`assign_csr`), so sparse rows are never densified.  Both kernels
+then pick the nearest centre, keep the distance (clipped at 0: the form can go
+slightly negative in floating point) and, when asked, add the row to its
+cluster's sum and count (float64) for the centre update.
+
+Example
+-------
+>>> import numpy as np
+>>> X = np.array([[0.0, 0.0], [1.0, 0.0], [9.0, 9.0]], np.float32)
+>>> C = np.array([[0.5, 0.0], [9.0, 9.0]])
+>>> out = assign_dense_blocks(X, (X.astype(np.float64) ** 2).sum(1), C, True)
+>>> out.labels.tolist(), round(out.inertia, 3), out.counts.tolist()
+([0, 0, 1], 0.5, [2.0, 1.0])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from ... import config
+
+__all__ = [
+    "Assigned",
+    "assign_csr",
+    "assign_csr_rows",
+    "assign_dense_blocks",
+    "pick_dense",
+    "row_norms",
+]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Assigned:
+    """One pass of assignment over a task's rows."""
+
+    labels: np.ndarray  # (n,) int32 nearest centre
+    dist: np.ndarray  # (n,) float64 squared distance to it
+    inertia: float  # dist.sum()
+    sums: np.ndarray  # (k, d) float64 per-cluster sums (zeros when not accumulated)
+    counts: np.ndarray  # (k,) float64 rows per cluster
+
+
+@njit(nogil=True, cache=True)
+def pick_dense(X, D, xnorm, cnorm, labels, dist, sums, counts, accumulate):  # type: ignore[no-untyped-def]
+    """Nearest centre of each row of a block from ``D = X @ C.T``; returns the inertia."""
+    b, k = D.shape
+    d = X.shape[1]
+    total = 0.0
+    for i in range(b):
+        best = np.inf
+        bj = 0
+        for j in range(k):
+            v = cnorm[j] - 2.0 * D[i, j]
+            if v < best:
+                best = v
+                bj = j
+        dd = xnorm[i] + best
+        if dd < 0.0:
+            dd = 0.0
+        labels[i] = bj
+        dist[i] = dd
+        total += dd
+        if accumulate:
+            counts[bj] += 1.0
+            for c in range(d):
+                sums[bj, c] += X[i, c]
+    return total
+
+
+@njit(nogil=True, cache=True)
+def assign_csr(indptr, indices, data, CT, xnorm, cnorm, labels, dist, sums, counts, accumulate):  # type: ignore[no-untyped-def]
+    """Nearest centre of CSR rows (``indices`` are columns of ``CT``, the (d, k)
+    transposed centres); sums go to ``sums[:, indices]``.  Returns the inertia."""
+    n = indptr.shape[0] - 1
+    k = CT.shape[1]
+    acc = np.empty(k)
+    total = 0.0
+    for i in range(n):
+        acc[:] = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            c = indices[p]
+            v = data[p]
+            for j in range(k):
+                acc[j] += v * CT[c, j]
+        best = np.inf
+        bj = 0
+        for j in range(k):
+            v2 = cnorm[j] - 2.0 * acc[j]
+            if v2 < best:
+                best = v2
+                bj = j
+        dd = xnorm[i] + best
+        if dd < 0.0:
+            dd = 0.0
+        labels[i] = bj
+        dist[i] = dd
+        total += dd
+        if accumulate:
+            counts[bj] += 1.0
+            for p in range(indptr[i], indptr[i + 1]):
+                sums[bj, indices[p]] += data[p]
+    return total
+
+
+def row_norms(X: np.ndarray) -> np.ndarray:
+    """``||x||^2`` of each dense row, float64."""
+    return np.einsum("ij,ij->i", X, X, dtype=np.float64)
+
+
+def assign_dense_blocks(
+    X: np.ndarray, xnorm: np.ndarray, C: np.ndarray, accumulate: bool
+) -> Assigned:
+    """Assign dense rows ``X`` to centres ``C`` (k, d), a block of rows at a time."""
+    n, d = X.shape
+    k = C.shape[0]
+    Cx = np.ascontiguousarray(C, dtype=X.dtype)
+    CT = Cx.T
+    cnorm = (C.astype(np.float64) ** 2).sum(axis=1)
+    labels = np.empty(n, np.int32)
+    dist = np.empty(n, np.float64)
+    sums = np.zeros((k, d), np.float64)
+    counts = np.zeros(k, np.float64)
+    step = max(1, int(config.get("daskangel.kmeans.block-rows")))
+    total = 0.0
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        D = X[s:e] @ CT
+        total += pick_dense(
+            X[s:e], D, xnorm[s:e], cnorm, labels[s:e], dist[s:e],
+            sums, counts, accumulate,
+        )  # fmt: skip
+    return Assigned(labels, dist, float(total), sums, counts)
+
+
+def assign_csr_rows(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    xnorm: np.ndarray,
+    C: np.ndarray,
+    accumulate: bool,
+) -> Assigned:
+    """Assign CSR rows whose ``indices`` are columns of ``C`` (k, d_local)."""
+    n = indptr.shape[0] - 1
+    k, d = C.shape
+    CT = np.ascontiguousarray(np.asarray(C, np.float64).T)
+    cnorm = (CT**2).sum(axis=0)
+    labels = np.empty(n, np.int32)
+    dist = np.empty(n, np.float64)
+    sums = np.zeros((k, d), np.float64)
+    counts = np.zeros(k, np.float64)
+    total = assign_csr(indptr, indices, data, CT, xnorm, cnorm, labels, dist, sums, counts,
+                       accumulate)  # fmt: skip
+    return Assigned(labels, dist, float(total), sums, counts)

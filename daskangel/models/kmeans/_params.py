@@ -1,0 +1,62 @@
+"""Checks of a KMeans estimator's parameters, before anything on the PS changes.
+
+Example
+-------
+>>> class E:
+...     n_clusters, init, algorithm, max_iter, tol, n_init = 3, "random", "lloyd", 10, 1e-4, 1
+...     batch_size, n_tasks = 1024, None
+>>> check_params(E())
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError
+
+__all__ = ["ALGORITHMS", "INITS", "check_params"]
+
+INITS = ("k-means++", "random")
+ALGORITHMS = ("lloyd",)
+
+
+def _int(name: str, v: Any, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise InvalidArgumentError(f"{name}: expected an int >= {lo}, got {v!r}")
+    return int(v)
+
+
+def check_params(est: Any) -> None:
+    """Raise :class:`InvalidArgumentError` naming the first bad parameter."""
+    _int("n_clusters", est.n_clusters, 1)
+    _int("max_iter", est.max_iter, 1)
+    _int("n_init", est.n_init, 1)
+    _int("batch_size", est.batch_size, 1)
+    if est.n_tasks is not None:
+        _int("n_tasks", est.n_tasks, 1)
+    tol = est.tol
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating)) or not tol >= 0:
+        raise InvalidArgumentError(f"tol: expected a number >= 0, got {tol!r}")
+    init = est.init
+    if isinstance(init, str):
+        if init == "k-means||":
+            raise InvalidArgumentError(
+                "init: 'k-means||' is not available yet; use 'k-means++', 'random' or an array"
+            )
+        if init not in INITS:
+            raise InvalidArgumentError(
+                f"init: expected one of {list(INITS)} or an array of shape "
+                f"(n_clusters, n_features), got {init!r}"
+            )
+    elif not hasattr(init, "shape") and not isinstance(init, (list, tuple)):
+        raise InvalidArgumentError(
+            f"init: expected one of {list(INITS)} or an array of shape "
+            f"(n_clusters, n_features), got {type(init).__name__}"
+        )
+    if est.algorithm not in ALGORITHMS:
+        hint = " (MiniBatchKMeans is not available yet)" if est.algorithm == "minibatch" else ""
+        raise InvalidArgumentError(
+            f"algorithm: expected one of {list(ALGORITHMS)}, got {est.algorithm!r}{hint}"
+        )

@@ -1,0 +1,146 @@
+"""KMeans on a real 2-worker LocalCluster: quality against scikit-learn, the contract, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from distributed import Client
+from sklearn.cluster import KMeans as SkKMeans
+from sklearn.datasets import make_blobs
+
+from daskangel.errors import InvalidArgumentError
+from daskangel.models import KMeans, load
+from daskangel.models.kmeans._init import take_share
+from daskangel.models.kmeans._kernels import assign_dense_blocks, row_norms
+from daskangel.models.kmeans._lloyd import farthest
+from daskangel.models.kmeans._psfs import recentred
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def blobs() -> tuple[np.ndarray, np.ndarray]:
+    X, y = make_blobs(n_samples=3000, n_features=8, centers=6, cluster_std=1.5, random_state=0)
+    return X.astype(np.float32), y
+
+
+def _inertia(X: np.ndarray, C: np.ndarray) -> float:
+    d2 = ((X.astype(np.float64)[:, None, :] - C[None, :, :]) ** 2).sum(-1)
+    return float(d2.min(axis=1).sum())
+
+
+# -- units (no cluster) ---------------------------------------------------------------------
+
+
+def test_dense_kernel_matches_brute_force() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1000, 5)).astype(np.float32)
+    C = rng.normal(size=(7, 5))
+    out = assign_dense_blocks(X, row_norms(X), C, True)
+    d2 = ((X.astype(np.float64)[:, None, :] - C[None]) ** 2).sum(-1)
+    assert (out.labels == d2.argmin(1)).mean() > 0.999
+    assert out.inertia == pytest.approx(d2.min(1).sum(), rel=1e-5)
+    assert out.counts.sum() == 1000
+    for j in range(7):
+        np.testing.assert_allclose(out.sums[j], X[out.labels == j].sum(0), rtol=1e-5, atol=1e-4)
+
+
+def test_recentred_keeps_empty_and_writes_counts() -> None:
+    C = np.array([[1.0, 1.0, 9.0], [5.0, 5.0, 9.0]])
+    S = np.array([[2.0, 4.0, 2.0], [0.0, 0.0, 0.0]])
+    new = recentred(C, S, np.array([2.0, 0.0]), np.arange(3), 2)
+    assert new.tolist() == [[1.0, 2.0, 2.0], [5.0, 5.0, 0.0]]
+
+
+def test_farthest_and_share() -> None:
+    assert farthest(np.array([1.0, 5.0, 5.0, 0.5]), 2).tolist() == [1, 2]
+    assert farthest(np.array([]), 3).tolist() == []
+    assert take_share(np.array([0, 3, 5, 9]), np.array([0, 4, 10]), 0).tolist() == [0, 3]
+
+
+# -- on the cluster -------------------------------------------------------------------------
+
+
+def test_blobs_match_sklearn_inertia(client: Client, blobs: Any) -> None:
+    X, _ = blobs
+    sk = SkKMeans(n_clusters=6, n_init=3, random_state=0).fit(X)
+    km = KMeans(n_clusters=6, random_state=0).fit(X)
+    C = km.cluster_centers_
+    assert C.shape == (6, 8)
+    ours = _inertia(X, C)
+    assert ours <= 1.01 * _inertia(X, sk.cluster_centers_)
+    assert km.inertia_ == pytest.approx(ours, rel=1e-4)
+    assert (km.predict(X) == km.labels_).mean() >= 0.995
+    assert km.labels_.shape == (3000,)
+    assert km.n_iter_ >= 1 and km.n_iter_ <= 300
+    h = km.history_
+    assert list(h.iteration) == list(range(1, km.n_iter_ + 1))
+    assert h.inertia.iloc[-1] <= h.inertia.iloc[0]
+    assert km.score(X) == pytest.approx(-ours, rel=1e-4)
+    D = km.transform(X[:5])
+    assert D.shape == (5, 6)
+    np.testing.assert_allclose(D.argmin(1), km.predict(X[:5]))
+    assert int(km.cluster_sizes_.sum()) == 3000
+
+
+def test_deterministic_and_init_options(client: Client, blobs: Any) -> None:
+    X, _ = blobs
+    a = KMeans(n_clusters=6, init="random", random_state=3, max_iter=50).fit(X)
+    b = KMeans(n_clusters=6, init="random", random_state=3, max_iter=50).fit(X)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    init = X[:6].astype(np.float64)
+    c = KMeans(n_clusters=6, init=init, max_iter=1).fit(X)
+    # one Lloyd step from the given centres: the means of their assigned rows
+    lab = ((X[:, None, :] - init[None]) ** 2).sum(-1).argmin(1)
+    want = np.stack([X[lab == j].mean(0) for j in range(6)])
+    np.testing.assert_allclose(c.cluster_centers_, want, rtol=1e-4, atol=1e-4)
+    assert c.n_iter_ == 1
+
+
+def test_empty_cluster_reseeded_from_farthest(client: Client) -> None:
+    rng = np.random.default_rng(1)
+    X = np.vstack([rng.normal(0, 0.1, (200, 2)), rng.normal(10, 0.1, (200, 2))])
+    X = np.vstack([X, [[100.0, 100.0]]]).astype(np.float32)
+    init = np.array([[0.0, 0.0], [10.0, 10.0], [-1000.0, -1000.0]])  # third: never nearest
+    km = KMeans(n_clusters=3, init=init, max_iter=5).fit(X)
+    C = km.cluster_centers_
+    assert np.allclose(C[2], [100.0, 100.0], atol=1e-3)  # moved to the farthest point
+    assert km.history_.reseeded.iloc[0] == 1
+
+
+def test_save_load_predicts_the_same(client: Client, blobs: Any, tmp_path: Path) -> None:
+    X, _ = blobs
+    km = KMeans(n_clusters=4, random_state=0, max_iter=20).fit(X)
+    km.save(str(tmp_path / "km"))
+    back = load(str(tmp_path / "km"))
+    np.testing.assert_array_equal(back.cluster_centers_, km.cluster_centers_)
+    np.testing.assert_array_equal(back.predict(X), km.predict(X))
+    assert back.inertia_ == km.inertia_ and back.n_iter_ == km.n_iter_
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "X", "match"),
+    [
+        ({"n_clusters": 10}, np.ones((5, 2)), "n_samples=5 should be >= n_clusters=10"),
+        ({"n_clusters": 2, "init": np.zeros((3, 2))}, np.ones((5, 2)), r"init: .*\(2, 2\)"),
+        ({"n_clusters": 0}, np.ones((5, 2)), "n_clusters"),
+        ({"init": "nope"}, np.ones((50, 2)), "init"),
+        ({"n_clusters": 2}, np.array([[np.nan, 1.0], [1.0, 1.0], [2.0, 2.0]]), "NaN"),
+        ({"n_clusters": 2}, np.array([[np.inf, 1.0], [1.0, 1.0], [2.0, 2.0]]), "infinity"),
+    ],
+)
+def test_bad_input_is_refused(client: Client, kwargs: Any, X: Any, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        KMeans(**kwargs).fit(X)
+
+
+def test_bad_input_leaves_a_fitted_model(client: Client, blobs: Any) -> None:
+    X, _ = blobs
+    km = KMeans(n_clusters=3, random_state=0, max_iter=5).fit(X)
+    before = km.cluster_centers_.copy()
+    with pytest.raises(InvalidArgumentError):
+        km.set_params(init=np.zeros((2, 8))).fit(X)
+    np.testing.assert_array_equal(km.cluster_centers_, before)
