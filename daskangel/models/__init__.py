@@ -4,7 +4,7 @@
 | --- | --- |
 | ``fm/`` | :class:`FMClassifier`, :class:`FMRegressor` (factorization machines on the PS) |
 | ``gbdt/`` | :class:`GBDTClassifier`, :class:`GBDTRegressor` (two-phase split finding on the PS) |
-| ``kmeans/`` | :class:`KMeans` (Lloyd on the PS: centres updated by the servers) |
+| ``kmeans/`` | :class:`KMeans` (Lloyd on the PS: centres updated by the servers), :class:`MiniBatchKMeans` |
 | ``lda/`` | :class:`LDA` (collapsed Gibbs sampling on the PS) |
 | ``linear/`` | :class:`LogisticRegression`, :class:`SoftmaxRegression`, :class:`LinearSVC`, :class:`LinearRegression`, :class:`Ridge`, :class:`HuberRegressor`, :class:`Lasso` |
 | ``mf/`` | :class:`MatrixFactorization` (SGD, ALS-WR, implicit ALS; recommendations) |
@@ -28,7 +28,7 @@ from __future__ import annotations
 from ._core import PSEstimator, auc_from_hist, load
 from .fm import FMClassifier, FMRegressor
 from .gbdt import GBDTClassifier, GBDTRegressor
-from .kmeans import KMeans
+from .kmeans import KMeans, MiniBatchKMeans
 from .lda import LDA
 from .linear import (
     SOLVERS,
@@ -58,6 +58,7 @@ __all__ = [
     "LinearSVC",
     "LogisticRegression",
     "MatrixFactorization",
+    "MiniBatchKMeans",
     "PSEstimator",
     "Ridge",
     "SoftmaxRegression",

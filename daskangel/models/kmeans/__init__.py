@@ -3,8 +3,11 @@
 | module | what |
 | --- | --- |
 | ``_estimator`` | :class:`KMeans` (scikit-learn's contract, save / load) |
-| ``_fit`` | one run from the driver: arrays, the Lloyd job |
-| ``_lloyd`` | the training task: assign, push sums and counts, server-side update |
+| ``_mbestimator`` | :class:`MiniBatchKMeans` (Sculley's per-centre rates, SSP allowed) |
+| ``_fit`` | one run from the driver: arrays, the Lloyd or mini-batch job |
+| ``_lloyd`` | the Lloyd task: assign, push sums and counts, server-side update |
+| ``_minibatch`` | the mini-batch task: per-centre rate updates pushed each clock |
+| ``_parallel`` | k-means|| initialisation, oversampled on the workers |
 | ``_psfs`` | ``Recenter`` / ``Shift``: the centre update next to the blocks |
 | ``_kernels`` | compiled assignment (dense blocks through BLAS, CSR without densifying) |
 | ``_rows`` | a partition's rows prepared for assignment |
@@ -21,5 +24,6 @@ Example
 from __future__ import annotations
 
 from ._estimator import KMeans
+from ._mbestimator import MiniBatchKMeans
 
-__all__ = ["KMeans"]
+__all__ = ["KMeans", "MiniBatchKMeans"]

@@ -27,9 +27,11 @@ import numpy as np
 
 from ...data import Dataset
 from ...errors import InvalidArgumentError, InvalidStateError
+from ...scheduler._clock_rule import as_sync
 from .._core import Prepared, PSEstimator, as_unlabelled, is_dask
-from ._fit import Run, fit_lloyd
+from ._fit import Run, fit_lloyd, fit_minibatch
 from ._init import data_stats, initial_centres
+from ._parallel import kmeans_parallel
 from ._params import check_params
 from ._predict import map_input
 
@@ -44,6 +46,8 @@ class KMeans(PSEstimator):
     n_clusters
         ``k``, the number of clusters.
     init
+        ``'k-means||'`` (Bahmani et al.'s scalable k-means++: oversampling rounds
+        on the workers, the weighted candidates reduced on the driver),
         ``'k-means++'`` (greedy k-means++ on a seeded sample of at most
         ``daskangel.kmeans.init-sample`` rows), ``'random'`` (``k`` distinct
         rows) or an array ``(n_clusters, n_features)`` of starting centres.
@@ -80,7 +84,7 @@ class KMeans(PSEstimator):
         self,
         n_clusters: int = 8,
         *,
-        init: Any = "k-means++",
+        init: Any = "k-means||",
         algorithm: str = "lloyd",
         max_iter: int = 300,
         tol: float = 1e-4,
@@ -156,13 +160,20 @@ class KMeans(PSEstimator):
             initial_centres(self.init, ds, stats, k, d, 0)  # shape check before anything
         self._forget()
         ps = self._context(client)
-        tol = float(self.tol) * stats.mean_variance
+        tol = float(getattr(self, "tol", 0.0)) * stats.mean_variance
         seed = self._seed()
         best: Run | None = None
         n_init = 1 if not isinstance(self.init, str) else int(self.n_init)
         for r in range(n_init):
-            centres = initial_centres(self.init, ds, stats, k, d, seed + 7919 * r)
-            run = fit_lloyd(self, ps, ds, tol, centres, bool(self.progress))
+            if isinstance(self.init, str) and self.init == "k-means||":
+                centres = kmeans_parallel(ds, stats, k, d, seed + 7919 * r)
+            else:
+                centres = initial_centres(self.init, ds, stats, k, d, seed + 7919 * r)
+            if self._algorithm() == "minibatch":
+                sync = as_sync(getattr(self, "sync", "bsp"))
+                run = fit_minibatch(self, ps, ds, centres, bool(self.progress), sync, seed + r)
+            else:
+                run = fit_lloyd(self, ps, ds, tol, centres, bool(self.progress))
             if best is None or run.inertia < best.inertia:
                 if best is not None:
                     with contextlib.suppress(Exception):
@@ -178,18 +189,34 @@ class KMeans(PSEstimator):
         self.inertia_ = best.inertia
         self.n_iter_ = best.n_iter
         self.t_ = best.n_iter
-        self.labels_ = self._labels(best, distributed)
+        self.labels_ = self._labels(best, distributed, ds)
         self._append_history(best.history, 0)
         self.train_result_ = best.result
         self._pull()
         return self
 
-    def _labels(self, run: Run, distributed: bool) -> Any:
-        labels = np.concatenate(run.labels) if run.labels else np.zeros(0, np.int32)
+    def _algorithm(self) -> str:
+        return str(self.algorithm)
+
+    def _labels(self, run: Run, distributed: bool, ds: Any) -> Any:
+        parts = run.labels
+        if parts and not isinstance(parts[0], np.ndarray):  # futures, on the workers
+            if not distributed:
+                parts = ds.client.gather(parts)
+            else:
+                import dask
+                import dask.array as da
+
+                blocks = [
+                    da.from_delayed(dask.delayed(f), shape=(info.n_rows,), dtype=np.int32)
+                    for f, info in zip(parts, ds.info, strict=True)
+                ]
+                return da.concatenate(blocks)
+        labels = np.concatenate(parts) if parts else np.zeros(0, np.int32)
         if distributed:
             import dask.array as da
 
-            return da.from_array(labels, chunks=tuple(len(x) for x in run.labels) or (0,))
+            return da.from_array(labels, chunks=tuple(len(x) for x in parts) or (0,))
         return labels
 
     # -- using the centres ----------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -28,9 +29,12 @@ from ... import config
 from ..._compat import workers_info
 from ...scheduler._clock_rule import as_sync
 from ...train import train
-from ._lloyd import LloydTask, Plan
+from ._lloyd import N_HEAD, LloydTask, Plan
+from ._minibatch import MiniBatchTask
+from ._minibatch import Plan as MBPlan
+from ._predict import partition_assign
 
-__all__ = ["Run", "fit_lloyd", "make_centres"]
+__all__ = ["Run", "fit_lloyd", "fit_minibatch", "make_centres"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,7 +44,7 @@ class Run:
     centers: str  # PS array name (k, d + 1)
     inertia: float
     n_iter: int
-    labels: list[np.ndarray]  # per partition, in partition order
+    labels: list[Any]  # per partition, in partition order (arrays, or futures of them)
     history: list[dict[str, float]]
     result: Any  # the TrainResult
 
@@ -65,7 +69,7 @@ def fit_lloyd(est: Any, ps: Any, ds: Any, tol: float, centres: np.ndarray, progr
     C = make_centres(ps, f"{name}.centers", centres)
     made = [
         ps.zeros_like(C, f"{name}.sums"),
-        ps.zeros(f"{name}.metrics", (max_iter + 1, 4), "float64"),
+        ps.zeros(f"{name}.metrics", (max_iter + 1, N_HEAD + k), "float64"),
         ps.zeros(f"{name}.far", (n_tasks * n_cand, d + 1), "float64"),
     ]
     plan = Plan(
@@ -88,7 +92,58 @@ def fit_lloyd(est: Any, ps: Any, ds: Any, tol: float, centres: np.ndarray, progr
     n_iter = int(outs[0]["n_iter"]) if outs else 0
     hist = [
         {"iteration": i + 1, "inertia": float(rows[i, 0]), "center_shift": float(rows[i, 2]),
-         "reseeded": int(rows[i, 3])}
+         "reseeded": int(rows[i, 3]), "time": float(rows[i, 4])}
         for i in range(n_iter)
     ]  # fmt: skip
     return Run(C.name, float(rows[n_iter, 0]), n_iter, [o["labels"] for o in outs], hist, res)
+
+
+def fit_minibatch(
+    est: Any, ps: Any, ds: Any, centres: np.ndarray, progress: bool, sync: Any, seed: int
+) -> Run:
+    """Mini-batch k-means from ``centres``, then one assignment pass for labels and inertia."""
+    k, d = centres.shape
+    name = f"kmeans-{uuid.uuid4().hex[:8]}"
+    n_tasks = len(ds.partitions)
+    epochs = int(est.max_iter)
+    batch = max(1, math.ceil(int(est.batch_size) / max(n_tasks, 1)))
+    most = max((int(i.n_rows) for i in ds.info), default=0)
+    steps = max(1, math.ceil(most / batch))
+    C = make_centres(ps, f"{name}.centers", centres)
+    met = ps.zeros(f"{name}.metrics", (epochs, 2), "float64")
+    plan = MBPlan(
+        centers=C.name, metrics=met.name, n_clusters=k, n_features=d, epochs=epochs,
+        steps=steps, batch=batch, n_tasks=n_tasks, seed=int(seed),
+    )  # fmt: skip
+    try:
+        t0 = time.perf_counter()
+        res = train(ps, MiniBatchTask(plan), ds, sync=sync, epochs=epochs * steps,
+                    progress=progress)  # fmt: skip
+        seconds = time.perf_counter() - t0
+        rows = np.asarray(met.get())
+        final = np.asarray(C.get(), np.float64)[:, :d]
+        [cf] = ds.client.scatter([final], broadcast=True)
+        outs = ds.map_partitions(partition_assign, cf)
+        inertia = float(sum(ds.client.gather([ds.client.submit(_second, f) for f in outs])))
+        labels = [ds.client.submit(_first, f) for f in outs]
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ps.drop(C.name)
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            ps.drop(met.name)
+    hist = [
+        {"iteration": e + 1, "inertia": float(rows[e, 0] / rows[e, 1]) if rows[e, 1] else float("nan"),
+         "time": seconds * (e + 1) / epochs}
+        for e in range(epochs)
+    ]  # fmt: skip
+    return Run(C.name, inertia, epochs, labels, hist, res)
+
+
+def _first(t: Any) -> Any:
+    return t[0]
+
+
+def _second(t: Any) -> Any:
+    return t[1]

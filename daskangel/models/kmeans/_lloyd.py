@@ -7,7 +7,7 @@ A. pull the centres (only the columns the task's rows use, for sparse rows),
    assign every row (:mod:`._kernels`), push the per-cluster sums and counts into
    the accumulator ``S`` and the iteration's inertia into the metrics row ``t``;
    ``clock()``;
-B. read the ``k`` counts.  If some clusters got no row, every task offers its
+B. read the ``k`` counts (pushed with the inertia).  If some clusters got no row, every task offers its
    rows farthest from their centres (at most ``daskangel.kmeans.reseed-candidates``)
    in the candidates array and clocks once more, and the first task takes the
    farthest of all offers as the new centres of the empty clusters.  The first
@@ -20,7 +20,10 @@ estimator scales the user's ``tol`` by the data's mean variance, as
 scikit-learn does) or ``max_iter`` updates are done, a last assignment with the
 final centres gives the labels and the final inertia (metrics row ``t + 1``),
 and the task returns its labels.  Metrics row layout: ``[inertia sum, rows,
-shift, empty clusters]``.
+shift, empty clusters, seconds, counts (k)]`` (shift, empty clusters and
+seconds from the first task; seconds: its wall time from its start to the end of
+the iteration's update).  Every task reads the counts from the metrics row, not
+from ``S``, which the first task zeroes as soon as it has read them.
 
 Example
 -------
@@ -29,6 +32,7 @@ Example
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +41,9 @@ import numpy as np
 from ._psfs import Recenter, Shift
 from ._rows import TaskRows, rows_of
 
-__all__ = ["LloydTask", "Plan", "farthest"]
+__all__ = ["N_HEAD", "LloydTask", "Plan", "farthest"]
+
+N_HEAD = 5  # metrics columns before the k counts
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class Plan:
 
     centers: str  # PS array (k, d + 1) float64
     sums: str  # co-partitioned accumulator
-    metrics: str  # (max_iter + 1, 4) float64
+    metrics: str  # (max_iter + 1, N_HEAD + k) float64
     far: str  # (n_tasks * n_cand, d + 1) float64: offered rows, their distance last
     n_clusters: int
     n_features: int
@@ -80,13 +86,17 @@ class LloydTask:
         d, k = p.n_features, p.n_clusters
         count_col = np.array([d], np.int64)
         push_cols = np.concatenate([rows.keys, count_col])
+        met_cols = np.concatenate([np.arange(2), N_HEAD + np.arange(k)])
         t = 0
+        t0 = time.perf_counter()
         while True:
             out = rows.assign(self._centres(C, rows), accumulate=True)
-            M.increment(np.array([out.inertia, float(rows.n)]), rows=t, cols=np.arange(2))
+            head = np.array([out.inertia, float(rows.n)])
+            M.increment(np.concatenate([head, out.counts]), rows=t, cols=met_cols)
             S.increment(np.hstack([out.sums, out.counts[:, None]]), cols=push_cols)
             ctx.clock()
-            counts = np.asarray(S.get(cols=count_col), np.float64).reshape(k)
+            # the counts come from the metrics row: task 0 zeroes S while others may still read
+            counts = np.asarray(M.get(rows=t), np.float64).ravel()[N_HEAD:]
             reseed, new_rows = self._reseed(ctx, rows, out.dist, counts)
             if ctx.task_id == 0:
                 f: dict[str, Any] = {
@@ -96,8 +106,9 @@ class LloydTask:
                     "rows": new_rows,
                 }
                 shift = float(C.psf(Shift(**f), S.plain))
-                C.psf(Recenter(**f), S.plain)
-                M.increment(np.array([shift, float(reseed.size)]), rows=t, cols=np.array([2, 3]))
+                C.psf(Recenter(**f), S.plain, atomic=False)  # one round trip
+                row = np.array([shift, float(reseed.size), time.perf_counter() - t0])
+                M.increment(row, rows=t, cols=np.array([2, 3, 4]))
             ctx.report(inertia=out.inertia)
             ctx.clock()
             shift = float(np.asarray(M.get(rows=t)).ravel()[2])

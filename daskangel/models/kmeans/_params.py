@@ -5,6 +5,7 @@ Example
 >>> class E:
 ...     n_clusters, init, algorithm, max_iter, tol, n_init = 3, "random", "lloyd", 10, 1e-4, 1
 ...     batch_size, n_tasks = 1024, None
+...     def _algorithm(self): return self.algorithm
 >>> check_params(E())
 """
 
@@ -18,8 +19,8 @@ from ...errors import InvalidArgumentError
 
 __all__ = ["ALGORITHMS", "INITS", "check_params"]
 
-INITS = ("k-means++", "random")
-ALGORITHMS = ("lloyd",)
+INITS = ("k-means||", "k-means++", "random")
+ALGORITHMS = ("lloyd", "minibatch")
 
 
 def _int(name: str, v: Any, lo: int) -> int:
@@ -36,15 +37,11 @@ def check_params(est: Any) -> None:
     _int("batch_size", est.batch_size, 1)
     if est.n_tasks is not None:
         _int("n_tasks", est.n_tasks, 1)
-    tol = est.tol
+    tol = getattr(est, "tol", 0.0)
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating)) or not tol >= 0:
         raise InvalidArgumentError(f"tol: expected a number >= 0, got {tol!r}")
     init = est.init
     if isinstance(init, str):
-        if init == "k-means||":
-            raise InvalidArgumentError(
-                "init: 'k-means||' is not available yet; use 'k-means++', 'random' or an array"
-            )
         if init not in INITS:
             raise InvalidArgumentError(
                 f"init: expected one of {list(INITS)} or an array of shape "
@@ -55,8 +52,10 @@ def check_params(est: Any) -> None:
             f"init: expected one of {list(INITS)} or an array of shape "
             f"(n_clusters, n_features), got {type(init).__name__}"
         )
-    if est.algorithm not in ALGORITHMS:
-        hint = " (MiniBatchKMeans is not available yet)" if est.algorithm == "minibatch" else ""
+    algorithm = est._algorithm()
+    if algorithm not in ALGORITHMS:
         raise InvalidArgumentError(
-            f"algorithm: expected one of {list(ALGORITHMS)}, got {est.algorithm!r}{hint}"
+            f"algorithm: expected one of {list(ALGORITHMS)}, got {algorithm!r}"
         )
+    if algorithm == "lloyd" and getattr(est, "sync", "bsp") not in ("bsp", None):
+        raise InvalidArgumentError("sync: Lloyd's algorithm runs under BSP only")

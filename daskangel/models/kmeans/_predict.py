@@ -29,7 +29,7 @@ from ...errors import InvalidArgumentError
 from .._core import is_dask
 from ._kernels import Assigned, assign_csr_rows, assign_dense_blocks, row_norms
 
-__all__ = ["assign_local", "distances_local", "map_input"]
+__all__ = ["assign_local", "distances_local", "map_input", "partition_assign"]
 
 
 def assign_local(X: Any, C: np.ndarray) -> Assigned:
@@ -37,8 +37,8 @@ def assign_local(X: Any, C: np.ndarray) -> Assigned:
     if sp.issparse(X):
         X = sp.csr_matrix(X)
         v = np.asarray(X.data, np.float64)
-        xnorm = np.add.reduceat(v * v, X.indptr[:-1]) if v.size else np.zeros(X.shape[0])
-        xnorm = np.where(np.diff(X.indptr) > 0, xnorm, 0.0) if v.size else xnorm
+        row = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+        xnorm = np.bincount(row, weights=v * v, minlength=X.shape[0]).astype(np.float64)
         return assign_csr_rows(np.asarray(X.indptr, np.int64), X.indices, v, xnorm, C, False)
     Xd = np.ascontiguousarray(X, dtype=np.float64 if X.dtype == np.float64 else np.float32)
     return assign_dense_blocks(Xd, row_norms(Xd), C, False)
@@ -66,6 +66,16 @@ def _partition(part: Any, C: np.ndarray, what: str) -> np.ndarray:
     elif X.shape[1] < d:
         X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
     return _apply(X, C, what)
+
+
+def partition_assign(part: Any, C: np.ndarray) -> tuple[np.ndarray, float]:
+    """Labels and inertia of one partition's rows (on the worker holding it)."""
+    X = part.csr().to_scipy()
+    d = C.shape[1]
+    X = X[:, :d] if X.shape[1] > d else X
+    X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
+    out = assign_local(X, C)
+    return out.labels, out.inertia
 
 
 def _apply(X: Any, C: np.ndarray, what: str) -> np.ndarray:

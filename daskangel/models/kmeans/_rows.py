@@ -60,6 +60,20 @@ class TaskRows:
             return assign_dense_blocks(self.dense, self.xnorm, C, accumulate)
         return assign_csr_rows(self.indptr, self.indices, self.data, self.xnorm, C, accumulate)
 
+    def take(self, idx: np.ndarray) -> TaskRows:
+        """The rows ``idx`` (a minibatch); CSR rows keep only the columns they use."""
+        idx = np.asarray(idx, np.int64)
+        if self.dense is not None:
+            e = np.empty(0)
+            return TaskRows(idx.size, self.n_features, self.keys, self.xnorm[idx],
+                            self.dense[idx], self.indptr, e, e)  # fmt: skip
+        lens = self.indptr[idx + 1] - self.indptr[idx]
+        ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        pos = np.repeat(self.indptr[idx] - ptr[:-1], lens) + np.arange(ptr[-1])
+        used, local = np.unique(self.indices[pos], return_inverse=True)
+        return TaskRows(idx.size, self.n_features, self.keys[used], self.xnorm[idx], None, ptr,
+                        local.astype(np.int32), self.data[pos])  # fmt: skip
+
     def row(self, i: int) -> np.ndarray:
         """Row ``i`` over the ``keys`` columns, float64."""
         if self.dense is not None:

@@ -1,0 +1,100 @@
+"""KMeans on every input kind: scipy.sparse CSR (kept sparse), dask arrays, libsvm Datasets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client
+from sklearn.cluster import KMeans as SkKMeans
+from sklearn.datasets import dump_svmlight_file
+
+import daskangel as angel
+from daskangel.models import KMeans
+from daskangel.models.kmeans._rows import rows_of_batch
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def sparse_blobs() -> sp.csr_matrix:
+    """Rows that each use 8 of 400 features, in 5 groups with their own features."""
+    rng = np.random.default_rng(0)
+    n, d, g = 600, 400, 5
+    rows, cols, vals = [], [], []
+    for i in range(n):
+        grp = i % g
+        core = np.arange(grp * 80, grp * 80 + 4)  # every row of a group shares these
+        extra = rng.choice(np.arange(grp * 80 + 4, grp * 80 + 80), size=4, replace=False)
+        rows += [i] * 8
+        cols += core.tolist() + extra.tolist()
+        vals += (3.0 + rng.random(4)).tolist() + (1.0 + rng.random(4)).tolist()
+    return sp.csr_matrix((vals, (rows, cols)), shape=(n, d), dtype=np.float64)
+
+
+def _inertia(X: Any, C: np.ndarray) -> float:
+    X = sp.csr_matrix(X, dtype=np.float64)
+    xn = np.asarray(X.multiply(X).sum(1)).ravel()
+    d2 = xn[:, None] - 2 * np.asarray(X @ C.T) + (C * C).sum(1)[None]
+    return float(np.maximum(d2, 0).min(1).sum())
+
+
+def test_sparse_rows_stay_csr() -> None:
+    from daskangel.data._batch import CSRBatch
+
+    X = sp.random(50, 1000, density=0.01, format="csr", random_state=0)
+    b = CSRBatch.from_arrays(X.indptr, X.indices, X.data, np.zeros(50), 1000)
+    r = rows_of_batch(b, 1000)
+    assert r.dense is None  # 1 % dense: no (50, 1000) block was made
+    assert r.keys.size == np.unique(X.indices).size  # only the used columns
+
+
+def test_sparse_input_matches_sklearn(client: Client, sparse_blobs: Any) -> None:
+    X = sparse_blobs
+    sk = SkKMeans(n_clusters=5, n_init=3, random_state=0).fit(X)
+    km = KMeans(n_clusters=5, n_init=3, random_state=0, max_iter=30).fit(X)
+    assert _inertia(X, km.cluster_centers_) <= 1.01 * _inertia(X, sk.cluster_centers_)
+    assert (km.predict(X) == km.labels_).mean() >= 0.995
+    assert km.score(X) == pytest.approx(-_inertia(X, km.cluster_centers_), rel=1e-4)
+
+
+def test_dask_array_gives_dask_labels(client: Client) -> None:
+    rng = np.random.default_rng(2)
+    centres = rng.normal(0, 8, (4, 6))
+    Xn = (centres[rng.integers(0, 4, 2000)] + rng.normal(size=(2000, 6))).astype(np.float64)
+    X = da.from_array(Xn, chunks=(500, 6))
+    km = KMeans(n_clusters=4, random_state=0).fit(X)
+    assert isinstance(km.labels_, da.Array)
+    lab = km.labels_.compute()
+    pred = km.predict(X)
+    assert isinstance(pred, da.Array)
+    assert (pred.compute() == lab).mean() >= 0.995
+    # rows in input order: the local prediction agrees row by row
+    assert (km.predict(Xn) == lab).mean() >= 0.995
+    assert km.transform(X).shape == (2000, 4)
+
+
+def test_libsvm_dataset(client: Client, sparse_blobs: Any, tmp_path: Path) -> None:
+    X = sparse_blobs
+    path = tmp_path / "blobs.svm"
+    dump_svmlight_file(X, np.zeros(X.shape[0]), str(path), zero_based=True)
+    ds = angel.data.read_libsvm(str(path), n_features=X.shape[1], zero_based=True)
+    km = KMeans(n_clusters=5, init="k-means++", random_state=0, max_iter=30).fit(ds)
+    assert isinstance(km.labels_, da.Array)
+    sk = SkKMeans(n_clusters=5, n_init=3, random_state=0).fit(X)
+    assert _inertia(X, km.cluster_centers_) <= 1.01 * _inertia(X, sk.cluster_centers_)
+    pred = km.predict(ds).compute()
+    assert (pred == km.labels_.compute()).mean() >= 0.995
+
+
+def test_sparse_rows_with_empty_tail_predict(client: Client, sparse_blobs: Any) -> None:
+    km = KMeans(n_clusters=3, init="k-means++", random_state=0, max_iter=5).fit(sparse_blobs)
+    X = sp.csr_matrix(sparse_blobs[:4].toarray())
+    X = sp.vstack([X, sp.csr_matrix((2, X.shape[1]))]).tocsr()  # two empty rows last
+    C = km.cluster_centers_
+    want = ((X.toarray()[:, None, :] - C[None]) ** 2).sum(-1).argmin(1)
+    assert km.predict(X).tolist() == want.tolist()
