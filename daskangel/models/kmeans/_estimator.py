@@ -24,6 +24,7 @@ import contextlib
 from typing import Any, ClassVar
 
 import numpy as np
+from sklearn.base import ClusterMixin, TransformerMixin
 
 from ...data import Dataset
 from ...errors import InvalidArgumentError, InvalidStateError
@@ -38,7 +39,7 @@ from ._predict import map_input
 __all__ = ["KMeans"]
 
 
-class KMeans(PSEstimator):
+class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
     """K-means clustering trained on the parameter server (Lloyd's algorithm).
 
     Parameters
