@@ -49,7 +49,8 @@ import numpy as np
 import scipy.sparse as sp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "..", "..", "shared", "data")
+# $DASKANGEL_DATA, else ../shared/data beside the checkout (as benchmarks/_data.py)
+DATA = os.environ.get("DASKANGEL_DATA") or os.path.join(HERE, "..", "..", "shared", "data")
 FILES = {
     "kos": ("kos", "docword.kos.txt.gz"),
     "20news": ("20news-bow", "docword.20news.txt.gz"),
