@@ -1,4 +1,4 @@
-"""LDA side by side: daskangel's CGS against tomotopy and scikit-learn, one scorer for all.
+"""LDA side by side: daskangel's CGS and MA-SVI against tomotopy and scikit-learn, one scorer for all.
 
 Run::
 
@@ -25,11 +25,18 @@ folded in on half of each held-out document, the other half scored).
   1 thread each: one task per worker), scored in the tasks every
   ``--every`` sweeps; tokens/s per sweep is the training tokens over the
   sweep's wall time (evaluation excluded), median over the sweeps.
+* **daskangel MA-SVI**: ``LDA(solver="ma-svi")`` (MA-LDA: SVI on each task, models
+  averaged through the PS), ``--svi-passes`` passes (default 10, the MLlib*
+  paper's budget) of ``--svi-batch`` documents a minibatch per task, scored
+  after every pass; the MLlib* paper's Table 3 comparison is printed as MA-SVI
+  after 10 passes against CGS after 100 sweeps (LL and seconds).
 * **tomotopy** ``LDAModel`` (CGS, 2 threads), trained ``--every`` sweeps at a
   time, its ``get_topic_word_dist`` scored after each chunk; tokens/s from the
   time in ``train`` only.
 * **scikit-learn** ``LatentDirichletAllocation(learning_method="batch")``,
-  10 passes (its usual budget: one pass costs ~50 CGS sweeps).
+  10 passes (its usual budget: one pass costs ~50 CGS sweeps), and
+  ``learning_method="online"`` (batch_size 128, 10 passes), the single-process
+  counterpart of MA-SVI.
 
 Printed: held-out LL/token per sweep (every ``--every``), tokens/s, the ratio
 to tomotopy measured in the same run, and the time daskangel needs to reach
@@ -89,6 +96,7 @@ def run_daskangel(
     every: int,
     sync: str = "bsp",
     seed: int = 0,
+    Xte: sp.csr_matrix | None = None,
     **kw: Any,
 ) -> dict[str, Any]:
     from daskangel.models import LDA
@@ -113,6 +121,11 @@ def run_daskangel(
         "wall": wall,
         "timings": [r.get("timings") for r in m.train_result_.results],
     }
+    if Xte is not None:  # the peers' scorer on the final topics (= the last in-fit score)
+        from daskangel.models.lda import completion_log_likelihood
+
+        ll, n = completion_log_likelihood(Xte, m.components_, 0.1, seed=seed)
+        out["ll_ext"] = ll / n
     m.close()
     return out
 
@@ -150,13 +163,13 @@ def run_tomotopy(Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int, sweeps: int, ev
 
 
 def run_sklearn(Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int, passes: int = 10,
-                seed: int = 0) -> dict[str, Any]:  # fmt: skip
+                seed: int = 0, method: str = "batch") -> dict[str, Any]:  # fmt: skip
     from sklearn.decomposition import LatentDirichletAllocation
 
     from daskangel.models.lda import completion_log_likelihood
 
     m = LatentDirichletAllocation(n_components=K, doc_topic_prior=0.1, topic_word_prior=0.01,
-                                  learning_method="batch", max_iter=passes, random_state=seed)  # fmt: skip
+                                  learning_method=method, max_iter=passes, random_state=seed)  # fmt: skip
     t = time.perf_counter()
     m.fit(Xtr)
     spent = time.perf_counter() - t
@@ -171,7 +184,8 @@ def _at(curve: list[tuple[int, float, float]], sweep: int) -> tuple[float, float
     return None
 
 
-def compare(name: str, X: sp.csr_matrix, K: int, sweeps: int, every: int, peers: bool) -> None:
+def compare(name: str, X: sp.csr_matrix, K: int, sweeps: int, every: int, peers: bool,
+            svi: dict[str, int] | None = None) -> None:  # fmt: skip
     from daskangel.models.lda import heldout_mask
 
     held = heldout_mask(X, 0.1, 0)
@@ -206,6 +220,36 @@ def compare(name: str, X: sp.csr_matrix, K: int, sweeps: int, every: int, peers:
     if skl:
         print(f"sklearn  : batch VB 10 passes LL {skl['ll']:.4f}, {skl['tps'] / 1e6:.2f} M "
               f"tokens/s, {skl['time']:.1f} s")  # fmt: skip
+    if svi is not None:
+        compare_svi(X, Xtr, Xte, K, ours, svi, peers)
+
+
+def compare_svi(X: sp.csr_matrix, Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int,
+                cgs: dict[str, Any], svi: dict[str, int], peers: bool) -> None:  # fmt: skip
+    """MA-SVI's curve, its Table 3 comparison with CGS, and scikit-learn's online VB."""
+    passes = svi["passes"]
+    r = run_daskangel(X, K, passes, 1, solver="ma-svi", batch_size=svi["batch"], Xte=Xte)
+    print(f"MA-SVI   : {passes} passes of {svi['batch']}-document minibatches per task "
+          "(2 tasks, models averaged every minibatch)")  # fmt: skip
+    print(f"{'pass':>6} {'MA-SVI LL':>10} {'time s':>8}")
+    for s, ll, t in r["curve"]:
+        print(f"{s:6d} {ll:10.4f} {t:8.2f}")
+    s, ll, t = r["curve"][-1]
+    print(f"MA-SVI   : LL {ll:.4f} after {s} passes (peers' scorer on components_: "
+          f"{r['ll_ext']:.4f}), {r['tps'] / 1e6:.3f} M tokens/s (median per pass), {t:.2f} s")  # fmt: skip
+    ref = _at(cgs["curve"], 100) or (cgs["curve"][-1][1:] if cgs["curve"] else None)
+    n10 = 10 if _at(r["curve"], 10) else s
+    at10 = _at(r["curve"], 10) or (ll, t)
+    if ref is not None:
+        n = 100 if _at(cgs["curve"], 100) else cgs["curve"][-1][0]
+        print(f"Table 3 (MLlib*): MA-SVI {n10} passes LL {at10[0]:.4f} in {at10[1]:.2f} s vs CGS "
+              f"{n} sweeps LL {ref[0]:.4f} in {ref[1]:.2f} s: MA-SVI - CGS = "
+              f"{at10[0] - ref[0]:+.4f} nats/token")  # fmt: skip
+    if peers:
+        on = run_sklearn(Xtr, Xte, K, method="online")
+        print(f"sklearn  : online VB 10 passes LL {on['ll']:.4f}, {on['tps'] / 1e6:.3f} M "
+              f"tokens/s, {on['time']:.1f} s; MA-SVI/online time ratio "
+              f"{t / on['time']:.2f}")  # fmt: skip
 
 
 def staleness(X: sp.csr_matrix, K: int, sweeps: int, every: int, png: str | None) -> None:
@@ -306,6 +350,9 @@ def main() -> None:
     ap.add_argument("--synthetic", action="store_true")
     ap.add_argument("--synthetic-tokens", type=int, default=100_000_000)
     ap.add_argument("--png", default=None)
+    ap.add_argument("--svi-passes", type=int, default=10)
+    ap.add_argument("--svi-batch", type=int, default=256)
+    ap.add_argument("--no-svi", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
     lc, client = cluster()
@@ -317,7 +364,7 @@ def main() -> None:
                 if not os.path.exists(path):
                     print(f"{name}: {path} is missing (see benchmarks/README.md); skipped")
             X = planted(400, 500, 5, 80, seed=0)
-            compare("smoke (planted)", X, 5, 6, 2, peers=True)
+            compare("smoke (planted)", X, 5, 6, 2, peers=True, svi={"passes": 2, "batch": 64})
             staleness(X, 5, 4, 2, None)
             fig10(X, 5, 4, 2, None)
             synthetic(40_000, 2_000, 50, 2, seed=0)
@@ -330,7 +377,8 @@ def main() -> None:
                 continue
             X = read_docword(path)
             if not (a.staleness or a.fig10):
-                compare(name, X, a.topics, a.sweeps, a.every, peers=not a.no_peers)
+                svi = None if a.no_svi else {"passes": a.svi_passes, "batch": a.svi_batch}
+                compare(name, X, a.topics, a.sweeps, a.every, peers=not a.no_peers, svi=svi)
             png = a.png and a.png.replace(".png", f"-{name}.png")
             if a.staleness:
                 staleness(X, a.topics, a.sweeps, a.every, png and png.replace(".png", "-ssp.png"))
