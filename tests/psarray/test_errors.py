@@ -124,10 +124,10 @@ def test_request_too_large(arrays: Any) -> None:
     w, *_ = arrays
     with dask.config.set({"daskangel.client.max-request-bytes": 1000}):
         with pytest.raises(
-            errors.RequestTooLargeError, match="get: request of 4,000 bytes exceeds"
+            errors.RequestTooLargeError, match=r"get: .*\(4,000 bytes\) exceeds .*nothing was"
         ):
             w.get()
-        with pytest.raises(errors.RequestTooLargeError, match="values: request of"):
+        with pytest.raises(errors.RequestTooLargeError, match=r"values: .*\(4,000 bytes\) exceeds"):
             w.increment(np.ones(1000, "float32"))
     unchanged(arrays)
 
