@@ -5,7 +5,7 @@ Run::
     python benchmarks/bench_kmeans.py                     # jester (dense) + 20news tf-idf (sparse), k=20
     python benchmarks/bench_kmeans.py --datasets jester
     python benchmarks/bench_kmeans.py --synthetic         # seeded dense and sparse sets, k=100
-    python benchmarks/bench_kmeans.py --smoke             # tiny generated blobs, < 60 s
+    python benchmarks/bench_kmeans.py --smoke             # tiny blobs + a jester slice when present, < 60 s
 
 Data (``../shared/data``, never downloaded, absent ones skipped):
 ``jester/jester-data-1.zip`` (24,983 x 100 ratings, "99 = not rated" read as 0,
@@ -264,6 +264,10 @@ def main() -> None:
             X, _ = make_blobs(n_samples=2000, n_features=10, centers=5, random_state=0)
             compare(client, "smoke blobs", X, 5, 3, {"max_iter": 3}, peers=False)
             synthetic(client, 1000, 500, 4, 2)
+            # the real-data path on a slice, so the readers cannot rot either
+            J = read_jester(data_root())
+            if J is not None:
+                compare(client, "smoke jester[:2000]", J[:2000], 5, 3, {"max_iter": 3}, peers=False)
             return
         if args.synthetic:
             synthetic(client, args.rows, args.sparse_features, 100, 10)
