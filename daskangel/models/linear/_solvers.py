@@ -167,11 +167,12 @@ class SGDTask:
                 if p.decay_grad:
                     g *= eta / p.eta0
                 keys = d.keys[bk]
+                opt = p.step_optimizer(epoch, rnd)
                 t_2 = time.perf_counter()
                 if K == 1:
-                    p.optimizer.step(g[:, 0], cols=keys, casting="same_kind", atomic=False)
+                    opt.step(g[:, 0], cols=keys, casting="same_kind", atomic=False)
                 else:
-                    p.optimizer.step(g, rows=keys, casting="same_kind", atomic=False)
+                    opt.step(g, rows=keys, casting="same_kind", atomic=False)
                 tm["pull"] += t_1 - t_0
                 tm["sgd"] += t_2 - t_1
                 tm["push"] += time.perf_counter() - t_2

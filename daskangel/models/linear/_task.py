@@ -19,6 +19,7 @@ Example
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -92,6 +93,23 @@ class Plan:
     @property
     def binary(self) -> bool:
         return self.task == "classifier" and self.n_outputs == 1
+
+    def step_optimizer(self, epoch: int, rnd: int) -> Any:
+        """The server optimiser for round ``rnd`` of ``epoch`` (solvers ``'sgd'``, ``'ftrl'``).
+
+        FTRL's ``z`` sums every minibatch's mean gradient since the start, so its
+        ``l1`` / ``l2`` weigh against that many losses: they are ``l1`` and ``alpha``
+        times the number of steps summed, which makes the objective the documented
+        *mean* loss + ``l1 |w|_1 + alpha/2 |w|^2`` at every step (OWL-QN's, and
+        SGD's, whose proximal step is per mean gradient already).
+        """
+        opt = self.optimizer
+        if self.solver != "ftrl" or opt is None:
+            return opt
+        per = [-(-r // self.batch) for r in self.train_rows]  # steps of each task an epoch
+        steps = (self.epoch0 + epoch) * sum(per) + sum(min(rnd + 1, n) for n in per)
+        rule = dataclasses.replace(opt.optimizer, l1=self.l1 * steps, l2=self.alpha * steps)
+        return dataclasses.replace(opt, optimizer=rule)
 
     def eta(self, epoch: int) -> float:
         """Learning rate of (this fit's) epoch ``epoch``: ``eta0 / (1 + t) ** power_t``."""
