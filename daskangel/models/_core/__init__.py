@@ -33,7 +33,7 @@ from ._io import array_names, load, rename_arrays, save_model
 from ._metrics import auc_from_hist, should_stop
 from ._monitor import Monitor
 from ._order import SHUFFLE_BLOCK, epoch_order, round_share, rows_per_round, split_ids
-from ._predict import in_input_order, map_rows
+from ._predict import in_input_order, input_order, map_rows
 from ._rows import LocalRows, pull, push, split_rows
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "epoch_order",
     "finish",
     "in_input_order",
+    "input_order",
     "is_dask",
     "load",
     "map_rows",

@@ -22,7 +22,7 @@ import numpy as np
 
 from ._input import is_dask
 
-__all__ = ["in_input_order", "map_rows", "runs"]
+__all__ = ["in_input_order", "input_order", "map_rows", "runs"]
 
 
 def map_rows(m: Any, fn: Any, dtype: Any, two_d: bool) -> Any:
@@ -45,24 +45,36 @@ def runs(src: np.ndarray) -> list[tuple[int, int]]:
     return [(int(src[a]), int(src[a]) + int(b - a)) for a, b in zip(starts, stops, strict=True)]
 
 
-def in_input_order(ds: Any, futures: list[Any], width: int, dtype: Any = np.float64) -> Any:
+def input_order(ds: Any) -> np.ndarray:
+    """Where each input row stands in the Dataset's partitions, concatenated in
+    partition order: ``results[input_order(ds)]`` is in the input's row order."""
+    pos = ds.positions()
+    if not pos:
+        return np.zeros(0, np.int64)
+    return np.argsort(np.concatenate(pos), kind="stable")
+
+
+def in_input_order(ds: Any, futures: list[Any], width: int | None, dtype: Any = np.float64) -> Any:
     """A dask array ``(n_rows, width)`` of per-partition results in the input's row order.
 
     ``futures[i]`` holds partition ``i``'s ``(n_rows_i, width)`` result, rows in
-    the partition's order.
+    the partition's order; ``width=None``: 1-D results ``(n_rows_i,)``.
     """
     import dask
     import dask.array as da
 
+    def shape(n: int) -> tuple[int, ...]:
+        return (n,) if width is None else (n, width)
+
     blocks = [
-        da.from_delayed(dask.delayed(f), shape=(info.n_rows, width), dtype=dtype)
+        da.from_delayed(dask.delayed(f), shape=shape(info.n_rows), dtype=dtype)
         for f, info in zip(futures, ds.info, strict=True)
     ]
     if not blocks:
-        return da.zeros((0, width), chunks=((0,), (width,)), dtype=dtype)
+        chunks = ((0,),) if width is None else ((0,), (width,))
+        return da.zeros(shape(0), chunks=chunks, dtype=dtype)
     cat = da.concatenate(blocks, axis=0)
-    pos = ds.positions()
-    order = np.argsort(np.concatenate(pos), kind="stable")
+    order = input_order(ds)
     parts = runs(order)
     if len(parts) == 1:
         return cat

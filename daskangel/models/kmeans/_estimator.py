@@ -29,7 +29,7 @@ from sklearn.base import ClusterMixin, TransformerMixin
 from ...data import Dataset
 from ...errors import InvalidArgumentError, InvalidStateError
 from ...scheduler._clock_rule import as_sync
-from .._core import Prepared, PSEstimator, as_unlabelled, is_dask
+from .._core import Prepared, PSEstimator, as_unlabelled, in_input_order, input_order, is_dask
 from ._fit import Run, fit_lloyd, fit_minibatch
 from ._init import data_stats, initial_centres
 from ._parallel import kmeans_parallel
@@ -200,20 +200,15 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
         return str(self.algorithm)
 
     def _labels(self, run: Run, distributed: bool, ds: Any) -> Any:
+        """The run's per-partition labels in the input's row order (dask when the
+        input was distributed)."""
         parts = run.labels
         if parts and not isinstance(parts[0], np.ndarray):  # futures, on the workers
-            if not distributed:
-                parts = ds.client.gather(parts)
-            else:
-                import dask
-                import dask.array as da
-
-                blocks = [
-                    da.from_delayed(dask.delayed(f), shape=(info.n_rows,), dtype=np.int32)
-                    for f, info in zip(parts, ds.info, strict=True)
-                ]
-                return da.concatenate(blocks)
+            if distributed:
+                return in_input_order(ds, parts, None, np.int32)
+            parts = ds.client.gather(parts)
         labels = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        labels = labels[input_order(ds)] if labels.size else labels
         if distributed:
             import dask.array as da
 

@@ -5,7 +5,8 @@
 * a dask array or dataframe: a lazy dask array, one block per row chunk (the
   centres travel once, as one graph key);
 * a daskangel Dataset: each partition is assigned on the worker holding it and
-  the result is a dask array over those futures (rows in partition order).
+  the result is a dask array over those futures, rows in the input's order
+  (:func:`daskangel.models._core.in_input_order`).
 
 Example
 -------
@@ -26,7 +27,7 @@ import scipy.sparse as sp
 
 from ...data import Dataset
 from ...errors import InvalidArgumentError
-from .._core import is_dask
+from .._core import in_input_order, is_dask
 from ._kernels import Assigned, assign_csr_rows, assign_dense_blocks, row_norms
 
 __all__ = ["assign_local", "distances_local", "map_input", "partition_assign"]
@@ -92,23 +93,17 @@ def map_input(est: Any, X: Any, C: np.ndarray, what: str) -> Any:
     two_d = what == "transform"
     dtype = np.int32 if what == "labels" else np.float64
     if isinstance(X, Dataset):
-        import dask
-        import dask.array as da
-
         ds = X if X.persisted else X.persist(est._client())
+        if ds.n_features > est.n_features_in_:
+            raise InvalidArgumentError(
+                f"X: the Dataset has {ds.n_features} features, but {type(est).__name__} "
+                f"is expecting {est.n_features_in_} features as input"
+            )
         client = ds.client
         assert client is not None
         [cf] = client.scatter([C], broadcast=True)
         futs = ds.map_partitions(_partition, cf, what)
-        blocks = [
-            da.from_delayed(
-                dask.delayed(f), shape=(info.n_rows, k) if two_d else (info.n_rows,), dtype=dtype
-            )
-            for f, info in zip(futs, ds.info, strict=True)
-        ]
-        if not blocks:
-            return da.zeros((0, k) if two_d else (0,), dtype=dtype)
-        return da.concatenate(blocks, axis=0)
+        return in_input_order(ds, futs, k if two_d else None, dtype)
     if hasattr(X, "to_dask_array"):
         X = X.to_dask_array(lengths=True)
     if is_dask(X):

@@ -78,7 +78,7 @@ def test_dask_array_gives_dask_labels(client: Client) -> None:
     assert km.transform(X).shape == (2000, 4)
 
 
-def test_libsvm_dataset(client: Client, sparse_blobs: Any, tmp_path: Path) -> None:
+def test_libsvm_dataset_in_input_order(client: Client, sparse_blobs: Any, tmp_path: Path) -> None:
     X = sparse_blobs
     path = tmp_path / "blobs.svm"
     dump_svmlight_file(X, np.zeros(X.shape[0]), str(path), zero_based=True)
@@ -87,23 +87,12 @@ def test_libsvm_dataset(client: Client, sparse_blobs: Any, tmp_path: Path) -> No
     assert isinstance(km.labels_, da.Array)
     sk = SkKMeans(n_clusters=5, n_init=3, random_state=0).fit(X)
     assert _inertia(X, km.cluster_centers_) <= 1.01 * _inertia(X, sk.cluster_centers_)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect (issue 17, open): labels_ of a fit on a Dataset is joined in another "
-    "row order than predict(ds) returns (input order since 0318f5a); 0 % agree",
-)
-def test_libsvm_dataset_labels_match_predict(
-    client: Client, sparse_blobs: Any, tmp_path: Path
-) -> None:
-    X = sparse_blobs
-    path = tmp_path / "blobs.svm"
-    dump_svmlight_file(X, np.zeros(X.shape[0]), str(path), zero_based=True)
-    ds = angel.data.read_libsvm(str(path), n_features=X.shape[1], zero_based=True)
-    km = KMeans(n_clusters=5, init="k-means++", random_state=0, max_iter=30).fit(ds)
-    pred = km.predict(ds).compute()
-    assert (pred == km.labels_.compute()).mean() >= 0.995
+    # labels_, predict and transform of a Dataset are in the file's row order: they
+    # agree row by row with the local predictions of the same rows
+    lab = km.labels_.compute()
+    assert (lab == km.predict(X)).mean() >= 0.995
+    assert (km.predict(ds).compute() == lab).mean() >= 0.995
+    np.testing.assert_allclose(km.transform(ds).compute(), km.transform(X), rtol=1e-5, atol=1e-6)
 
 
 def test_sparse_rows_with_empty_tail_predict(client: Client, sparse_blobs: Any) -> None:
