@@ -177,6 +177,8 @@ class ClockService:
         self.stop_listeners: list[Callable[[str], None]] = []
         # the snapshot service, told of every tick (clock-driven consistent snapshots)
         self.snapshots: Any = None
+        # callbacks run with (job, task, clock, stats) when a task's counters arrive
+        self.stats_listeners: list[Callable[[str, int, int, dict[str, Any]], None]] = []
         scheduler.handlers.update(
             {
                 "daskangel_job_register": self.register,
@@ -234,6 +236,13 @@ class ClockService:
         self._forget_old()
         return {"clocks": [0] * n_tasks, "status": "running"}
 
+    def _tell(self, job: str, task: int, clock: int, stats: dict[str, Any]) -> None:
+        for cb in self.stats_listeners:
+            try:
+                cb(job, task, clock, stats)
+            except Exception:  # observers must not stop a clock
+                logger.exception("daskangel: stats listener %r failed", cb)
+
     def _forget_old(self) -> None:
         keep = int(config.get("daskangel.clock.keep-jobs"))
         finished = [j for j, s in self.jobs.items() if s.status != "running"]
@@ -257,6 +266,7 @@ class ClockService:
         info.update(status="done", last=time.time())
         if stats:
             info["stats"] = stats
+            self._tell(job, task, s.table.clocks[task], stats)
         s.wake()
         if s.status == "running" and len(s.table.done) == s.table.n:
             s.stop("done")
@@ -307,6 +317,7 @@ class ClockService:
         info["last"] = time.time()
         if stats:
             info["stats"] = stats
+            self._tell(job, task, clock, stats)
         s.wake()
         if self.snapshots is not None:
             await self.snapshots.on_tick(s, new)

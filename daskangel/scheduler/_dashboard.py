@@ -1,4 +1,4 @@
-"""The daskangel page on the Dask dashboard: task clocks, waiting, PS memory and traffic.
+"""The daskangel page on the Dask dashboard: how it joins the running Bokeh server.
 
 Distributed builds its dashboard once, when the scheduler starts, from the
 ``applications`` dict in ``distributed/dashboard/scheduler.py``; our plugin is
@@ -12,8 +12,10 @@ patterns), and lists them where distributed lists its pages:
   ``/individual-plots.json`` lists every ``individual-*`` Bokeh application, which
   is where the JupyterLab Dask sidebar finds its entries.
 
-The panel refreshes every ``daskangel.dashboard.refresh`` from the status service.
-Without bokeh, or without a dashboard, nothing is registered.
+The panel (:class:`~._panel.DaskAngelPanel`: task clocks, PS memory, rates over
+time, metrics per job, the task / server / array tables) refreshes every
+``daskangel.dashboard.refresh`` from the status service.  Without bokeh, or
+without a dashboard, nothing is registered.
 
 Example
 -------
@@ -36,121 +38,12 @@ if TYPE_CHECKING:
 
     from ._status import StatusService
 
-__all__ = ["PAGE", "PANEL", "DaskAngelPanel", "register_dashboard"]
+__all__ = ["PAGE", "PANEL", "register_dashboard"]
 
 logger = logging.getLogger(__name__)
 
 PAGE = "/daskangel"
 PANEL = "/individual-daskangel"
-
-_TASK_COLUMNS = [
-    ("id", "task"),
-    ("group", "group"),
-    ("worker", "worker"),
-    ("status", "status"),
-    ("clock", "clock"),
-    ("ahead", "ahead of slowest"),
-    ("waited_s", "waited (s)"),
-    ("bytes_out", "pulled (B)"),
-    ("bytes_in", "pushed (B)"),
-    ("calls", "calls"),
-    ("latency_ms", "latency (ms)"),
-    ("cache_hits", "cache hits"),
-    ("metrics", "reported metrics"),
-]
-_SERVER_COLUMNS = [
-    ("id", "server"),
-    ("nbytes", "memory (B)"),
-    ("n_blocks", "blocks"),
-    ("bytes_in", "in (B)"),
-    ("bytes_out", "out (B)"),
-    ("calls", "calls"),
-    ("latency_ms", "latency (ms)"),
-    ("queue", "queue"),
-]
-
-
-class DaskAngelPanel:
-    """Bokeh models showing the clock of every task and the PS servers' load."""
-
-    def __init__(self, status: StatusService) -> None:
-        from bokeh.layouts import column, row
-        from bokeh.models import (  # type: ignore[attr-defined]
-            ColumnDataSource,
-            DataTable,
-            Div,
-            FactorRange,
-            TableColumn,
-        )
-        from bokeh.plotting import figure
-
-        self.status = status
-        self.tasks = ColumnDataSource({k: [] for k, _ in _TASK_COLUMNS})
-        self.servers = ColumnDataSource({k: [] for k, _ in _SERVER_COLUMNS})
-        self.header = Div(text="<b>daskangel</b>: no training job yet")
-        self.clock_fig = figure(
-            title="Clock per task",
-            x_range=FactorRange(factors=[]),
-            height=260,
-            sizing_mode="stretch_width",
-            tools="hover",
-            tooltips="@id: clock @clock, waited @waited_s{0.00} s",
-        )
-        self.clock_fig.vbar(x="id", top="clock", width=0.8, source=self.tasks)
-        self.clock_fig.xaxis.major_label_orientation = 0.8
-        self.mem_fig = figure(
-            title="PS memory per server (bytes)",
-            x_range=FactorRange(factors=[]),
-            height=260,
-            sizing_mode="stretch_width",
-            tools="hover",
-            tooltips="@id: @nbytes bytes, in @bytes_in, out @bytes_out",
-        )
-        self.mem_fig.vbar(x="id", top="nbytes", width=0.8, source=self.servers)
-        self.task_table = DataTable(
-            source=self.tasks,
-            columns=[TableColumn(field=k, title=t) for k, t in _TASK_COLUMNS],
-            height=260,
-            sizing_mode="stretch_width",
-        )
-        self.server_table = DataTable(
-            source=self.servers,
-            columns=[TableColumn(field=k, title=t) for k, t in _SERVER_COLUMNS],
-            height=160,
-            sizing_mode="stretch_width",
-        )
-        self.root = column(
-            self.header,
-            row(self.clock_fig, self.mem_fig, sizing_mode="stretch_width"),
-            self.task_table,
-            self.server_table,
-            sizing_mode="stretch_width",
-        )
-
-    def update(self) -> None:
-        """Redraw from the status service (server counters refresh in the background)."""
-        import time
-
-        st = self.status
-        if time.monotonic() - st.refreshed > config.get_seconds("daskangel.status.max-age"):
-            st.refresh_soon()
-        tasks = st.task_rows()
-        self.tasks.data = {k: [r[k] for r in tasks] for k, _ in _TASK_COLUMNS}
-        self.clock_fig.x_range.factors = [r["id"] for r in tasks]  # type: ignore[attr-defined]
-        servers = st.servers
-        self.servers.data = {k: [r[k] for r in servers] for k, _ in _SERVER_COLUMNS}
-        self.mem_fig.x_range.factors = [r["id"] for r in servers]  # type: ignore[attr-defined]
-        jobs = st.clocks.list_jobs()
-        if jobs:
-            parts = []
-            for j in jobs[-5:]:
-                done = [c for t, c in enumerate(j["clocks"]) if t not in j["done"]] or j["clocks"]
-                parts.append(
-                    f"job <code>{j['job']}</code> ({j['status']}, staleness "
-                    f"{'∞' if j['staleness'] is None else j['staleness']}): "
-                    f"clocks {min(done)}..{max(done)}, max lead {j['max_lead']}"
-                )
-            self.header.text = "<b>daskangel</b><br>" + "<br>".join(parts)
 
 
 def _doc(
@@ -158,6 +51,8 @@ def _doc(
 ) -> None:
     from distributed.dashboard.components import add_periodic_callback
     from distributed.dashboard.components.scheduler import BOKEH_THEME, env
+
+    from ._panel import DaskAngelPanel
 
     panel = DaskAngelPanel(status)
     panel.update()

@@ -79,7 +79,8 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.clocks = self.services["clocks"] = ClockService(scheduler)
         self.groups = self.services["groups"] = GroupService(scheduler, self.clocks)
         self.status = self.services["status"] = StatusService(scheduler, self.registry, self.clocks)
-        register_dashboard(scheduler, self.status)
+        if register_dashboard(scheduler, self.status):
+            self.status.start_sampling()  # the page's rates over time
         # clock-driven snapshots and rollbacks need both services
         self.clocks.snapshots = self.snapshots
         self.snapshots.clocks = self.clocks
@@ -93,6 +94,8 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
     async def close(self) -> None:
         if self.liveness is not None:
             self.liveness.stop()
+        if self.status is not None:
+            self.status.stop_sampling()
 
     def valid_workers_downscaling(self, scheduler: Scheduler, workers: list[Any]) -> list[Any]:
         """Never scale down a worker whose PS servers hold blocks."""

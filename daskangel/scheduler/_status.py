@@ -2,9 +2,13 @@
 
 Task counters (bytes pulled and pushed, calls, latency, cache hits, clock, time
 spent waiting for slower tasks) arrive piggybacked on clock ticks, so reporting
-costs no extra message.  Server counters (memory, bytes in/out, calls, latency,
-queue depth) are pulled from the servers with their ``stats`` operation when
-they are older than ``daskangel.status.max-age``.
+costs no extra message; the metrics they carry feed the jobs' metric series
+(:class:`~._job_metrics.JobMetrics`).  Server counters (memory, bytes in/out,
+calls, latency, queue depth, bytes per array) are pulled from the servers with
+their ``stats`` operation when they are older than ``daskangel.status.max-age``;
+every refresh is also a reading of the rolling rate window
+(:class:`~._rates.RateWindow`), which a sampler refreshes every
+``daskangel.dashboard.rate-interval`` while the dashboard page exists.
 
 ``daskangel_status`` returns plain rows; ``PSContext.status()`` makes a pandas
 DataFrame of them and the dashboard page draws them.
@@ -26,12 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ._clocks import ClockService
+from ._job_metrics import JobMetrics
+from ._rates import RateWindow
 from ._registry import ArrayRegistry
+from ._units import fmt_metrics
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
-__all__ = ["StatusService", "format_metrics", "server_row", "task_rows"]
+__all__ = ["StatusService", "array_rows", "format_metrics", "server_row", "task_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +76,54 @@ def server_row(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def array_rows(
+    arrays: dict[str, dict[str, Any]], held: dict[str, dict[str, int]]
+) -> list[dict[str, Any]]:
+    """One row per array and server holding blocks of it.
+
+    ``arrays`` is the registry's ``{name: meta}`` (``servers``: one ``[address,
+    index]`` per block, ``blocks``: their specs with a byte estimate); ``held`` is
+    ``{server id: {array: bytes}}`` from the servers' last ``stats``.  ``nbytes``
+    is what the server holds (the placement estimate until it has reported).
+
+    >>> meta = {"name": "w", "shape": [1, 8], "dtype": "float64", "sparse": False, "ctx": "c",
+    ...         "servers": [["tcp://a:1", 0], ["tcp://b:1", 0]],
+    ...         "blocks": [{"bytes": 32}, {"bytes": 32}]}
+    >>> [(r["server"], r["blocks"], r["nbytes"]) for r in array_rows({"w": meta}, {})]
+    [('tcp://a:1#0', 1, 32), ('tcp://b:1#0', 1, 32)]
+    """
+    rows = []
+    for name in sorted(arrays):
+        m = arrays[name]
+        per: dict[str, list[int]] = {}
+        for s, b in zip(m["servers"], m.get("blocks") or [{}] * len(m["servers"]), strict=True):
+            sid = f"{s[0]}#{s[1]}"
+            acc = per.setdefault(sid, [0, 0])
+            acc[0] += 1
+            acc[1] += int(b.get("bytes", 0))
+        shape = m.get("shape") or []
+        for sid in sorted(per):
+            n, estimate = per[sid]
+            rows.append(
+                {
+                    "array": name,
+                    "ctx": m.get("ctx"),
+                    "shape": " x ".join(str(int(d)) for d in shape),
+                    "dtype": m.get("dtype"),
+                    "kind": "sparse" if m.get("sparse") else "dense",
+                    "server": sid,
+                    "blocks": n,
+                    "n_blocks": len(m["servers"]),
+                    "nbytes": int(held.get(sid, {}).get(name, estimate)),
+                }
+            )
+    return rows
+
+
 def format_metrics(metrics: dict[str, float] | None) -> str:
-    """The metrics a task reported last, as ``"k=v k=v"`` (4 significant digits)."""
-    return " ".join(f"{k}={v:.4g}" for k, v in (metrics or {}).items())
+    """The metrics a task reported last, as ``"k=v k=v"`` (4 significant digits;
+    seconds, bytes and rates with their units, see :func:`._units.fmt_metric`)."""
+    return fmt_metrics(metrics)
 
 
 def task_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -114,9 +166,36 @@ class StatusService:
         self.clocks = clocks
         # [server row] from the last refresh, and when it happened
         self.servers: list[dict[str, Any]] = []
+        # {server id: {array: bytes held}} from the last refresh
+        self.held: dict[str, dict[str, int]] = {}
         self.refreshed = 0.0
         self._refreshing: asyncio.Task[None] | None = None
+        self.metrics = JobMetrics()
+        clocks.stats_listeners.append(self._observe_metrics)
+        self.rates = RateWindow(
+            config.get_seconds("daskangel.dashboard.rate-interval"),
+            config.get_seconds("daskangel.dashboard.rate-window"),
+        )
+        self._sampler: asyncio.Task[None] | None = None
         scheduler.handlers["daskangel_status"] = self.status
+        scheduler.handlers["daskangel_job_metrics"] = self.publish_metrics
+
+    # -- training metrics -------------------------------------------------------------
+
+    def _observe_metrics(self, job: str, task: int, clock: int, stats: dict[str, Any]) -> None:
+        if stats.get("metrics"):
+            self.metrics.observe(job, task, clock, stats["metrics"])
+
+    def publish_metrics(self, job: str, records: list[dict[str, Any]]) -> None:
+        """An estimator's final per-epoch metrics of job ``job`` (its ``history_`` rows)."""
+        self.metrics.publish(job, records)
+
+    def metric_jobs(self) -> list[str]:
+        """Jobs with metrics, oldest first (only those the clock service still keeps)."""
+        self.metrics.forget(self.clocks.jobs)
+        return self.metrics.jobs()
+
+    # -- PS servers -------------------------------------------------------------------
 
     def _server_ids(self, ctx: str | None) -> list[tuple[str, int, str]]:
         out: list[tuple[str, int, str]] = []
@@ -138,9 +217,37 @@ class StatusService:
                 logger.debug("daskangel: no stats from %s#%d: %r", a, i, e)
                 return None
 
-        results = await asyncio.gather(*(one(*s) for s in ids))
-        self.servers = [server_row(r) for r in results if r is not None]
+        results = [r for r in await asyncio.gather(*(one(*s) for s in ids)) if r is not None]
+        self.servers = [server_row(r) for r in results]
+        self.held = {f"{r['address']}#{r['index']}": dict(r.get("arrays", {})) for r in results}
         self.refreshed = time.monotonic()
+        self.rates.interval = config.get_seconds("daskangel.dashboard.rate-interval")
+        self.rates.forget({f"{a}#{i}" for a, i, _ in ids})
+        self.rates.observe(self.servers, time.time())
+
+    def start_sampling(self) -> None:
+        """Refresh the server counters every ``daskangel.dashboard.rate-interval``."""
+        if self._sampler is None or self._sampler.done():
+            self._sampler = asyncio.ensure_future(self._sample_forever())
+
+    def stop_sampling(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            self._sampler = None
+
+    async def _sample_forever(self) -> None:
+        while True:
+            await asyncio.sleep(config.get_seconds("daskangel.dashboard.rate-interval"))
+            if not self.registry.ctx_servers:
+                continue
+            try:
+                await self.refresh_servers()
+            except Exception as e:  # noqa: BLE001 - sampling must outlive a bad refresh
+                logger.debug("daskangel: rate sampling failed: %r", e)
+
+    def array_rows(self) -> list[dict[str, Any]]:
+        """One row per array and server holding its blocks (see :func:`array_rows`)."""
+        return array_rows(self.registry.arrays, self.held)
 
     def refresh_soon(self) -> None:
         """Start a refresh in the background unless one is running (for the dashboard)."""

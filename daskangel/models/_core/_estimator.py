@@ -32,15 +32,19 @@ Example
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import weakref
 from typing import Any, ClassVar
 
+import numpy as np
 from sklearn.base import BaseEstimator
 
 from ..._compat import training_workers
 from ...context import PSContext
 from ._io import array_names, save_model
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["PSEstimator"]
 
@@ -195,8 +199,15 @@ class PSEstimator(BaseEstimator):
 
     # -- history --------------------------------------------------------------------
 
-    def _append_history(self, records: list[dict[str, Any]], epoch0: int) -> None:
-        """Add one row per epoch to ``history_`` (a new frame when ``epoch0 == 0``)."""
+    def _append_history(
+        self, records: list[dict[str, Any]], epoch0: int, job: str | None = None
+    ) -> None:
+        """Add one row per epoch to ``history_`` (a new frame when ``epoch0 == 0``).
+
+        With ``job`` (the fit's training job), the rows also go to the dashboard's
+        metrics plot of that job: the tasks' live reports lag the clocks, so the last
+        epochs are only known here.
+        """
         import pandas as pd
 
         new = pd.DataFrame(records)
@@ -204,6 +215,20 @@ class PSEstimator(BaseEstimator):
         self.history_ = (
             new if old is None or epoch0 == 0 else pd.concat([old, new], ignore_index=True)
         )
+        if job is not None and records:
+            self._publish_metrics(job, records)
+
+    def _publish_metrics(self, job: str, records: list[dict[str, Any]]) -> None:
+        """Send a fit's metric rows to the scheduler (``daskangel_job_metrics``)."""
+        plain = [
+            {str(k): float(v) for k, v in r.items() if isinstance(v, (int, float, np.number))}
+            for r in records
+        ]
+        try:
+            client = self._client()
+            client.sync(client.scheduler.daskangel_job_metrics, job=job, records=plain)
+        except Exception as e:  # noqa: BLE001 - the dashboard must not fail a fit
+            logger.debug("daskangel: could not publish the metrics of %s: %r", job, e)
 
     # -- pickling and saving ----------------------------------------------------------
 

@@ -1,0 +1,161 @@
+"""The tables of the daskangel page: tasks, PS servers and arrays, with units.
+
+The status service's rows hold raw numbers (bytes, seconds, counts), which is
+what ``ps.status()`` returns; here they become the columns a person reads, each
+formatted as Dask's own pages do (:mod:`._units`): ``"1.21 kiB"``, ``"1.29 ms"``,
+``"12.30 MiB/s"``, ``"1.2 k calls/s"``.  The raw value stays in the source
+beside its text (``nbytes`` and ``nbytes_text``) for the plots and their hovers.
+
+Example
+-------
+>>> rows = [{"id": "tcp://a:1#0", "nbytes": 1234, "n_blocks": 2, "bytes_in": 0,
+...          "bytes_out": 2048, "calls": 1500, "latency_ms": 1.2853794081681, "queue": 0}]
+>>> d = server_data(rows, {"tcp://a:1#0": {"bytes_per_s": 2048.0, "calls_per_s": 1234.0}})
+>>> d["nbytes_text"], d["latency_text"], d["rate_text"], d["calls_rate_text"]
+(['1.21 kiB'], ['1.29 ms'], ['2.00 kiB/s'], ['1.2 k calls/s'])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._units import fmt_bytes, fmt_count, fmt_metrics, fmt_rate, fmt_rate_bytes, fmt_time
+
+__all__ = [
+    "ARRAY_COLUMNS",
+    "SERVER_COLUMNS",
+    "TASK_COLUMNS",
+    "array_data",
+    "data_table",
+    "server_data",
+    "task_data",
+]
+
+# (source field, column title): what each table shows
+TASK_COLUMNS = [
+    ("id", "task"),
+    ("group", "group"),
+    ("worker", "worker"),
+    ("status", "status"),
+    ("clock", "clock"),
+    ("ahead", "ahead of slowest"),
+    ("waited_text", "waited"),
+    ("pulled_text", "pulled"),
+    ("pushed_text", "pushed"),
+    ("calls_text", "calls"),
+    ("latency_text", "latency"),
+    ("cache_hits_text", "cache hits"),
+    ("metrics", "reported metrics"),
+]
+SERVER_COLUMNS = [
+    ("id", "server"),
+    ("nbytes_text", "memory"),
+    ("n_blocks", "blocks"),
+    ("in_text", "in"),
+    ("out_text", "out"),
+    ("rate_text", "traffic"),
+    ("calls_text", "calls"),
+    ("calls_rate_text", "call rate"),
+    ("latency_text", "latency"),
+    ("queue", "queue"),
+]
+ARRAY_COLUMNS = [
+    ("array", "array"),
+    ("shape", "shape"),
+    ("dtype", "dtype"),
+    ("kind", "storage"),
+    ("server", "server"),
+    ("blocks_text", "blocks on server"),
+    ("nbytes_text", "bytes on server"),
+]
+
+
+def task_data(rows: list[dict[str, Any]], latest: dict[str, dict[str, float]]) -> dict[str, list]:
+    """Columns of the task table from status task rows.
+
+    ``latest`` is ``{job: metrics}`` of the job's newest metrics point, shown for
+    a task that has reported none itself or has finished (a model's monitor
+    reports from the tasks, a clock or two late; the last epochs come from the fit).
+
+    >>> row = {"id": "j/0", "job": "j", "group": 0, "worker": "w", "status": "done",
+    ...        "clock": 3, "ahead": 0, "waited_s": 0.5, "bytes_out": 4096, "bytes_in": 0,
+    ...        "calls": 12, "latency_ms": 0.25, "cache_hits": 0, "metrics": ""}
+    >>> d = task_data([row], {"j": {"epoch": 3.0, "loss": 0.25}})
+    >>> d["waited_text"], d["pulled_text"], d["latency_text"], d["metrics"]
+    (['500.00 ms'], ['4.00 kiB'], ['250.00 us'], ['epoch=3 loss=0.25'])
+    """
+    out: dict[str, list] = {k: [] for k, _ in TASK_COLUMNS}
+    for extra in ("job", "waited_s", "bytes_out", "bytes_in", "calls", "latency_ms"):
+        out[extra] = []
+    for r in rows:
+        for k in ("id", "job", "group", "worker", "status", "clock", "ahead", "waited_s"):
+            out[k].append(r.get(k))
+        for k in ("bytes_out", "bytes_in", "calls", "latency_ms"):
+            out[k].append(r.get(k, 0))
+        out["waited_text"].append(fmt_time(r.get("waited_s", 0.0)))
+        out["pulled_text"].append(fmt_bytes(r.get("bytes_out", 0)))
+        out["pushed_text"].append(fmt_bytes(r.get("bytes_in", 0)))
+        out["calls_text"].append(fmt_count(r.get("calls", 0)))
+        out["latency_text"].append(fmt_time(r.get("latency_ms", 0.0) / 1000.0))
+        out["cache_hits_text"].append(fmt_count(r.get("cache_hits", 0)))
+        own = r.get("metrics") or ""
+        job = latest.get(str(r.get("job")), {})
+        if job and (not own or r.get("status") != "running"):
+            own = fmt_metrics(job)  # the fit's final figures once the task is over
+        out["metrics"].append(own)
+    return out
+
+
+def server_data(rows: list[dict[str, Any]], rates: dict[str, dict[str, float]]) -> dict[str, list]:
+    """Columns of the server table from status server rows and the newest rates."""
+    out: dict[str, list] = {k: [] for k, _ in SERVER_COLUMNS}
+    for extra in ("nbytes", "bytes_in", "bytes_out", "calls", "bytes_per_s", "calls_per_s"):
+        out[extra] = []
+    for r in rows:
+        rate = rates.get(r["id"], {})
+        bps, cps = rate.get("bytes_per_s", 0.0), rate.get("calls_per_s", 0.0)
+        for k in ("id", "n_blocks", "queue", "nbytes", "bytes_in", "bytes_out", "calls"):
+            out[k].append(r.get(k, 0))
+        out["bytes_per_s"].append(bps)
+        out["calls_per_s"].append(cps)
+        out["nbytes_text"].append(fmt_bytes(r.get("nbytes", 0)))
+        out["in_text"].append(fmt_bytes(r.get("bytes_in", 0)))
+        out["out_text"].append(fmt_bytes(r.get("bytes_out", 0)))
+        out["rate_text"].append(fmt_rate_bytes(bps))
+        out["calls_text"].append(fmt_count(r.get("calls", 0)))
+        out["calls_rate_text"].append(fmt_rate(cps, "calls"))
+        out["latency_text"].append(fmt_time(r.get("latency_ms", 0.0) / 1000.0))
+    return out
+
+
+def array_data(rows: list[dict[str, Any]]) -> dict[str, list]:
+    """Columns of the array table from ``StatusService.array_rows()``.
+
+    >>> rows = [{"array": "w", "shape": "1 x 8", "dtype": "float64", "kind": "dense",
+    ...          "server": "tcp://a:1#0", "blocks": 1, "n_blocks": 2, "nbytes": 32}]
+    >>> d = array_data(rows)
+    >>> d["blocks_text"], d["nbytes_text"]
+    (['1 of 2'], ['32 B'])
+    """
+    out: dict[str, list] = {k: [] for k, _ in ARRAY_COLUMNS}
+    for extra in ("blocks", "n_blocks", "nbytes"):
+        out[extra] = []
+    for r in rows:
+        for k in ("array", "shape", "dtype", "kind", "server", "blocks", "n_blocks", "nbytes"):
+            out[k].append(r[k])
+        out["blocks_text"].append(f"{r['blocks']} of {r['n_blocks']}")
+        out["nbytes_text"].append(fmt_bytes(r["nbytes"]))
+    return out
+
+
+def data_table(source: Any, columns: list[tuple[str, str]], height: int) -> Any:
+    """A Bokeh ``DataTable`` over ``source`` showing ``columns``."""
+    from bokeh.models import DataTable, TableColumn  # type: ignore[attr-defined]
+
+    return DataTable(
+        source=source,
+        columns=[TableColumn(field=k, title=t) for k, t in columns],
+        height=height,
+        index_position=None,
+        sizing_mode="stretch_width",
+    )
