@@ -35,6 +35,7 @@ import contextlib
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -167,6 +168,22 @@ class PSEstimator(BaseEstimator):
     def _pull(self) -> Any:
         """Copy what predicting needs from the PS into the estimator (families override)."""
         return None
+
+    def _keep_params(self, values: dict[str, Any]) -> None:
+        """Set each ``__init__`` argument as the attribute of its name, as scikit-learn's
+        contract wants; ``values`` is ``locals()`` at the top of ``__init__``."""
+        for name, value in values.items():
+            if name not in ("self", "__class__"):
+                setattr(self, name, value)
+
+    def _pulled(self, attr: str, fetch: Callable[[], Any]) -> Any:
+        """The local copy ``attr`` of PS state (a :meth:`_pull` body): the one kept, else
+        ``fetch()`` (kept as ``attr``) when the model is on the PS, else ``None``."""
+        have = getattr(self, attr, None)
+        if have is not None or not self._on_ps():
+            return have
+        setattr(self, attr, fetch())
+        return getattr(self, attr)
 
     def _reset(self) -> None:
         """Forget local copies of the PS state (families override)."""
