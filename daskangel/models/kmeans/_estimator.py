@@ -97,30 +97,17 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
         client: Any = None,
         ps: Any = None,
     ) -> None:
-        self.n_clusters = n_clusters
-        self.init = init
-        self.algorithm = algorithm
-        self.max_iter = max_iter
-        self.tol = tol
-        self.batch_size = batch_size
-        self.n_init = n_init
-        self.n_tasks = n_tasks
-        self.random_state = random_state
-        self.progress = progress
-        self.client = client
-        self.ps = ps
+        self._keep_params(locals())
 
     # -- the PS side --------------------------------------------------------------------
 
     def _pull(self) -> np.ndarray | None:
-        if getattr(self, "_centers", None) is not None:
-            return self._centers
-        if not self._on_ps():
-            return getattr(self, "_centers", None)
+        return self._pulled("_centers", self._fetch)  # type: ignore[no-any-return]
+
+    def _fetch(self) -> np.ndarray:
         C = np.asarray(self._ps.get_array(self._arrays["centers"]).get(), np.float64)
-        self._centers = C[:, :-1].copy()
         self.cluster_sizes_ = C[:, -1].copy()
-        return self._centers
+        return C[:, :-1].copy()
 
     def _reset(self) -> None:
         self._centers = None

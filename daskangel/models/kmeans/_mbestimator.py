@@ -58,17 +58,7 @@ class MiniBatchKMeans(KMeans):
         client: Any = None,
         ps: Any = None,
     ) -> None:
-        self.n_clusters = n_clusters
-        self.init = init
-        self.max_iter = max_iter
-        self.batch_size = batch_size
-        self.sync = sync
-        self.n_init = n_init
-        self.n_tasks = n_tasks
-        self.random_state = random_state
-        self.progress = progress
-        self.client = client
-        self.ps = ps
+        self._keep_params(locals())
 
     def _algorithm(self) -> str:
         return "minibatch"

@@ -136,42 +136,17 @@ class LDA(PSEstimator):
         client: Any = None,
         ps: Any = None,
     ) -> None:
-        self.n_topics = n_topics
-        self.solver = solver
-        self.doc_topic_prior = doc_topic_prior
-        self.topic_word_prior = topic_word_prior
-        self.max_iter = max_iter
-        self.parallelism = parallelism
-        self.groups = groups
-        self.sync = sync
-        self.validation_fraction = validation_fraction
-        self.evaluate_every = evaluate_every
-        self.mh_steps = mh_steps
-        self.n_tasks = n_tasks
-        self.batch_size = batch_size
-        self.average_every = average_every
-        self.learning_offset = learning_offset
-        self.learning_decay = learning_decay
-        self.mean_change_tol = mean_change_tol
-        self.max_doc_update_iter = max_doc_update_iter
-        self.random_state = random_state
-        self.warm_start = warm_start
-        self.progress = progress
-        self.client = client
-        self.ps = ps
+        self._keep_params(locals())
 
     # -- the PS side --------------------------------------------------------------------
 
     def _pull(self) -> np.ndarray | None:
-        if getattr(self, "_nwk", None) is not None:
-            return self._nwk
-        if not self._on_ps():
-            return getattr(self, "_nwk", None)
+        return self._pulled("_nwk", self._fetch)  # type: ignore[no-any-return]
+
+    def _fetch(self) -> np.ndarray:
         if "lam" in self._arrays:
-            self._nwk = np.asarray(self._ps.get_array(self._arrays["lam"]).get(), np.float64)
-        else:
-            self._nwk = np.asarray(self._ps.get_array(self._arrays["nwk"]).get(), np.int32)
-        return self._nwk
+            return np.asarray(self._ps.get_array(self._arrays["lam"]).get(), np.float64)
+        return np.asarray(self._ps.get_array(self._arrays["nwk"]).get(), np.int32)
 
     def _reset(self) -> None:
         self._nwk = None
