@@ -3,6 +3,8 @@
 | module | what |
 | --- | --- |
 | ``_estimator`` | :class:`PSEstimator`: the PS context a model trains in, its arrays, closing, pickling, history, ``save`` |
+| ``_fitting`` | :class:`EpochEstimator`: ``fit`` / ``partial_fit`` of the families trained by epochs |
+| ``_params`` | hyper-parameter checks and plan values those families share |
 | ``_input`` | what estimators accept (numpy, scipy.sparse, pandas, dask, Datasets) as a persisted Dataset |
 | ``_io`` | the zarr model format: :func:`save_model` / :func:`load` for every family |
 | ``_metrics`` | AUC from histograms, scikit-learn's early-stopping rule |
@@ -18,6 +20,7 @@ from __future__ import annotations
 from ._cache import PREPARED, PartitionCache
 from ._epochs import finish, row_width
 from ._estimator import PSEstimator
+from ._fitting import EpochEstimator
 from ._input import (
     Prepared,
     as_dataset,
@@ -33,11 +36,13 @@ from ._io import array_names, load, rename_arrays, save_model
 from ._metrics import auc_from_hist, should_stop
 from ._monitor import Monitor
 from ._order import SHUFFLE_BLOCK, epoch_order, round_share, rows_per_round, split_ids
+from ._params import check_fraction, check_int, check_number, early_stopping_on, train_rows
 from ._predict import in_input_order, input_order, map_rows
 from ._rows import LocalRows, pull, push, split_rows
 
 __all__ = [
     "PREPARED",
+    "EpochEstimator",
     "LocalRows",
     "Monitor",
     "SHUFFLE_BLOCK",
@@ -51,6 +56,10 @@ __all__ = [
     "as_unlabelled",
     "auc_from_hist",
     "check_finite",
+    "check_fraction",
+    "check_int",
+    "check_number",
+    "early_stopping_on",
     "dataset_classes",
     "encode_labels",
     "epoch_order",
@@ -70,4 +79,5 @@ __all__ = [
     "should_stop",
     "split_ids",
     "split_rows",
+    "train_rows",
 ]

@@ -6,16 +6,22 @@ validation sums of the model it evaluates go into the epoch's row of the fit's
 metrics array (:mod:`._epochs`); rows that every task has finished (known from
 the clock rule, so all tasks read the same figures) feed ``ctx.report`` and
 early stopping.  The fit's plan gives the fields of :class:`EpochPlan`.
+:meth:`Monitor.end_round` closes a round (the epoch's training loss, the
+clock) and :meth:`Monitor.finish` evaluates the last epoch and makes the task's
+result, the same for every family.
 
 Example
 -------
 >>> mon = Monitor(ctx, plan, lambda W: data.evaluate(W, plan))     # doctest: +SKIP
 >>> mon.add_train(epoch, loss_sum, n_rows); mon.evaluate(epoch, W)  # doctest: +SKIP
 >>> if mon.stop(ctx.iteration): ...                                # doctest: +SKIP
+>>> c = mon.end_round(epoch, rnd == plan.rounds - 1, loss_sum, n_rows, timings)  # doctest: +SKIP
+>>> result = mon.finish(c, plan.epochs, stopped, latest_rows, timings)      # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -101,3 +107,33 @@ class Monitor:
         if p.tol is None:
             return False
         return should_stop(self.history, p.monitor, p.tol, p.patience)
+
+    def end_round(self, epoch: int, last: bool, loss: float, n: int, tm: dict[str, float]) -> int:
+        """Close a round: on the epoch's ``last`` round its training loss (``loss``
+        summed over ``n`` rows) into the metrics row, then the clock (its wait
+        timed into ``tm["clock"]``).  Returns the task's clock after it."""
+        if last:
+            self.add_train(epoch, loss, n)
+        t_0 = time.perf_counter()
+        self.ctx.clock()
+        tm["clock"] = tm.get("clock", 0.0) + time.perf_counter() - t_0
+        return int(self.ctx.iteration)
+
+    def finish(
+        self,
+        clock: int,
+        epochs: int,
+        stopped: bool,
+        latest: Callable[[], np.ndarray],
+        tm: dict[str, float],
+    ) -> dict[str, Any]:
+        """The task's result once its loop ends at ``clock``: unless it stopped early,
+        the last of ``epochs`` is evaluated on ``latest()`` (the servers' newest rows;
+        timed into ``tm["eval"]``).  ``{"epochs", "stopped", "timings"}``."""
+        rounds = self.plan.rounds
+        total = epochs * rounds
+        if not stopped and clock >= total and total:
+            t_0 = time.perf_counter()
+            self.evaluate(epochs - 1, latest())
+            tm["eval"] = tm.get("eval", 0.0) + time.perf_counter() - t_0
+        return {"epochs": clock // rounds if rounds else 0, "stopped": stopped, "timings": tm}

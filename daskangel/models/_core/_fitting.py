@@ -1,0 +1,74 @@
+"""``fit`` / ``partial_fit`` of the estimators trained by epochs over a persisted Dataset.
+
+:class:`EpochEstimator` is the :class:`._estimator.PSEstimator` of the
+sparse-feature families (linear models, factorization machines): ``fit``
+checks the hyper-parameters, forgets the fitted state unless ``warm_start``
+keeps it, and trains ``max_iter`` epochs; ``partial_fit`` trains one more
+epoch from the current model and clock, refusing ``classes`` that differ from
+the first call's.  A family implements ``_check_params()`` (refuse a bad value
+before anything is made) and ``_fit(X, y, epochs, classes)``.
+
+Example
+-------
+>>> class Toy(EpochEstimator):
+...     def __init__(self, max_iter=3, warm_start=False):
+...         self.max_iter, self.warm_start = max_iter, warm_start
+...     def _check_params(self):
+...         pass
+...     def _fit(self, X, y, epochs, classes):
+...         self.t_ = getattr(self, "t_", 0) + epochs
+...         self.n_features_in_ = 1
+...         return self
+>>> Toy().fit(None).partial_fit(None).t_
+4
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError
+from ._estimator import PSEstimator
+
+__all__ = ["EpochEstimator"]
+
+
+class EpochEstimator(PSEstimator):
+    """Base of the epoch-trained estimators (see the module docstring); not used directly."""
+
+    max_iter: int
+    warm_start: bool
+    classes_: np.ndarray
+
+    def _check_params(self) -> None:
+        raise NotImplementedError
+
+    def _fit(self, X: Any, y: Any, epochs: int, classes: Any) -> Any:
+        raise NotImplementedError
+
+    def fit(self, X: Any, y: Any = None) -> Any:
+        """Train from scratch (or from the current model with ``warm_start=True``).
+
+        ``X``: numpy, ``scipy.sparse``, pandas, dask array / dataframe, or a
+        daskangel Dataset (then ``y=None``: it carries its labels).
+        """
+        self._check_params()
+        if not self.warm_start or not hasattr(self, "n_features_in_"):
+            self._forget()
+        return self._fit(X, y, self.max_iter, None)
+
+    def partial_fit(self, X: Any, y: Any = None, classes: Any = None) -> Any:
+        """One more epoch over ``X, y``, continuing from the current model and clock."""
+        self._check_params()
+        if (
+            classes is not None
+            and hasattr(self, "classes_")
+            and not np.array_equal(np.asarray(classes), self.classes_)
+        ):
+            raise InvalidArgumentError(
+                f"classes: {np.asarray(classes).tolist()} differs from the classes of the "
+                f"first partial_fit {self.classes_.tolist()}"
+            )
+        return self._fit(X, y, 1, None if classes is None else np.asarray(classes))
