@@ -34,7 +34,7 @@ from ...context import PSContext
 from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import as_sync
 from ...train import train
-from .._core import Prepared, PSEstimator, as_dataset, check_finite
+from .._core import EpochEstimator, Prepared, PSEstimator, as_dataset, check_finite
 from .._core._epochs import finish, row_width
 from ._params import check_params, make_plan, rule_of
 from ._predict import margins_of
@@ -44,7 +44,7 @@ from ._task import Plan
 __all__ = ["FMModel"]
 
 
-class FMModel(PSEstimator):
+class FMModel(EpochEstimator):
     """Base of the factorization machines (see the module docstring); not used directly."""
 
     _task: str = "classifier"
@@ -123,32 +123,7 @@ class FMModel(PSEstimator):
     def _reset(self) -> None:
         self._w = None
 
-    # -- fitting ----------------------------------------------------------------------
-
-    def fit(self, X: Any, y: Any = None) -> FMModel:
-        """Train from scratch (or from the current model with ``warm_start=True``).
-
-        ``X``: numpy, ``scipy.sparse``, pandas, dask array / dataframe, or a
-        daskangel Dataset (then ``y=None``: it carries its labels).
-        """
-        self._check_params()
-        if not self.warm_start or not hasattr(self, "n_features_in_"):
-            self._forget()
-        return self._fit(X, y, self.max_iter, None)
-
-    def partial_fit(self, X: Any, y: Any = None, classes: Any = None) -> FMModel:
-        """One more epoch over ``X, y``, continuing from the current model and clock."""
-        self._check_params()
-        if (
-            classes is not None
-            and hasattr(self, "classes_")
-            and not np.array_equal(np.asarray(classes), self.classes_)
-        ):
-            raise InvalidArgumentError(
-                f"classes: {np.asarray(classes).tolist()} differs from the classes of the "
-                f"first partial_fit {self.classes_.tolist()}"
-            )
-        return self._fit(X, y, 1, None if classes is None else np.asarray(classes))
+    # -- fitting (``fit`` / ``partial_fit``: _core.EpochEstimator) ---------------------
 
     def _fit(self, X: Any, y: Any, epochs: int, classes: Any) -> FMModel:
         client = self._client()
@@ -197,7 +172,7 @@ class FMModel(PSEstimator):
         try:
             res = train(
                 ps, FMTask(plan), ds, sync=as_sync(self.sync), epochs=plan.epochs * plan.rounds,
-                progress=self.progress,
+                progress=self.progress, unit="epoch", clocks_per_unit=plan.rounds,
             )  # fmt: skip
             done = min(int(r["epochs"]) for r in res.results) if res.results else 0
             done = min(done, plan.epochs)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import uuid
-import warnings
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,13 @@ from ... import config, ops
 from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import as_sync
 from .._core._input import Prepared
+from .._core._params import (
+    check_fraction,
+    check_int,
+    check_number,
+    early_stopping_on,
+    train_rows,
+)
 from ._kernels import LOGISTIC, SQUARED
 from ._solvers import per_round
 from ._task import Plan
@@ -32,41 +38,20 @@ __all__ = ["SOLVERS", "check_params", "make_plan", "rule_of"]
 SOLVERS = ("adam", "adagrad", "ftrl", "sgd", "ma-sgd")
 
 
-def _int(self: Any, name: str, none: bool = False) -> None:
-    v = getattr(self, name)
-    if none and v is None:
-        return
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise InvalidArgumentError(
-            f"{name}: expected {'None or ' if none else ''}an int >= 1, got {v!r}"
-        )
-
-
-def _number(self: Any, name: str, positive: bool) -> None:
-    v = getattr(self, name)
-    ok = isinstance(v, (int, float, np.number)) and not isinstance(v, bool) and np.isfinite(v)
-    if not ok or (v <= 0 if positive else v < 0):
-        what = "a positive number" if positive else "a finite number >= 0"
-        raise InvalidArgumentError(f"{name}: expected {what}, got {v!r}")
-
-
 def check_params(self: Any) -> None:
     """Refuse a bad hyper-parameter (named, with what was expected) before anything is made."""
     if self.solver not in SOLVERS:
         raise InvalidArgumentError(f"solver: expected one of {SOLVERS}, got {self.solver!r}")
     for name in ("n_factors", "max_iter", "n_iter_no_change"):
-        _int(self, name)
+        check_int(self, name)
     for name in ("batch_size", "local_steps", "n_tasks"):
-        _int(self, name, none=True)
-    _number(self, "learning_rate", True)
-    _number(self, "init_std", False)
-    for name in ("reg_linear", "reg_factors"):
-        _number(self, name, False)
-    vf = self.validation_fraction
-    if not isinstance(vf, (int, float, np.number)) or not 0 <= vf < 1:
-        raise InvalidArgumentError(f"validation_fraction: expected a number in [0, 1), got {vf!r}")
+        check_int(self, name, none=True)
+    check_number(self, "learning_rate", positive=True)
+    for name in ("init_std", "reg_linear", "reg_factors"):
+        check_number(self, name, positive=False)
+    check_fraction(self, "validation_fraction")
     if self.tol is not None:
-        _number(self, "tol", False)
+        check_number(self, "tol", positive=False)
     as_sync(self.sync)
 
 
@@ -104,15 +89,10 @@ def make_plan(
     """The frozen :class:`Plan` of a fit of estimator ``self`` on ``data``."""
     ds = data.ds
     vf = float(self.validation_fraction)
-    train_rows = tuple(int(i.n_rows - round(i.n_rows * vf)) for i in ds.info)
+    rows = train_rows(ds, vf)
     solver = self.solver
     batch = self.batch_size or (1 if solver == "ma-sgd" else 256)
-    staleness = as_sync(self.sync).staleness
-    early = bool(self.early_stopping) and staleness is not None
-    if self.early_stopping and staleness is None:
-        warnings.warn(
-            "early_stopping needs BSP or SSP; ASP trains every epoch", UserWarning, stacklevel=5
-        )
+    early = early_stopping_on(self)
     plan = Plan(
         weights=self._arrays["weights"],
         metrics=f"{self._arrays['weights']}.m{uuid.uuid4().hex[:6]}",
@@ -136,7 +116,7 @@ def make_plan(
         epoch0=int(getattr(self, "t_", 0)),
         val_fraction=vf,
         seed=int(self.random_state or 0),
-        train_rows=train_rows,
+        train_rows=rows,
         rounds=1,
         tol=float(self.tol) if (self.tol is not None and early) else None,
         patience=int(self.n_iter_no_change),
@@ -145,7 +125,7 @@ def make_plan(
         hot=0,
         optimizer=optimizer,
     )
-    if train_rows:
-        rounds = max(1, -(-max(train_rows) // per_round(plan)))
+    if rows:
+        rounds = max(1, -(-max(rows) // per_round(plan)))
         plan = dataclasses.replace(plan, rounds=rounds)
     return plan

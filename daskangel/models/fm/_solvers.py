@@ -13,7 +13,10 @@ up under BSP / SSP and a resubmitted task resumes at its epoch and round.
 * ``'ma-sgd'``: a round pulls the rows of the partition's keys once (pruned),
   runs ``local_steps`` minibatch SGD steps locally (a whole pass by default)
   and pushes the model delta weighted by the task's share of the round's rows,
-  so the servers end the round holding the average of the local models.
+  so the servers end the round holding the average of the local models.  Under
+  SSP / ASP it pulls past the clock cache (the servers' newest rows), as the
+  linear models do: against an older cached base the changes other tasks
+  pushed since would be added a second time.
 
 At the start of every epoch a task evaluates the model on its validation rows
 into the epoch's row of the metrics array (:class:`.._core._monitor.Monitor`).
@@ -59,6 +62,9 @@ class FMTask:
         D = p.width
         w = ctx.array(p.weights)
         mon = Monitor(ctx, p, lambda W: d.evaluate(W, p))
+        # ma-sgd pushes its change against the rows it pulled: under SSP / ASP that
+        # base must be the servers' newest (see the linear models' SGDTask)
+        base = w.plain if p.solver == "ma-sgd" and mon.staleness != 0 else w
         tm["prep"] += time.perf_counter() - t_0
         nk = d.keys.shape[0]
         W = np.zeros((nk, D))
@@ -80,9 +86,10 @@ class FMTask:
                 loss_sum, loss_n = 0.0, 0
                 if epoch > 0:
                     t_0 = time.perf_counter()
-                    W0 = pull(w, d.keys, D, pos=d.pos)
+                    W0 = pull(base, d.keys, D, pos=d.pos)
                     t_1 = time.perf_counter()
-                    mon.evaluate(epoch - 1, W0 if mon.staleness == 0 else self._latest(d))
+                    fresh = mon.staleness == 0 or base is not w
+                    mon.evaluate(epoch - 1, W0 if fresh else self._latest(d))
                     tm["pull"] += t_1 - t_0
                     tm["eval"] += time.perf_counter() - t_1
                 t_0 = time.perf_counter()
@@ -94,7 +101,7 @@ class FMTask:
             if rows.size and p.solver == "ma-sgd":
                 t_0 = time.perf_counter()
                 if W0 is None:
-                    W0 = pull(w, d.keys, D, pos=d.pos)
+                    W0 = pull(base, d.keys, D, pos=d.pos)
                 t_1 = time.perf_counter()
                 W = W0.copy()
                 loss = d.local_sgd(rows, W, p, p.eta0)
@@ -127,17 +134,8 @@ class FMTask:
                 tm["push"] += time.perf_counter() - t_2
                 loss_sum += loss
                 loss_n += rows.size
-            if rnd == p.rounds - 1:
-                mon.add_train(epoch, loss_sum, loss_n)
-            t_0 = time.perf_counter()
-            ctx.clock()
-            tm["clock"] += time.perf_counter() - t_0
-            c = ctx.iteration
-        if not stopped and c >= total and total:
-            t_0 = time.perf_counter()
-            mon.evaluate(p.epochs - 1, self._latest(d))
-            tm["eval"] += time.perf_counter() - t_0
-        return {"epochs": c // p.rounds if p.rounds else 0, "stopped": stopped, "timings": tm}
+            c = mon.end_round(epoch, rnd == p.rounds - 1, loss_sum, loss_n, tm)
+        return mon.finish(c, p.epochs, stopped, lambda: self._latest(d), tm)
 
     def _latest(self, d: TaskData) -> np.ndarray:
         """The rows of ``d``'s keys as the servers hold them now (not the task's view)."""

@@ -37,7 +37,7 @@ from ...context import PSContext
 from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import BSP, as_sync
 from ...train import train
-from .._core import Prepared, PSEstimator, as_dataset
+from .._core import EpochEstimator, Prepared, PSEstimator, as_dataset
 from .._core._epochs import finish, row_width
 from ._kernels import KINDS
 from ._lbfgs import QNTask, qn_arrays
@@ -48,7 +48,7 @@ from ._task import Plan
 __all__ = ["SOLVERS", "LinearModel"]
 
 
-class LinearModel(PSEstimator):
+class LinearModel(EpochEstimator):
     """Base of the linear models (see the module docstring); not used directly."""
 
     _loss: str = "logistic"
@@ -139,31 +139,6 @@ class LinearModel(PSEstimator):
         if self._loss == "logistic" and K > 1:
             return KINDS["softmax"]
         return KINDS[self._loss]
-
-    def fit(self, X: Any, y: Any = None) -> LinearModel:
-        """Train from scratch (or from the current weights with ``warm_start=True``).
-
-        ``X``: numpy, ``scipy.sparse``, pandas, dask array / dataframe, or a
-        daskangel Dataset (then ``y=None``: it carries its labels).
-        """
-        self._check_params()
-        if not self.warm_start or not hasattr(self, "n_features_in_"):
-            self._forget()
-        return self._fit(X, y, self.max_iter, None)
-
-    def partial_fit(self, X: Any, y: Any = None, classes: Any = None) -> LinearModel:
-        """One more epoch over ``X, y``, continuing from the current weights and clock."""
-        self._check_params()
-        if (
-            classes is not None
-            and hasattr(self, "classes_")
-            and not np.array_equal(np.asarray(classes), self.classes_)
-        ):
-            raise InvalidArgumentError(
-                f"classes: {np.asarray(classes).tolist()} differs from the classes of the "
-                f"first partial_fit {self.classes_.tolist()}"
-            )
-        return self._fit(X, y, 1, None if classes is None else np.asarray(classes))
 
     def _reset(self) -> None:
         self._w = None

@@ -21,12 +21,12 @@ import uuid
 import warnings
 from typing import Any
 
-import numpy as np
-
 from ... import config
 from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import as_sync
 from .._core._input import Prepared
+from .._core._params import check_fraction, check_int, check_number, early_stopping_on
+from .._core._params import train_rows as _train_rows
 from ._inplace import in_place_order
 from ._solvers import _per_round
 from ._task import Plan
@@ -44,23 +44,15 @@ def check_params(self: Any) -> None:
     _hot_keys()  # a bad config value is refused before any array is made
     in_place_order(0)  # (likewise)
     for name in ("max_iter", "n_iter_no_change", "memory"):
-        v = getattr(self, name, 1)
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise InvalidArgumentError(f"{name}: expected an int >= 1, got {v!r}")
+        if hasattr(self, name):
+            check_int(self, name)
     for name in ("alpha", "l1"):
-        v = getattr(self, name, 0.0)
-        if not isinstance(v, (int, float, np.number)) or not np.isfinite(v) or v < 0:
-            raise InvalidArgumentError(f"{name}: expected a finite number >= 0, got {v!r}")
-    lr = self.learning_rate
-    if not isinstance(lr, (int, float, np.number)) or not lr > 0 or not np.isfinite(lr):
-        raise InvalidArgumentError(f"learning_rate: expected a positive number, got {lr!r}")
-    vf = self.validation_fraction
-    if not isinstance(vf, (int, float, np.number)) or not 0 <= vf < 1:
-        raise InvalidArgumentError(f"validation_fraction: expected a number in [0, 1), got {vf!r}")
+        if hasattr(self, name):
+            check_number(self, name, positive=False)
+    check_number(self, "learning_rate", positive=True)
+    check_fraction(self, "validation_fraction")
     for name in ("batch_size", "local_steps", "n_tasks"):
-        v = getattr(self, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
-            raise InvalidArgumentError(f"{name}: expected None or an int >= 1, got {v!r}")
+        check_int(self, name, none=True)
     if self.optimizer not in SERVER_OPTIMIZERS:
         raise InvalidArgumentError(
             f"optimizer: expected one of {SERVER_OPTIMIZERS}, got {self.optimizer!r}"
@@ -78,7 +70,7 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
     """The frozen :class:`Plan` of a fit of estimator ``self`` on ``data``."""
     ds = data.ds
     vf = float(self.validation_fraction)
-    train_rows = tuple(int(i.n_rows - round(i.n_rows * vf)) for i in ds.info)
+    train_rows = _train_rows(ds, vf)
     solver = self.solver
     batch = self.batch_size or (1 if solver == "ma-sgd" else _sgd_batch())
     if solver in ("lbfgs", "owlqn"):
@@ -90,12 +82,7 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
             if data.encoded
             else tuple(float(c) for c in self.classes_)
         )
-    staleness = as_sync(self.sync).staleness
-    early = bool(self.early_stopping) and staleness is not None
-    if self.early_stopping and staleness is None:
-        warnings.warn(
-            "early_stopping needs BSP or SSP; ASP trains every epoch", UserWarning, stacklevel=5
-        )
+    early = early_stopping_on(self)
     monitor = "val_loss" if vf > 0 else "train_loss"
     plan = Plan(
         weights=self._arrays["weights"],

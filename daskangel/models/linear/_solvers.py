@@ -178,14 +178,5 @@ class SGDTask:
                 tm["push"] += time.perf_counter() - t_2
                 loss_sum += loss
                 loss_n += rows.size
-            if rnd == p.rounds - 1:
-                mon.add_train(epoch, loss_sum, loss_n)
-            t_0 = time.perf_counter()
-            ctx.clock()
-            tm["clock"] += time.perf_counter() - t_0
-            c = ctx.iteration
-        if not stopped and c >= total and total:
-            t_0 = time.perf_counter()
-            mon.evaluate(p.epochs - 1, mon.latest(d.keys))
-            tm["eval"] += time.perf_counter() - t_0
-        return {"epochs": c // p.rounds if p.rounds else 0, "stopped": stopped, "timings": tm}
+            c = mon.end_round(epoch, rnd == p.rounds - 1, loss_sum, loss_n, tm)
+        return mon.finish(c, p.epochs, stopped, lambda: mon.latest(d.keys), tm)
