@@ -5,8 +5,11 @@
   rows are the features, the bias last);
 * a dask array or dataframe: a lazy dask array, one block per row chunk (the
   model travels once, as one graph key);
-* a daskangel Dataset: each partition is scored on the worker holding it, rows
-  in partition order.
+* a daskangel Dataset: each partition is scored on the worker holding it and
+  the result is a dask array over those futures, rows in the input's order
+  (:func:`.._core._predict.in_input_order`); a Dataset with more features than
+  the model is refused (fewer: the missing ones are absent, as for a libsvm
+  test file whose last features never occur).
 
 Example
 -------
@@ -25,7 +28,8 @@ import scipy.sparse as sp
 
 from ...data import Dataset
 from ...errors import InvalidArgumentError
-from .._core._input import is_dask
+from .._core._input import check_feature_names, is_dask
+from .._core._predict import in_input_order
 from ._kernels import margins
 
 __all__ = ["local_margins", "margins_of"]
@@ -47,32 +51,29 @@ def local_margins(X: Any, W: np.ndarray, fields: np.ndarray | None) -> np.ndarra
 def _partition_margins(part: Any, W: np.ndarray, fields: np.ndarray | None) -> np.ndarray:
     X = part.csr().to_scipy()
     n = W.shape[0] - 1
-    if X.shape[1] > n:
+    if X.shape[1] > n:  # checked on the driver; a rewritten partition could differ
         raise InvalidArgumentError(
             f"X has {X.shape[1]} features, but the model is expecting {n} features as input"
         )
     X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n))
-    return local_margins(X, W, fields)
+    return local_margins(X, W, fields)[:, None]
 
 
 def margins_of(est: Any, X: Any, W: np.ndarray, fields: np.ndarray | None) -> Any:
     """Margins ``(n,)`` of ``X`` (see the module docstring)."""
+    check_feature_names(est, X, reset=False)
     if isinstance(X, Dataset):
-        import dask
-        import dask.array as da
-
         ds = X if X.persisted else X.persist()
+        if ds.n_features > est.n_features_in_:
+            raise InvalidArgumentError(
+                f"X: the Dataset has {ds.n_features} features, but {type(est).__name__} "
+                f"is expecting {est.n_features_in_} features as input"
+            )
         client = ds.client
         assert client is not None
         [wf] = client.scatter([W], broadcast=True)
         futs = ds.map_partitions(_partition_margins, wf, fields)
-        blocks = [
-            da.from_delayed(dask.delayed(f), shape=(info.n_rows,), dtype=np.float64)
-            for f, info in zip(futs, ds.info, strict=True)
-        ]
-        if not blocks:
-            return da.zeros((0,), chunks=((0,),))
-        return da.concatenate(blocks, axis=0)
+        return in_input_order(ds, futs, 1)[:, 0]
     if hasattr(X, "to_dask_array"):
         X = X.to_dask_array(lengths=True)
     if is_dask(X):
