@@ -17,6 +17,7 @@ from __future__ import annotations
 from ._batch import CSRBatch
 from ._counter import FeatureIndexer
 from ._dataset import Dataset, PartitionInfo
+from ._ffm import read_libffm
 from ._inmemory import from_array
 from ._partition import Partition
 from ._readers import (
@@ -49,6 +50,7 @@ __all__ = [
     "read_dense",
     "read_docword",
     "read_dummy",
+    "read_libffm",
     "read_libsvm",
     "read_ratings",
     "read_text",

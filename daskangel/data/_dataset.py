@@ -94,6 +94,8 @@ class Dataset:
         self.partitions: list[Future] = []
         self.info: list[PartitionInfo] = []
         self._n_features = 0
+        # the field of every feature, when the input says (``read_libffm``); else None
+        self.fields: np.ndarray | None = None
         self._reports: list[SplitReport] = []
         self._finalizer: Any = None
         self._recipe: tuple[Any, ...] | None = None

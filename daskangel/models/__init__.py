@@ -2,7 +2,7 @@
 
 | family | estimators |
 | --- | --- |
-| ``fm/`` | :class:`FMClassifier`, :class:`FMRegressor` (factorization machines on the PS) |
+| ``fm/`` | :class:`FMClassifier`, :class:`FMRegressor`, :class:`FFMClassifier` (factorization machines on the PS) |
 | ``gbdt/`` | :class:`GBDTClassifier`, :class:`GBDTRegressor` (two-phase split finding on the PS) |
 | ``kmeans/`` | :class:`KMeans` (Lloyd on the PS: centres updated by the servers), :class:`MiniBatchKMeans` |
 | ``lda/`` | :class:`LDA` (collapsed Gibbs sampling on the PS) |
@@ -26,7 +26,7 @@ Example
 from __future__ import annotations
 
 from ._core import PSEstimator, auc_from_hist, load
-from .fm import FMClassifier, FMRegressor
+from .fm import FFMClassifier, FMClassifier, FMRegressor
 from .gbdt import GBDTClassifier, GBDTRegressor
 from .kmeans import KMeans, MiniBatchKMeans
 from .lda import LDA
@@ -46,6 +46,7 @@ from .mf import MatrixFactorization
 __all__ = [
     "LDA",
     "SOLVERS",
+    "FFMClassifier",
     "FMClassifier",
     "FMRegressor",
     "GBDTClassifier",

@@ -1,7 +1,8 @@
 """The factorization-machine family: FM on the parameter server, for sparse CTR-style data.
 
 Rendle's factorization machine (:class:`FMClassifier`, :class:`FMRegressor`)
-with the bias, linear weights and factor matrix in one PS matrix, pulled
+and the field-aware :class:`FFMClassifier` (a factor vector per feature and
+field), with the bias, linear weights and factor matrix in one PS matrix, pulled
 pruned per batch, gradients through the server-side optimisers (Adam,
 AdaGrad, FTRL, SGD) or MA-SGD's averaged local passes.  The per-task machinery
 (pruned keys, local slots, metrics rows, monitor) is the families' shared
@@ -17,7 +18,7 @@ Example
 from __future__ import annotations
 
 from ._base import FMModel
-from ._estimators import FMClassifier, FMRegressor
+from ._estimators import FFMClassifier, FMClassifier, FMRegressor
 from ._params import SOLVERS
 
-__all__ = ["SOLVERS", "FMClassifier", "FMModel", "FMRegressor"]
+__all__ = ["SOLVERS", "FFMClassifier", "FMClassifier", "FMModel", "FMRegressor"]

@@ -141,8 +141,8 @@ class FMModel(EpochEstimator):
         n = 0 if classes is None else len(classes)
         if n != 2:
             raise InvalidArgumentError(
-                f"y: {type(self).__name__} is a binary classifier and needs samples of "
-                f"exactly 2 classes, got {n}"
+                f"y: Only binary classification is supported. {type(self).__name__} needs "
+                f"samples of exactly 2 classes, got {n}"
             )
         self.classes_ = np.asarray(classes)
 

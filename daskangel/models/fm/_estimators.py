@@ -4,6 +4,7 @@
 | --- | --- | --- |
 | :class:`FMClassifier` | Rendle's FM, logistic loss (binary) | ``predict_proba``, ``decision_function`` |
 | :class:`FMRegressor` | Rendle's FM, squared error | ``predict`` |
+| :class:`FFMClassifier` | field-aware FM (Juan et al.), logistic loss | ``predict_proba``, ``decision_function`` |
 
 The objective is the mean loss over the training rows plus
 ``reg_linear/2 |w|^2 + reg_factors/2 |V|^2`` over the rows a step touches.
@@ -22,10 +23,13 @@ from typing import Any
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
+from ...errors import InvalidArgumentError
+from .._core._input import Prepared
 from .._core._predict import map_rows
 from ._base import FMModel
+from ._fields import field_map
 
-__all__ = ["FMClassifier", "FMRegressor"]
+__all__ = ["FFMClassifier", "FMClassifier", "FMRegressor"]
 
 COMMON_DOC = """
     Parameters
@@ -62,8 +66,10 @@ COMMON_DOC = """
         Training tasks (default: one per worker thread).
     random_state, warm_start, progress, client, ps
         Seed of the initial factors, splits and shuffles; continue from the
-        current model on ``fit``; show a progress bar; the Dask client (default:
-        the current one); an existing :class:`~daskangel.PSContext` to use.
+        current model on ``fit``; a progress bar of epochs with the latest
+        metrics (``"auto"``: shown in a terminal or Jupyter, not in batch logs;
+        ``True`` / ``False``); the Dask client (default: the current one); an
+        existing :class:`~daskangel.PSContext` to use.
 
     Attributes
     ----------
@@ -128,7 +134,7 @@ class FMClassifier(_Classifier):
         sync: Any = "bsp", tol: float | None = 1e-4, n_iter_no_change: int = 3,
         early_stopping: bool = True, validation_fraction: float = 0.1, dtype: Any = None,
         n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
-        progress: bool = False, client: Any = None, ps: Any = None,
+        progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
         _init(self, locals())
 
@@ -144,10 +150,58 @@ class FMRegressor(RegressorMixin, FMModel):
         sync: Any = "bsp", tol: float | None = 1e-4, n_iter_no_change: int = 3,
         early_stopping: bool = True, validation_fraction: float = 0.1, dtype: Any = None,
         n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
-        progress: bool = False, client: Any = None, ps: Any = None,
+        progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
         _init(self, locals())
 
     def predict(self, X: Any) -> Any:
         """Predicted values (a dask array for a dask / Dataset input)."""
         return map_rows(self._margins(X), lambda m: m, np.float64, True)
+
+
+FFM_DOC = """
+    fields
+        The field of every feature: an array of ``n_features`` ints, a dict
+        ``{field: [column, ...]}`` of the DataFrame's column groups, or ``None``:
+        the Dataset's ``fields`` (:func:`daskangel.data.read_libffm`), or a
+        field per column of a DataFrame.  A map that misses features is refused.
+""" + COMMON_DOC.replace(
+    "``k``: factors per feature (per feature and field for FFM).",
+    "``k``: factors per feature and field (default 4, as libffm).",
+).replace(
+    "w0_, coef_, factors_\n        Bias, linear weights, factor matrix",
+    "w0_, coef_, factors_, fields_\n        Bias, linear weights, factor matrix ``(n_features, n_fields * k)``, "
+    "the field of every feature",
+)
+
+
+class FFMClassifier(_Classifier):
+    __doc__ = (
+        "Field-aware factorization machine for binary classification (logistic loss).\n\n"
+        "Feature ``i`` keeps one factor vector per field; the pair ``(i, j)`` weighs\n"
+        "``<v_{i,F(j)}, v_{j,F(i)}>``, ``O(nnz^2 k)`` a row.\n" + FFM_DOC
+    )
+
+    def __init__(
+        self, *, fields: Any = None, n_factors: int = 4, solver: str = "ma-sgd",
+        learning_rate: float = 0.01, reg_linear: float = 1e-5, reg_factors: float = 1e-4,
+        max_iter: int = 10, batch_size: int | None = None, local_steps: int | None = None,
+        init_std: float = 0.01, sync: Any = "bsp", tol: float | None = 1e-4,
+        n_iter_no_change: int = 3, early_stopping: bool = True, validation_fraction: float = 0.1,
+        dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
+        warm_start: bool = False, progress: bool | str = "auto", client: Any = None,
+        ps: Any = None,
+    ) -> None:  # fmt: skip
+        _init(self, locals())
+
+    def _fields(self, data: Prepared, n_features: int) -> np.ndarray | None:
+        names = getattr(self, "feature_names_in_", None)
+        spec = self.fields if self.fields is not None else getattr(data.ds, "fields", None)
+        f = field_map(spec, n_features, None if names is None else list(names))
+        old = getattr(self, "fields_", None)
+        if old is not None and getattr(self, "_arrays", None) and not np.array_equal(old, f):
+            raise InvalidArgumentError(
+                "fields: differ from the field map the model was fitted with; fit from "
+                "scratch (warm_start=False) to change them"
+            )
+        return f

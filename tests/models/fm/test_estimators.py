@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pickle
 
+import dask
 import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
 from distributed import Client
+from sklearn.datasets import dump_svmlight_file
 from sklearn.linear_model import LogisticRegression as SkLR
 from sklearn.metrics import r2_score, roc_auc_score
 
@@ -71,7 +73,7 @@ def test_fm_regressor_recovers_planted_values(client: Client) -> None:
     assert {"val_rmse", "val_mae"} <= set(reg.history_)
 
 
-def test_every_input_gives_the_same_predictions_in_order(client: Client, pairs) -> None:
+def test_every_input_gives_the_same_predictions_in_order(client: Client, pairs, tmp_path) -> None:
     X, y, Xt, _yt = pairs
     fm = models.FMClassifier(solver="ma-sgd", max_iter=2).fit(X.toarray(), y)
     want = fm.decision_function(Xt)
@@ -84,6 +86,20 @@ def test_every_input_gives_the_same_predictions_in_order(client: Client, pairs) 
     np.testing.assert_allclose(got.compute()[:, 1], fm.predict_proba(Xt)[:, 1])
     ds = angel.data.from_array(Xt, np.zeros(Xt.shape[0]))
     np.testing.assert_allclose(np.asarray(fm.decision_function(ds)), want, rtol=1e-6)
+    # a libsvm file cut in 3 partitions: predictions come back in the file's order
+    path = tmp_path / "test.svm"
+    dump_svmlight_file(Xt, _yt, str(path), zero_based=True)
+    with dask.config.set({"daskangel.data.split-bytes": path.stat().st_size // 7}):
+        fds = angel.data.read_libsvm(str(path), zero_based=True).persist(n_partitions=3)
+    assert len(fds.partitions) == 3 and fds.n_features <= Xt.shape[1]
+    assert sorted(np.concatenate(fds.positions()).tolist()) == list(range(Xt.shape[0]))
+    got = np.asarray(fm.predict_proba(fds))[:, 1]
+    np.testing.assert_allclose(got, fm.predict_proba(Xt)[:, 1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(fm.predict(fds)), fm.predict(Xt))
+    assert roc_auc_score(_yt, got) > 0.7
+    wide = angel.data.from_array(np.hstack([dense, np.ones((dense.shape[0], 2))]))
+    with pytest.raises(InvalidArgumentError, match=r"50 features.*expecting 48"):
+        fm.predict(wide)
     # training from a Dataset (labels 0/1 carried by it) and from dask arrays
     fm2 = models.FMClassifier(solver="ma-sgd", max_iter=2).fit(angel.data.from_array(X, y))
     assert fm2.classes_.tolist() == [0.0, 1.0]
@@ -132,3 +148,54 @@ def test_bad_input_is_refused_and_the_model_is_unchanged(client: Client, pairs) 
     fm.set_params(n_factors=8)
     np.testing.assert_array_equal(np.asarray(fm.ps_array.get()), before)
     assert fm.t_ == 1
+
+
+def _write_ffm(path, X, y) -> None:  # type: ignore[no-untyped-def]
+    """Planted rows as libsvm-ffm lines: feature j is in field j // 8."""
+    X = X.tocsr()
+    with open(path, "w") as f:
+        for r in range(X.shape[0]):
+            cols = X.indices[X.indptr[r] : X.indptr[r + 1]]
+            f.write(f"{y[r]} " + " ".join(f"{j // 8}:{j}:1" for j in cols) + "\n")
+
+
+def test_ffm_fields_from_a_libffm_file_a_dataframe_and_bad_maps(
+    client: Client, pairs, tmp_path
+) -> None:
+    X, y, Xt, yt = pairs
+    fields = np.arange(X.shape[1]) // 8
+    _write_ffm(tmp_path / "train.ffm", X, y)
+    _write_ffm(tmp_path / "test.ffm", Xt, yt)
+    ds = angel.data.read_libffm(str(tmp_path / "train.ffm"))
+    np.testing.assert_array_equal(ds.fields, fields)
+    ffm = models.FFMClassifier(learning_rate=0.05, max_iter=4).fit(ds)  # fields from the file
+    np.testing.assert_array_equal(ffm.fields_, fields)
+    assert ffm.factors_.shape == (48, 6 * 4)
+    want = ffm.decision_function(Xt)
+    auc = roc_auc_score(yt, want)
+    auc_lr = roc_auc_score(yt, SkLR().fit(X, y).predict_proba(Xt)[:, 1])
+    assert auc > 0.9 and auc > auc_lr + 0.05, (auc, auc_lr)
+    assert {"val_auc", "train_loss"} <= set(ffm.history_)
+    with dask.config.set(
+        {"daskangel.data.split-bytes": (tmp_path / "test.ffm").stat().st_size // 3}
+    ):
+        tds = angel.data.read_libffm(str(tmp_path / "test.ffm")).persist(n_partitions=2)
+    np.testing.assert_allclose(np.asarray(ffm.decision_function(tds)), want, rtol=1e-5, atol=1e-6)
+    # a bad field map is refused before anything on the PS changes
+    before = np.asarray(ffm.ps_array.get()).copy()
+    with pytest.raises(InvalidArgumentError, match="misses features: it has 47 entries"):
+        ffm.set_params(fields=fields[:-1]).partial_fit(X, y)
+    with pytest.raises(InvalidArgumentError, match="differ from the field map"):
+        ffm.set_params(fields=fields[::-1]).partial_fit(X, y)
+    with pytest.raises(InvalidArgumentError, match="needs the field of every feature"):
+        models.FFMClassifier(max_iter=1).fit(X, y)
+    np.testing.assert_array_equal(np.asarray(ffm.ps_array.get()), before)
+    # column groups of a DataFrame
+    df = pd.DataFrame(X[:1000].toarray(), columns=[f"c{j}" for j in range(48)])
+    groups = {f"f{g}": [f"c{j}" for j in range(8 * g, 8 * g + 8)] for g in range(6)}
+    f2 = models.FFMClassifier(fields=groups, max_iter=1).fit(df, y[:1000])
+    np.testing.assert_array_equal(f2.fields_, fields)
+    assert f2.predict(df.iloc[:5]).shape == (5,)
+    five = dict(list(groups.items())[:5])
+    with pytest.raises(InvalidArgumentError, match=r"columns \['c40'.* are in no group"):
+        models.FFMClassifier(fields=five, max_iter=1).fit(df, y[:1000])
