@@ -13,8 +13,11 @@ worker that will hold it) and the set does not depend on the chunking.
   feature's field.
 * Ground truth: every feature has a linear weight ``N(0, 0.3^2)`` and a latent
   vector ``N(0, 0.6^2)`` of ``rank`` entries (functions of ``seed, j``); the
-  margin adds ``<u_a, u_b>`` over ``n_pairs`` planted field pairs, so a linear
-  model misses that part.  The label is 1 with probability ``sigmoid(margin)``.
+  margin adds ``<u_a, u_b>`` over ``n_pairs`` planted field pairs (FFM-shaped:
+  a few field pairs interact, the others not), or with ``interacting = m > 0``
+  over every pair of ``m`` seeded fields (FM-shaped: a feature's one latent
+  vector serves all its pairs), so a linear model misses that part.  The label
+  is 1 with probability ``sigmoid(margin)``.
 
 Example
 -------
@@ -49,6 +52,7 @@ class Spec:
     rank: int = 4
     n_pairs: int = 8
     bias: float = -1.2
+    interacting: int = 0  # > 0: every pair of this many seeded fields (FM-shaped)
 
     def cards(self) -> np.ndarray:
         f = np.arange(self.n_fields)
@@ -69,6 +73,9 @@ class Spec:
 
     def pairs(self) -> np.ndarray:
         rng = np.random.default_rng(self.seed + 17)
+        if self.interacting > 0:
+            f = np.sort(rng.choice(self.n_fields, self.interacting, replace=False))
+            return np.array([(a, b) for i, a in enumerate(f) for b in f[i + 1 :]], np.int64)
         out: set[tuple[int, int]] = set()
         while len(out) < self.n_pairs:
             a, b = sorted(rng.choice(self.n_fields, 2, replace=False).tolist())
