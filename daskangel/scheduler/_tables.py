@@ -69,6 +69,9 @@ ARRAY_COLUMNS = [
     ("nbytes_text", "bytes on server"),
 ]
 
+# relative widths of the columns holding long text (the others get 90)
+_WIDTHS = {"id": 260, "worker": 170, "server": 200, "array": 240, "metrics": 520}
+
 
 def task_data(rows: list[dict[str, Any]], latest: dict[str, dict[str, float]]) -> dict[str, list]:
     """Columns of the task table from status task rows.
@@ -154,7 +157,7 @@ def data_table(source: Any, columns: list[tuple[str, str]], height: int) -> Any:
 
     return DataTable(
         source=source,
-        columns=[TableColumn(field=k, title=t) for k, t in columns],
+        columns=[TableColumn(field=k, title=t, width=_WIDTHS.get(k, 90)) for k, t in columns],
         height=height,
         index_position=None,
         sizing_mode="stretch_width",

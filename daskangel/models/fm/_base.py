@@ -180,18 +180,18 @@ class FMModel(EpochEstimator):
         finally:
             with contextlib.suppress(Exception):
                 ps.drop(met.name)
-        self._record(rows[: max(done, 0)], plan)
+        self._record(rows[: max(done, 0)], plan, res.job)
         self.t_ = int(getattr(self, "t_", 0)) + done
         self.n_iter_ = done
         self.train_result_ = res
         return self
 
-    def _record(self, rows: np.ndarray, plan: Plan) -> None:
+    def _record(self, rows: np.ndarray, plan: Plan, job: str | None = None) -> None:
         recs = []
         for e, r in enumerate(rows):
             m = finish(r, plan.task, binary=plan.binary, logloss=plan.logloss, nbins=plan.nbins)
             recs.append({"epoch": plan.epoch0 + e + 1, **m})
-        self._append_history(recs, plan.epoch0)
+        self._append_history(recs, plan.epoch0, job)
 
     # -- predicting ---------------------------------------------------------------------
 

@@ -178,7 +178,7 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
         self.n_iter_ = best.n_iter
         self.t_ = best.n_iter
         self.labels_ = self._labels(best, distributed, ds)
-        self._append_history(best.history, 0)
+        self._append_history(best.history, 0, getattr(best.result, "job", None))
         self.train_result_ = best.result
         self._pull()
         return self

@@ -288,7 +288,7 @@ class LDA(PSEstimator):
         return int(self.seed_)
 
     def _record(self, res: Any, rows: np.ndarray, sweeps: int, sweep0: int, per: int) -> None:
-        self._append_history(sweep_records(res, rows, sweeps, sweep0, per), sweep0)
+        self._append_history(sweep_records(res, rows, sweeps, sweep0, per), sweep0, res.job)
         self.heldout_ll_before_ = rows[0, 0] / rows[0, 1] if rows[0, 1] else float("nan")
 
     # -- using the topics -----------------------------------------------------------------

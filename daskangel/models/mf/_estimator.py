@@ -382,7 +382,7 @@ class MatrixFactorization(PSEstimator):
         self._reset()
         self._set_ids(ing)
         res, rows = run_fit(self, ps, ing, epochs)
-        self._record(rows)
+        self._record(rows, getattr(res, "job", None))
         self.t_ = int(getattr(self, "t_", 0)) + epochs
         self.n_iter_ = epochs
         self.train_result_ = res
@@ -409,12 +409,12 @@ class MatrixFactorization(PSEstimator):
         self.n_users_, self.n_items_ = nu, ni
         self._maps = (ing.umap, ing.imap)
 
-    def _record(self, rows: np.ndarray) -> None:
+    def _record(self, rows: np.ndarray, job: str | None = None) -> None:
         from ._plan import finish
 
         e0 = int(getattr(self, "t_", 0))
         recs = [{"epoch": e0 + e + 1, **finish(r)} for e, r in enumerate(rows)]
-        self._append_history(recs, e0)
+        self._append_history(recs, e0, job)
 
     # -- predicting -----------------------------------------------------------------------
 
