@@ -8,12 +8,14 @@ headless Chromium at ``/daskangel`` and saves a screenshot.
 Browsers, in this order:
 
 1. playwright (``pip install playwright``), with its own Chromium
-   (``playwright install chromium``) or the system's (``--chromium PATH``);
-2. selenium (``pip install selenium``) with a chromedriver on the PATH;
-3. the ``chromium`` / ``google-chrome`` command line itself (``--headless
-   --screenshot``), e.g. Debian's ``apt-get install chromium``.
+   (``playwright install chromium``) or the system's (``apt-get install chromium``,
+   found on the PATH, or ``--chromium PATH``);
+2. selenium (``pip install selenium``) with a chromedriver on the PATH.
 
-Without any of them it says what it needs and exits with status 2.  Not run by
+Without either it says what it needs and exits with status 2.  ``--route cli``
+uses Chromium's own ``--headless --screenshot`` instead; it shoots before the
+page's websocket has delivered the document (only the navigation bar shows), so
+it is never picked by itself.  Not run by
 the test suite (it takes about a minute); run it from the repository root::
 
     python docs/screenshots/make_dashboard_screenshot.py [--out docs/images/dashboard.png]
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -46,14 +49,12 @@ def find_chromium(given: str | None) -> str | None:
     return None
 
 
-def what_is_available(chromium: str | None) -> list[str]:
+def what_is_available() -> list[str]:
     routes = []
     if importlib.util.find_spec("playwright") is not None:
         routes.append("playwright")
     if importlib.util.find_spec("selenium") is not None and shutil.which("chromedriver"):
         routes.append("selenium")
-    if chromium:
-        routes.append("cli")
     return routes
 
 
@@ -114,7 +115,7 @@ def shoot_cli(url: str, out: pathlib.Path, chromium: str | None) -> None:
 SHOOTERS = {"playwright": shoot_playwright, "selenium": shoot_selenium, "cli": shoot_cli}
 
 
-def fit_two_models(client: object) -> object:
+def fit_two_models(client: Any) -> tuple[Any, Any, Any]:
     """A classifier and a regressor through one context: two jobs on the page."""
     import numpy as np
 
@@ -143,14 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--route", choices=sorted(SHOOTERS), default=None)
     args = ap.parse_args(argv)
     chromium = find_chromium(args.chromium)
-    routes = [args.route] if args.route else what_is_available(chromium)
+    routes = [args.route] if args.route else what_is_available()
     if not routes:
         print(
-            "make_dashboard_screenshot: no headless browser found.  It needs one of:\n"
-            "  * pip install playwright && playwright install chromium\n"
-            "  * pip install selenium, and chromedriver on the PATH\n"
-            "  * a chromium / google-chrome binary on the PATH (e.g. apt-get install chromium)"
-            " or given with --chromium PATH",
+            "make_dashboard_screenshot: no way to drive a headless browser.  It needs one of:\n"
+            "  * pip install playwright, and a Chromium: `playwright install chromium`, or the\n"
+            "    system's (apt-get install chromium) on the PATH or given with --chromium PATH\n"
+            "  * pip install selenium, a Chromium and its chromedriver on the PATH\n"
+            f"  (Chromium found: {chromium or 'none'})",
             file=sys.stderr,
         )
         return 2
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
         Client(cluster) as client,
     ):
-        ps, clf, reg = fit_two_models(client)
+        ps, *_models = fit_two_models(client)  # the models keep their arrays on the page
         url = client.dashboard_link.replace("/status", "/daskangel")
         errors = []
         for route in routes:
