@@ -2,11 +2,12 @@
 
 :func:`fit_lloyd` runs one initialisation and Lloyd's iterations on a persisted
 Dataset: the data's statistics and the starting centres are taken on the
-workers (:mod:`._init`), the centres go to a ``(k, d + 1)`` PS array cut into
-one column slice per server (column ``d`` holds the cluster sizes), and
-``angel.train`` runs one :class:`~._lloyd.LloydTask` per partition under BSP.
-The accumulator, candidates and metrics arrays are dropped when the job ends;
-the centres array stays as the model.
+workers (:mod:`._init`) and go to the first of three rotating accumulator
+arrays (:mod:`._psfs`), and ``angel.train`` runs one :class:`~._lloyd.LloydTask`
+per partition under BSP.  When the job ends, the final centres are computed
+once more by the servers into the model's ``(k, d + 1)`` array (one column
+slice per server, column ``d``: the cluster sizes) and the accumulators are
+dropped.
 
 Example
 -------
@@ -29,10 +30,11 @@ from ... import config
 from ..._compat import workers_info
 from ...scheduler._clock_rule import as_sync
 from ...train import train
-from ._lloyd import N_HEAD, LloydTask, Plan
+from ._lloyd import LloydTask, Plan
 from ._minibatch import MiniBatchTask
 from ._minibatch import Plan as MBPlan
 from ._predict import partition_assign
+from ._psfs import Centres, Geometry
 
 __all__ = ["Run", "fit_lloyd", "fit_minibatch", "make_centres"]
 
@@ -49,13 +51,15 @@ class Run:
     result: Any  # the TrainResult
 
 
-def make_centres(ps: Any, name: str, centres: np.ndarray) -> Any:
-    """The ``(k, d + 1)`` centres array, one column slice per server, set to ``centres``."""
+def make_centres(ps: Any, name: str, centres: np.ndarray, counts: Any = None) -> Any:
+    """The ``(k, d + 1)`` centres array, one column slice per server, set to ``centres``
+    (column ``d``: ``counts``, zeros by default)."""
     k, d = centres.shape
     n_servers = max(1, len(workers_info(ps.client)))
     width = max(1, math.ceil((d + 1) / n_servers))
     C = ps.zeros(name, (k, d + 1), "float64", block_shape=(k, width))
-    C.set(np.hstack([centres, np.zeros((k, 1))]))
+    last = np.zeros((k, 1)) if counts is None else np.asarray(counts, np.float64).reshape(k, 1)
+    C.set(np.hstack([centres, last]))
     return C
 
 
@@ -63,39 +67,33 @@ def fit_lloyd(est: Any, ps: Any, ds: Any, tol: float, centres: np.ndarray, progr
     """Lloyd's iterations from ``centres`` on the persisted Dataset ``ds``."""
     k, d = centres.shape
     name = f"kmeans-{uuid.uuid4().hex[:8]}"
-    n_tasks = len(ds.partitions)
     n_cand = max(1, min(k, int(config.get("daskangel.kmeans.reseed-candidates"))))
-    max_iter = int(est.max_iter)
-    C = make_centres(ps, f"{name}.centers", centres)
-    made = [
-        ps.zeros_like(C, f"{name}.sums"),
-        ps.zeros(f"{name}.metrics", (max_iter + 1, N_HEAD + k), "float64"),
-        ps.zeros(f"{name}.far", (n_tasks * n_cand, d + 1), "float64"),
-    ]
-    plan = Plan(
-        centers=C.name, sums=made[0].name, metrics=made[1].name, far=made[2].name,
-        n_clusters=k, n_features=d, max_iter=max_iter, tol=float(tol), n_cand=n_cand,
-    )  # fmt: skip
+    n_servers = max(1, len(workers_info(ps.client)))
+    g = Geometry.for_servers(d, n_servers, len(ds.partitions), k, n_cand)
+    first = ps.zeros(f"{name}.s0", (g.n_rows, g.n_phys), "float64", block_shape=g.block_shape)
+    bufs = [first] + [ps.zeros_like(first, f"{name}.s{i}") for i in (1, 2)]
+    init = np.zeros((k, g.n_phys))
+    init[:, g.phys(np.arange(d))] = centres
+    init[:, g.count_cols()] = 1.0
+    geometry = (g.n_features, g.width, g.n_tasks, g.n_clusters, g.n_cand)
+    plan = Plan(tuple(b.name for b in bufs), geometry, int(est.max_iter), float(tol))  # type: ignore[arg-type]
     try:
-        res = train(ps, LloydTask(plan), ds, sync=as_sync("bsp"), epochs=max_iter,
-                    progress=progress)  # fmt: skip
-        rows = np.asarray(made[1].get())
-    except BaseException:
-        with contextlib.suppress(Exception):
-            ps.drop(C.name)
-        raise
+        bufs[2].set(init, rows=np.arange(k))  # S_{-1}: the initial centres
+        res = train(ps, LloydTask(plan), ds, sync=as_sync("bsp"), epochs=plan.max_iter,
+                    progress=progress, unit="iteration")  # fmt: skip
+        outs = sorted(res.results, key=lambda r: r["index"])
+        n_iter = int(outs[0]["n_iter"]) if outs else 0
+        cur, prev = bufs[(n_iter - 1) % 3], bufs[(n_iter - 2) % 3 if n_iter >= 2 else 2]
+        got = cur.psf(Centres(geometry), prev)
+        final = np.where(np.isnan(got["centres"]), centres, got["centres"])
+        C = make_centres(ps, f"{name}.centers", final, got["counts"])
     finally:
-        for a in made:
+        for a in bufs:
             with contextlib.suppress(Exception):
                 ps.drop(a.name)
-    outs = sorted(res.results, key=lambda r: r["index"])
-    n_iter = int(outs[0]["n_iter"]) if outs else 0
-    hist = [
-        {"iteration": i + 1, "inertia": float(rows[i, 0]), "center_shift": float(rows[i, 2]),
-         "reseeded": int(rows[i, 3]), "time": float(rows[i, 4])}
-        for i in range(n_iter)
-    ]  # fmt: skip
-    return Run(C.name, float(rows[n_iter, 0]), n_iter, [o["labels"] for o in outs], hist, res)
+    hist: list[dict[str, float]] = next((o["history"] for o in outs if o["history"]), [])
+    inertia = float(sum(o["inertia"] for o in outs))
+    return Run(C.name, inertia, n_iter, [o["labels"] for o in outs], hist, res)
 
 
 def fit_minibatch(
@@ -118,7 +116,7 @@ def fit_minibatch(
     try:
         t0 = time.perf_counter()
         res = train(ps, MiniBatchTask(plan), ds, sync=sync, epochs=epochs * steps,
-                    progress=progress)  # fmt: skip
+                    progress=progress, unit="epoch", clocks_per_unit=steps)  # fmt: skip
         seconds = time.perf_counter() - t0
         rows = np.asarray(met.get())
         final = np.asarray(C.get(), np.float64)[:, :d]

@@ -97,5 +97,6 @@ class MiniBatchTask:
                 C.increment(np.hstack([delta, out.counts[:, None]]), cols=cols)
                 M.increment(np.array([out.inertia, float(sub.n)]), rows=epoch, cols=two)
                 done += sub.n
+                ctx.report(batch_inertia=out.inertia / sub.n if sub.n else 0.0)
             ctx.clock()
         return {"index": int(part.index), "rows_seen": done}

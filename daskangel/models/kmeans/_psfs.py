@@ -1,137 +1,205 @@
-"""The centre update of Lloyd's algorithm, run by the servers next to the centres.
+"""Lloyd's centre update, computed by the servers when the tasks pull the centres.
 
-The centres array ``C`` and the accumulator ``S`` are co-partitioned
-``(k, d + 1)`` arrays (columns ``0 .. d-1``: the centres / the per-cluster sums
-the tasks pushed; column ``d``: the cluster sizes / the counts).  With every
-task's sums and counts in ``S``, one task runs ``ps.psf(Recenter(...), C, S)``
-and each server, on its own columns, sets ``C = S / n`` for the clusters that
-got rows, keeps the old centre of an empty one unless it is re-seeded (its new
-row given, cut per block by :meth:`Recenter.split`), writes the counts into
-column ``d`` and zeroes ``S`` for the next iteration.  Only the ``k`` counts and
-the re-seeded rows travel; the sums never leave the servers.
+Each iteration ``t`` every task *sets* its own rows of the accumulator
+``S_t`` (one of three rotating PS arrays, ``t % 3``): per-cluster sums and
+counts of its rows, its rows farthest from their centres (candidates to
+re-seed empty clusters) and its inertia.  Tasks never add into rows another
+task writes, so nothing has to be zeroed between iterations and a task that
+runs a clock again (after a failure) simply writes its rows again.
+
+The centres of iteration ``t + 1`` are not stored: the :class:`Centres` psf,
+run on ``(S_t, S_{t-1})`` when a task pulls, computes them next to the
+blocks (``sum over tasks / count``; empty clusters get the farthest
+candidates) and returns the columns the task asked for, with the centre
+shift of update ``t`` (summed over the servers), the counts and the
+iteration's inertia.  Every task reads the same figures, so all stop at the
+same iteration; three arrays rotate so that a task already writing ``S_{t+1}``
+never overwrites rows another task is still reading.
+
+**Layout** (:class:`Geometry`): ``S`` is ``(rows, d + B)`` float64 in ``B``
+column blocks of ``w`` features plus one count column each, so that every
+server sees the counts of its own block (feature ``j`` is physical column
+``j + j // w``).  Rows: task ``i``'s ``k`` cluster rows, then its ``m``
+candidate rows (their squared distance in every count column, so every
+server picks the same winners), then its metrics row (inertia and rows in
+physical columns 0 and 1).
 
 Example
 -------
 >>> import numpy as np
->>> C = np.array([[0.0, 0.0, 5.0], [1.0, 1.0, 5.0]])
->>> S = np.array([[4.0, 2.0, 2.0], [0.0, 0.0, 0.0]])
->>> recentred(C, S, np.array([2.0, 0.0]), np.array([0, 1, 2]), 2).tolist()
-[[2.0, 1.0, 2.0], [1.0, 1.0, 0.0]]
+>>> g = Geometry(n_features=3, width=2, n_tasks=1, n_clusters=2, n_cand=1)
+>>> g.phys(np.array([0, 1, 2])).tolist(), g.count_cols().tolist(), g.n_phys
+([0, 1, 3], [2, 4], 5)
+>>> A = np.zeros((g.n_rows, 3))                     # block 0: features 0, 1 + counts
+>>> A[0] = [4.0, 2.0, 2.0]                          # cluster 0: 2 rows summing to (4, 2)
+>>> A[2] = [9.0, 9.0, 7.0]                          # a candidate at squared distance 7
+>>> C, counts, moved = centres_of(A, g)
+>>> C.tolist(), counts.tolist(), moved
+([[2.0, 1.0], [9.0, 9.0]], [2.0, 0.0], 1)
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ...ops import GetFunc, UpdateFunc
+from ...ops import GetFunc
 
-__all__ = ["Recenter", "Shift", "recentred"]
-
-
-def recentred(
-    C: np.ndarray, S: np.ndarray, counts: np.ndarray, cols: np.ndarray, d: int
-) -> np.ndarray:
-    """New values of a block of ``C`` (global columns ``cols``) from its sums ``S``."""
-    n = counts[:, None]
-    new = np.where(n > 0, S / np.where(n > 0, n, 1.0), C)
-    is_count = cols == d
-    if is_count.any():
-        new[:, is_count] = n
-    return new
+__all__ = ["Centres", "Geometry", "centres_of", "farthest"]
 
 
-def _split_rows(
-    rows: np.ndarray | None, reseed: np.ndarray, d: int, metas: list[Any]
-) -> dict[int, dict[str, Any]]:
-    """Each block's columns of the re-seeded rows."""
-    lay = metas[0].layout
-    out: dict[int, dict[str, Any]] = {}
-    for b in range(lay.n_blocks):
-        c0, c1 = lay.block_cols(b)
-        c1 = max(c0, min(c1, d))
-        part = np.zeros((0, 0)) if rows is None or not len(reseed) else rows[:, c0:c1]
-        out[b] = {"reseed_rows": np.asarray(part, np.float64)}
-    return out
+def farthest(dist: np.ndarray, m: int) -> np.ndarray:
+    """Indices of the ``m`` largest distances, largest first (ties: lower index)."""
+    m = min(m, dist.shape[0])
+    if m <= 0:
+        return np.zeros(0, np.int64)
+    idx = np.argpartition(-dist, m - 1)[:m] if m < dist.shape[0] else np.arange(dist.shape[0])
+    return idx[np.lexsort((idx, -dist[idx]))]
 
 
-def _new_block(
-    Cp: Any, Sp: Any, counts: np.ndarray, d: int, reseed: np.ndarray, params: dict[str, Any]
-) -> np.ndarray:
-    """New values of one block of the centres (module docstring)."""
-    r0, k_b = Cp.row0, Cp.shape[0]
-    cols = Cp.global_cols()
-    n = np.asarray(counts, np.float64)[r0 : r0 + k_b]
-    new = recentred(np.asarray(Cp.array, np.float64), np.asarray(Sp.array, np.float64),
-                    n, cols, int(d))  # fmt: skip
-    reseed = np.asarray(reseed, np.int64)
-    vals = np.asarray(params.get("reseed_rows", np.zeros((0, 0))), np.float64)
-    if reseed.size and vals.size:
-        mine = np.flatnonzero((reseed >= r0) & (reseed < r0 + k_b))
-        centre = np.flatnonzero(cols < d)
-        new[np.ix_(reseed[mine] - r0, centre)] = vals[mine][:, : centre.size]
-    return new
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """Where everything sits in an accumulator array (module docstring)."""
+
+    n_features: int  # d
+    width: int  # w: features per column block
+    n_tasks: int  # T
+    n_clusters: int  # k
+    n_cand: int  # m: candidate rows per task
+
+    @staticmethod
+    def for_servers(n_features: int, n_servers: int, n_tasks: int, k: int, m: int) -> Geometry:
+        width = max(1, math.ceil(n_features / max(1, n_servers)))
+        return Geometry(int(n_features), width, int(n_tasks), int(k), int(m))
+
+    @property
+    def n_blocks(self) -> int:
+        return max(1, math.ceil(self.n_features / self.width))
+
+    @property
+    def n_phys(self) -> int:
+        return self.n_features + self.n_blocks
+
+    @property
+    def n_rows(self) -> int:
+        return self.n_tasks * (self.n_clusters + self.n_cand + 1)
+
+    @property
+    def block_shape(self) -> tuple[int, int]:
+        return (self.n_rows, self.width + 1)
+
+    def phys(self, features: np.ndarray) -> np.ndarray:
+        """Physical columns of the features ``features``."""
+        f = np.asarray(features, np.int64)
+        return f + f // self.width
+
+    def count_cols(self) -> np.ndarray:
+        """The count column of every block (each block's last)."""
+        b = np.arange(self.n_blocks, dtype=np.int64)
+        return np.minimum((b + 1) * (self.width + 1), self.n_phys) - 1
+
+    def cluster_rows(self, task: int) -> np.ndarray:
+        return task * self.n_clusters + np.arange(self.n_clusters, dtype=np.int64)
+
+    def cand_rows(self, task: int) -> np.ndarray:
+        base = self.n_tasks * self.n_clusters + task * self.n_cand
+        return base + np.arange(self.n_cand, dtype=np.int64)
+
+    def metrics_row(self, task: int) -> int:
+        return self.n_tasks * (self.n_clusters + self.n_cand) + task
+
+
+def centres_of(A: np.ndarray, g: Geometry) -> tuple[np.ndarray, np.ndarray, int]:
+    """Centres ``(k, block features)`` of one block ``A`` of an accumulator, the
+    counts, and how many empty clusters took a candidate.
+
+    Empty clusters without a candidate (with a distance > 0) are NaN.
+    """
+    T, k, m = g.n_tasks, g.n_clusters, g.n_cand
+    A = np.asarray(A, np.float64)
+    sums = A[: T * k].reshape(T, k, A.shape[1]).sum(axis=0)
+    counts = sums[:, -1].copy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        C = sums[:, :-1] / counts[:, None]
+    empty = np.flatnonzero(counts <= 0)
+    moved = 0
+    if empty.size:
+        cand = A[T * k : T * (k + m)]
+        best = farthest(cand[:, -1], empty.size)
+        best = best[cand[best, -1] > 0]
+        moved = int(best.size)
+        C[empty[:moved]] = cand[best, :-1]
+        C[empty[moved:]] = np.nan
+    return C, counts, moved
 
 
 @dataclass(frozen=True, eq=False)
-class Recenter(UpdateFunc):
-    """``C = S / counts`` on every server, re-seeded rows set, ``S = 0`` (module docstring).
+class Centres(GetFunc):
+    """Pull of the centres of ``(S_t, S_{t-1})`` (module docstring).
 
-    ``counts``: ``(k,)`` rows per cluster this iteration; ``reseed``: the
-    clusters to move; ``rows``: their new centres ``(len(reseed), d)``, sent to
-    each server as its columns only.
+    ``features``: the sorted features to return (``None``: all).  The result is a
+    dict: ``centres`` ``(k, n)`` (NaN rows: empty clusters nothing re-seeded; the
+    caller keeps their previous centres), ``shift`` (summed squared move of update ``t``,
+    clusters NaN on either side left out), ``counts`` ``(k,)``, ``inertia``,
+    ``rows`` and ``reseeded`` of iteration ``t``.
     """
 
-    counts: np.ndarray
-    n_features: int
-    reseed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    rows: np.ndarray | None = field(default=None, repr=False)
+    geometry: tuple[int, int, int, int, int]  # Geometry's fields
+    features: np.ndarray | None = field(default=None, repr=False)
 
     arity: ClassVar[tuple[int, int]] = (2, 2)
-    _local: ClassVar[tuple[str, ...]] = ("rows",)
 
     def params(self) -> dict[str, Any]:
-        return {k: v for k, v in super().params().items() if k not in self._local}
+        return {"geometry": list(self.geometry)}
 
-    def writes_for(self, n_arrays: int) -> tuple[int, ...]:
-        return (0, 1)
-
-    def split(self, metas: list[Any]) -> dict[int, dict[str, Any]]:
-        return _split_rows(self.rows, self.reseed, self.n_features, metas)
-
-    def partition_update(self, *parts: Any, **params: Any) -> None:
-        Cp, Sp = parts
-        Cp.assign(_new_block(Cp, Sp, self.counts, self.n_features, self.reseed, params))
-        Sp.assign(np.zeros(Sp.shape, Sp.dtype))
-
-
-@dataclass(frozen=True, eq=False)
-class Shift(GetFunc):
-    """Squared distance the centres would move under :class:`Recenter` with the same
-    arguments (summed over servers); run before it."""
-
-    counts: np.ndarray
-    n_features: int
-    reseed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    rows: np.ndarray | None = field(default=None, repr=False)
-
-    arity: ClassVar[tuple[int, int]] = (2, 2)
-    _local: ClassVar[tuple[str, ...]] = ("rows",)
-
-    def params(self) -> dict[str, Any]:
-        return {k: v for k, v in super().params().items() if k not in self._local}
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> Centres:
+        return cls(tuple(int(v) for v in params["geometry"]))  # type: ignore[arg-type]
 
     def split(self, metas: list[Any]) -> dict[int, dict[str, Any]]:
-        return _split_rows(self.rows, self.reseed, self.n_features, metas)
+        lay = metas[0].layout
+        g = Geometry(*self.geometry)
+        out: dict[int, dict[str, Any]] = {}
+        phys = None if self.features is None else g.phys(self.features)
+        for b in range(lay.n_blocks):
+            if phys is None:
+                out[b] = {}
+                continue
+            c0, c1 = lay.block_cols(b)
+            a, z = np.searchsorted(phys, [c0, c1])
+            out[b] = {"cols": (phys[a:z] - c0).astype(np.int64)}
+        return out
 
-    def partition_get(self, *parts: Any, **params: Any) -> float:
-        Cp, Sp = parts
-        new = _new_block(Cp, Sp, self.counts, self.n_features, self.reseed, params)
-        centre = Cp.global_cols() < self.n_features
-        diff = new[:, centre] - np.asarray(Cp.array, np.float64)[:, centre]
-        return float((diff * diff).sum())
+    def partition_get(self, *parts: Any, **params: Any) -> dict[str, Any]:
+        cur, prev = parts
+        g = Geometry(*self.geometry)
+        C, counts, moved = centres_of(cur.array, g)
+        P, _c, _m = centres_of(prev.array, g)
+        diff = C - P
+        ok = np.isfinite(diff).all(axis=1)
+        cols = params.get("cols")
+        out: dict[str, Any] = {
+            "centres": C if cols is None else C[:, cols],
+            "shift": float((diff[ok] ** 2).sum()),
+        }
+        if cur.col0 == 0:
+            A = np.asarray(cur.array, np.float64)
+            met = A[g.n_tasks * (g.n_clusters + g.n_cand) :]
+            out.update(counts=counts, moved=moved, inertia=float(met[:, 0].sum()),
+                       rows=float(met[:, 1].sum()))  # fmt: skip
+        return out
 
-    def merge(self, partials: dict[int, Any], metas: list[Any]) -> float:
-        return float(sum(partials.values()))
+    def merge(self, partials: dict[int, Any], metas: list[Any]) -> dict[str, Any]:
+        blocks = [partials[b] for b in sorted(partials)]
+        first = blocks[0]
+        return {
+            "centres": np.concatenate([p["centres"] for p in blocks], axis=1),
+            "shift": float(sum(p["shift"] for p in blocks)),
+            "counts": first["counts"],
+            "inertia": first["inertia"],
+            "rows": first["rows"],
+            "reseeded": int(first["moved"]),
+        }

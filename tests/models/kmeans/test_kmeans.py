@@ -15,8 +15,7 @@ from daskangel.errors import InvalidArgumentError
 from daskangel.models import KMeans, load
 from daskangel.models.kmeans._init import take_share
 from daskangel.models.kmeans._kernels import assign_dense_blocks, row_norms
-from daskangel.models.kmeans._lloyd import farthest
-from daskangel.models.kmeans._psfs import recentred
+from daskangel.models.kmeans._psfs import Geometry, centres_of, farthest
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -48,11 +47,18 @@ def test_dense_kernel_matches_brute_force() -> None:
         np.testing.assert_allclose(out.sums[j], X[out.labels == j].sum(0), rtol=1e-5, atol=1e-4)
 
 
-def test_recentred_keeps_empty_and_writes_counts() -> None:
-    C = np.array([[1.0, 1.0, 9.0], [5.0, 5.0, 9.0]])
-    S = np.array([[2.0, 4.0, 2.0], [0.0, 0.0, 0.0]])
-    new = recentred(C, S, np.array([2.0, 0.0]), np.arange(3), 2)
-    assert new.tolist() == [[1.0, 2.0, 2.0], [5.0, 5.0, 0.0]]
+def test_centres_of_sums_tasks_and_reseeds_empty() -> None:
+    g = Geometry(n_features=2, width=2, n_tasks=2, n_clusters=3, n_cand=1)
+    A = np.zeros((g.n_rows, 3))
+    A[g.cluster_rows(0)] = [[2.0, 4.0, 2.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
+    A[g.cluster_rows(1)] = [[4.0, 2.0, 2.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    A[g.cand_rows(0)] = [7.0, 7.0, 3.0]  # squared distance 3
+    A[g.cand_rows(1)] = [8.0, 8.0, 5.0]  # the farthest: takes the empty cluster 2
+    C, counts, moved = centres_of(A, g)
+    assert C.tolist() == [[1.5, 1.5], [1.0, 1.0], [8.0, 8.0]]
+    assert counts.tolist() == [4.0, 1.0, 0.0] and moved == 1
+    A[g.cand_rows(0)] = A[g.cand_rows(1)] = 0.0  # no candidate: NaN, the caller keeps it
+    assert np.isnan(centres_of(A, g)[0][2]).all()
 
 
 def test_farthest_and_share() -> None:
