@@ -56,10 +56,13 @@ COMMON_DOC = """
     sync
         ``'bsp'``, ``'ssp:<s>'``, ``'asp'`` or a protocol object (``angel.SSP(2)``).
     tol, n_iter_no_change, early_stopping, validation_fraction
-        A seeded ``validation_fraction`` of every partition is held out and
-        evaluated each epoch (metrics in ``history_``); with ``early_stopping``
-        training stops once the validation loss has not improved by ``tol`` for
-        ``n_iter_no_change`` epochs.
+        A seeded ``validation_fraction`` of every partition (default 0: every
+        row trains) is held out and evaluated each epoch (``val_*`` metrics in
+        ``history_``); with ``early_stopping`` training stops once the
+        validation loss (without validation rows: the training loss, as
+        scikit-learn's ``tol``) has not improved by ``tol`` for
+        ``n_iter_no_change`` epochs.  On census holding 10 % out costs the
+        test log-loss 0.004 (``benchmarks/RESULTS.md``).
     dtype
         The model's dtype on the PS (default float32).
     n_tasks
@@ -132,7 +135,7 @@ class FMClassifier(_Classifier):
         reg_linear: float = 1e-5, reg_factors: float = 1e-4, max_iter: int = 10,
         batch_size: int | None = None, local_steps: int | None = None, init_std: float = 0.01,
         sync: Any = "bsp", tol: float | None = 1e-4, n_iter_no_change: int = 3,
-        early_stopping: bool = True, validation_fraction: float = 0.1, dtype: Any = None,
+        early_stopping: bool = True, validation_fraction: float = 0.0, dtype: Any = None,
         n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
         progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
@@ -148,7 +151,7 @@ class FMRegressor(RegressorMixin, FMModel):
         reg_linear: float = 1e-5, reg_factors: float = 1e-4, max_iter: int = 10,
         batch_size: int | None = None, local_steps: int | None = None, init_std: float = 0.01,
         sync: Any = "bsp", tol: float | None = 1e-4, n_iter_no_change: int = 3,
-        early_stopping: bool = True, validation_fraction: float = 0.1, dtype: Any = None,
+        early_stopping: bool = True, validation_fraction: float = 0.0, dtype: Any = None,
         n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
         progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
@@ -187,7 +190,7 @@ class FFMClassifier(_Classifier):
         learning_rate: float = 0.01, reg_linear: float = 1e-5, reg_factors: float = 1e-4,
         max_iter: int = 10, batch_size: int | None = None, local_steps: int | None = None,
         init_std: float = 0.01, sync: Any = "bsp", tol: float | None = 1e-4,
-        n_iter_no_change: int = 3, early_stopping: bool = True, validation_fraction: float = 0.1,
+        n_iter_no_change: int = 3, early_stopping: bool = True, validation_fraction: float = 0.0,
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None,
         ps: Any = None,
