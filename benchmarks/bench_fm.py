@@ -23,20 +23,21 @@ Sections (issue 19):
   pairs out of 741); test: 25 % more rows of the same law.
 * **criteo**: the Criteo-shaped set at ``--rows`` rows (default 10 M) x 39
   fields, ~1 M features with power-law frequencies and planted pairs, generated
-  with a seed (never written): the driver generates it for the single-process
-  numba FM, the workers generate their own chunks for daskangel.  Seconds of one
-  epoch of daskangel's FM (``'ma-sgd'``, 2 workers, no validation split, the
-  second epoch: the rows are prepared on the workers by then) against one epoch
-  of the numba FM doing the same updates (the same compiled ``local_sgd``
-  kernel, per-row SGD over every row, visited in ``_core.epoch_order``'s
-  blocks as daskangel's tasks visit theirs); test AUC / log-loss on 200,000
-  held-out rows, rows/s, peak RSS of the driver and of each worker.
+  with a seed (never written), the workers generating their own chunks.  Seconds
+  of one epoch of daskangel's FM (``'ma-sgd'``, 2 workers, no validation split,
+  the second epoch: the rows are prepared on the workers by then) against one
+  epoch of the numba FM doing the same updates (the same compiled ``local_sgd``
+  kernel, per-row SGD, visited in ``_core.epoch_order``'s blocks as daskangel's
+  tasks visit theirs): its rows/s on the first ``--yard-rows`` rows (2 M),
+  timed once before and once after daskangel's epochs (the shared cores' load
+  moves; the median), times ``--rows``.  Test AUC / log-loss of daskangel's FM
+  on 200,000 held-out rows, rows/s, peak RSS of the driver and of each worker.
 
 Contenders on census, a9a and planted: scikit-learn
 ``LogisticRegression(liblinear, C=1)``; daskangel ``LogisticRegression()``
 (defaults; not in ``--smoke``); daskangel ``FMClassifier(n_factors=8)`` (every other parameter
-its default: MA-SGD, ``learning_rate=0.01``, early stopping on a 10 %
-validation split, 10 epochs at most); ``FFMClassifier(n_factors=4)`` with the
+its default: MA-SGD, ``learning_rate=0.02`` decaying as ``1 / sqrt(1 + epoch)``,
+every row trains, 10 epochs at most); ``FFMClassifier(n_factors=4)`` with the
 data's fields when daskangel has it; the single-process numba FM (per-row SGD
 at ``--lr``, ``--epochs`` passes, the L2 strengths of FMClassifier's defaults).
 
@@ -50,6 +51,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -238,20 +240,15 @@ def criteo(a: Any, client: Any) -> None:
     test = min(200_000, max(rows // 10, 1000))
     print(f"criteo-shaped: {rows:,} rows x {g.n_fields} fields, {g.n_features:,} features, "
           f"k = 8", flush=True)  # fmt: skip
-    # single process: generate, compile on a slice, then one timed epoch over every row
+    # the single-process yardstick: one epoch over a --yard-rows slice, timed before and
+    # after daskangel's epochs (the cores are shared and the load moves), scaled to rows
     t = time.perf_counter()
-    X, y = make_chunk(0, rows, g)
-    print(f"  generated on the driver in {time.perf_counter() - t:.1f} s", flush=True)
-    numba_fm(X[:1000], y[:1000], 8, a.lr, 1, 0)
-    W, times = numba_fm(X, y, 8, a.lr, 1, 0)
-    del X, y
+    yard = min(a.yard_rows, rows)
+    Xy, yy = make_chunk(0, yard, g)
+    print(f"  generated {yard:,} rows on the driver in {time.perf_counter() - t:.1f} s", flush=True)
+    numba_fm(Xy[:1000], yy[:1000], 8, a.lr, 1, 0)  # compiles
+    rates = [yard / numba_fm(Xy, yy, 8, a.lr, 1, 0)[1][0]]
     Xt, yt = make_chunk(10**9, test, g)
-    auc1, ll1 = scores(yt, fm_proba(W, Xt))
-    del W
-    one = times[0]
-    print(f"  numba FM (1 process): epoch {one:.1f} s, {rows / one:,.0f} rows/s, "
-          f"test AUC {auc1:.4f} log-loss {ll1:.4f}, driver peak RSS {peak_rss_gib():.2f} GiB",
-          flush=True)  # fmt: skip
     # daskangel: the workers generate their chunks, two partitions
     per = -(-rows // 8)
     xs, ys = [], []
@@ -267,7 +264,7 @@ def criteo(a: Any, client: Any) -> None:
     print(f"  daskangel: generated and loaded on the workers in {time.perf_counter() - t:.1f} s",
           flush=True)  # fmt: skip
     fm = models.FMClassifier(
-        solver="ma-sgd", learning_rate=a.lr, max_iter=1, validation_fraction=0.0,
+        solver="ma-sgd", learning_rate=a.lr, power_t=0.0, max_iter=1, validation_fraction=0.0,
         early_stopping=False,
     )  # fmt: skip
     t = time.perf_counter()
@@ -277,6 +274,11 @@ def criteo(a: Any, client: Any) -> None:
     fm.partial_fit(ds)  # the second epoch: the prepared rows are cached on the workers
     epoch = time.perf_counter() - t
     auc2, ll2 = scores(yt, fm.predict_proba(Xt)[:, 1])
+    rates.append(yard / numba_fm(Xy, yy, 8, a.lr, 1, 0)[1][0])
+    one = rows / statistics.median(rates)
+    print(f"  numba FM (1 process): {', '.join(f'{r:,.0f}' for r in rates)} rows/s (before, "
+          f"after), an epoch of {rows:,} rows {one:.1f} s; driver peak RSS "
+          f"{peak_rss_gib():.2f} GiB", flush=True)  # fmt: skip
     for i, r in enumerate(fm.train_result_.results):
         print(f"    task {i}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["timings"].items()))
     rss = client.run(peak_rss_gib)
@@ -295,6 +297,7 @@ def main() -> None:
     ap.add_argument("--sections", default="census,a9a,planted,criteo")
     ap.add_argument("--data", type=Path, default=data_root())
     ap.add_argument("--rows", type=int, default=10_000_000, help="criteo-shaped rows")
+    ap.add_argument("--yard-rows", type=int, default=2_000_000, help="numba FM timing rows")
     ap.add_argument("--planted-rows", type=int, default=200_000, help="planted training rows")
     ap.add_argument("--lr", type=float, default=0.01, help="numba FM / ma-sgd step")
     ap.add_argument("--epochs", type=int, default=10, help="numba FM passes (quality)")

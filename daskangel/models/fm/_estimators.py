@@ -41,8 +41,9 @@ COMMON_DOC = """
         the PS; ``'adam'``, ``'adagrad'``, ``'ftrl'``, ``'sgd'``: minibatch
         gradients pushed to that server-side optimiser (the batch's rows
         pulled, pruned).
-    learning_rate
-        Step size of the optimiser (FTRL: its alpha; MA-SGD: the local SGD step).
+    learning_rate, power_t
+        Step size of the optimiser (FTRL: its alpha); MA-SGD's local SGD step
+        in epoch ``t`` is ``learning_rate / (1 + t) ** power_t``.
     reg_linear, reg_factors
         L2 strengths of the linear weights and of the factors (the bias is free).
     max_iter
@@ -131,9 +132,10 @@ class FMClassifier(_Classifier):
     __doc__ = "Factorization machine for binary classification (logistic loss).\n" + COMMON_DOC
 
     def __init__(
-        self, *, n_factors: int = 8, solver: str = "ma-sgd", learning_rate: float = 0.01,
-        reg_linear: float = 1e-5, reg_factors: float = 1e-4, max_iter: int = 10,
-        batch_size: int | None = None, local_steps: int | None = None, init_std: float = 0.01,
+        self, *, n_factors: int = 8, solver: str = "ma-sgd", learning_rate: float = 0.02,
+        power_t: float = 0.5, reg_linear: float = 1e-5, reg_factors: float = 1e-4,
+        max_iter: int = 10, batch_size: int | None = None, local_steps: int | None = None,
+        init_std: float = 0.01,
         sync: Any = "bsp", tol: float | None = 1e-4, n_iter_no_change: int = 3,
         early_stopping: bool = True, validation_fraction: float = 0.0, dtype: Any = None,
         n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
@@ -147,9 +149,10 @@ class FMRegressor(RegressorMixin, FMModel):
     _task = "regressor"
 
     def __init__(
-        self, *, n_factors: int = 8, solver: str = "ma-sgd", learning_rate: float = 0.01,
-        reg_linear: float = 1e-5, reg_factors: float = 1e-4, max_iter: int = 10,
-        batch_size: int | None = None, local_steps: int | None = None, init_std: float = 0.01,
+        self, *, n_factors: int = 8, solver: str = "ma-sgd", learning_rate: float = 0.02,
+        power_t: float = 0.5, reg_linear: float = 1e-5, reg_factors: float = 1e-4,
+        max_iter: int = 10, batch_size: int | None = None, local_steps: int | None = None,
+        init_std: float = 0.01,
         sync: Any = "bsp", tol: float | None = 1e-4, n_iter_no_change: int = 3,
         early_stopping: bool = True, validation_fraction: float = 0.0, dtype: Any = None,
         n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
@@ -187,8 +190,8 @@ class FFMClassifier(_Classifier):
 
     def __init__(
         self, *, fields: Any = None, n_factors: int = 4, solver: str = "ma-sgd",
-        learning_rate: float = 0.01, reg_linear: float = 1e-5, reg_factors: float = 1e-4,
-        max_iter: int = 10, batch_size: int | None = None, local_steps: int | None = None,
+        learning_rate: float = 0.02, power_t: float = 0.5, reg_linear: float = 1e-5,
+        reg_factors: float = 1e-4, max_iter: int = 10, batch_size: int | None = None, local_steps: int | None = None,
         init_std: float = 0.01, sync: Any = "bsp", tol: float | None = 1e-4,
         n_iter_no_change: int = 3, early_stopping: bool = True, validation_fraction: float = 0.0,
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,

@@ -47,7 +47,7 @@ def check_params(self: Any) -> None:
     for name in ("batch_size", "local_steps", "n_tasks"):
         check_int(self, name, none=True)
     check_number(self, "learning_rate", positive=True)
-    for name in ("init_std", "reg_linear", "reg_factors"):
+    for name in ("init_std", "reg_linear", "reg_factors", "power_t"):
         check_number(self, name, positive=False)
     check_fraction(self, "validation_fraction")
     if self.tol is not None:
@@ -108,6 +108,7 @@ def make_plan(
         else tuple(float(c) for c in self.classes_),
         solver=solver,
         eta0=float(self.learning_rate),
+        power_t=float(self.power_t),
         reg_linear=float(self.reg_linear),
         reg_factors=float(self.reg_factors),
         batch=int(batch),

@@ -104,7 +104,7 @@ class FMTask:
                     W0 = pull(base, d.keys, D, pos=d.pos)
                 t_1 = time.perf_counter()
                 W = W0.copy()
-                loss = d.local_sgd(rows, W, p, p.eta0)
+                loss = d.local_sgd(rows, W, p, p.eta(epoch))
                 t_2 = time.perf_counter()
                 share = round_share(per, p.train_rows, ctx.task_id, rnd)
                 push(w, d.keys, (W - W0) * share, D, d.pos)

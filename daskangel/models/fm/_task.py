@@ -51,6 +51,7 @@ class Plan:
     classes: tuple[float, ...] | None  # a Dataset's two labels (None: rows carry 0 / 1)
     solver: str
     eta0: float
+    power_t: float  # ma-sgd's step of epoch t: eta0 / (1 + t) ** power_t
     reg_linear: float
     reg_factors: float
     batch: int
@@ -75,6 +76,10 @@ class Plan:
     @property
     def logloss(self) -> bool:
         return self.kind == LOGISTIC
+
+    def eta(self, epoch: int) -> float:
+        """MA-SGD's step in (this fit's) epoch ``epoch``: ``eta0 / (1 + t) ** power_t``."""
+        return float(self.eta0 / (1.0 + self.epoch0 + epoch) ** self.power_t)
 
     @property
     def width(self) -> int:

@@ -33,7 +33,7 @@ def test_fm_beats_logistic_regression_on_planted_interactions(client: Client, pa
     X, y, Xt, yt = pairs
     labels = np.array(["no", "yes"])
     fm = models.FMClassifier(
-        solver="ma-sgd", learning_rate=0.05, max_iter=6, validation_fraction=0.1
+        solver="ma-sgd", learning_rate=0.05, power_t=0.0, max_iter=6, validation_fraction=0.1
     ).fit(X, labels[y])
     assert fm.classes_.tolist() == ["no", "yes"]
     auc_fm = roc_auc_score(yt, fm.predict_proba(Xt)[:, 1])
@@ -69,7 +69,7 @@ def test_server_side_solvers_learn_the_interaction(client: Client, pairs, solver
 def test_fm_regressor_recovers_planted_values(client: Client) -> None:
     X, y = planted_pairs(n=3000, regression=True)
     reg = models.FMRegressor(
-        solver="ma-sgd", learning_rate=0.02, max_iter=8, validation_fraction=0.1
+        solver="ma-sgd", learning_rate=0.02, power_t=0.0, max_iter=8, validation_fraction=0.1
     ).fit(X[:2400], y[:2400])
     assert r2_score(y[2400:], reg.predict(X[2400:])) > 0.9
     assert {"val_rmse", "val_mae"} <= set(reg.history_)
@@ -103,7 +103,7 @@ def test_every_input_gives_the_same_predictions_in_order(client: Client, pairs, 
     with pytest.raises(InvalidArgumentError, match=r"50 features.*expecting 48"):
         fm.predict(wide)
     # training from dask arrays (from a Dataset: the FFM test's libffm file)
-    fm3 = models.FMClassifier(solver="ma-sgd", learning_rate=0.05, max_iter=2).fit(
+    fm3 = models.FMClassifier(solver="ma-sgd", learning_rate=0.05, power_t=0.0, max_iter=2).fit(
         da.from_array(X.toarray(), chunks=(1000, -1)), da.from_array(y, chunks=1000)
     )
     assert roc_auc_score(y, fm3.decision_function(X)) > 0.75
@@ -168,7 +168,7 @@ def test_ffm_fields_from_a_libffm_file_a_dataframe_and_bad_maps(
     _write_ffm(tmp_path / "test.ffm", Xt, yt)
     ds = angel.data.read_libffm(str(tmp_path / "train.ffm"))
     np.testing.assert_array_equal(ds.fields, fields)
-    ffm = models.FFMClassifier(learning_rate=0.05, max_iter=4, validation_fraction=0.1)
+    ffm = models.FFMClassifier(learning_rate=0.05, power_t=0.0, max_iter=4, validation_fraction=0.1)
     ffm.fit(ds)  # fields from the file
     np.testing.assert_array_equal(ffm.fields_, fields)
     assert ffm.classes_.tolist() == [0.0, 1.0]  # the labels the Dataset carries
