@@ -109,6 +109,9 @@ class JobMetrics:
         for key in [k for k in self._last if k[0] not in keep]:
             del self._last[key]
 
+    def __contains__(self, job: object) -> bool:
+        return job in self._points
+
     def jobs(self) -> list[str]:
         """Jobs with at least one point, oldest first."""
         return [j for j, p in self._points.items() if p]

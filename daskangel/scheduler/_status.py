@@ -184,10 +184,14 @@ class StatusService:
 
     def _observe_metrics(self, job: str, task: int, clock: int, stats: dict[str, Any]) -> None:
         if stats.get("metrics"):
+            if job not in self.metrics:  # a new job: forget those the clocks forgot
+                self.metrics.forget(self.clocks.jobs)
             self.metrics.observe(job, task, clock, stats["metrics"])
 
     def publish_metrics(self, job: str, records: list[dict[str, Any]]) -> None:
         """An estimator's final per-epoch metrics of job ``job`` (its ``history_`` rows)."""
+        if job not in self.metrics:
+            self.metrics.forget(self.clocks.jobs)
         self.metrics.publish(job, records)
 
     def metric_jobs(self) -> list[str]:
