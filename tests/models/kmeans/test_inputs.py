@@ -56,7 +56,7 @@ def test_sparse_rows_stay_csr() -> None:
 def test_sparse_input_matches_sklearn(client: Client, sparse_blobs: Any) -> None:
     X = sparse_blobs
     sk = SkKMeans(n_clusters=5, n_init=3, random_state=0).fit(X)
-    km = KMeans(n_clusters=5, n_init=3, random_state=0, max_iter=30).fit(X)
+    km = KMeans(n_clusters=5, random_state=0, max_iter=30).fit(X)
     assert _inertia(X, km.cluster_centers_) <= 1.01 * _inertia(X, sk.cluster_centers_)
     assert (km.predict(X) == km.labels_).mean() >= 0.995
     assert km.score(X) == pytest.approx(-_inertia(X, km.cluster_centers_), rel=1e-4)
