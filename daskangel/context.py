@@ -170,7 +170,7 @@ class PSContext:
             transport=self.transport,
             callback_timeout=timeout,
         )
-        self.servers = [ServerId(str(a), int(i)) for a, i in servers]
+        self._servers = [ServerId(str(a), int(i)) for a, i in servers]
         every_clocks, every_seconds = _every(snapshot_every)
         _check_shared_url(self.client, snapshot, "snapshot")
         if snapshot is None and snapshot_every is not None:
@@ -197,9 +197,19 @@ class PSContext:
                     key=actor_key(s.address, s.index),
                     pure=False,
                 )
-                for s in self.servers
+                for s in self._servers
             ]
             self.client.gather(self._actors)
+
+    @property
+    def servers(self) -> list[ServerId]:
+        """The context's PS servers now, as the scheduler knows them (workers that
+        joined or left since the context opened included), or the last known
+        list once the context is closed."""
+        if not self.closed:
+            got = self.client.sync(self._scheduler.daskangel_servers, ctx=self.id)
+            self._servers = [ServerId(str(a), int(i)) for a, i in got]
+        return list(self._servers)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -519,7 +529,7 @@ class PSContext:
         return pd.DataFrame(rows, columns=cols + sorted({k for r in rows for k in r} - set(cols)))
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self.servers)} servers"
+        state = "closed" if self.closed else f"{len(self._servers)} servers"
         return f"PSContext<{self.id}, {state}, transport={self.transport}>"
 
 

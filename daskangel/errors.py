@@ -24,9 +24,11 @@ __all__ = [
     "ArrayExistsError",
     "ArrayNotFoundError",
     "BlockBusyError",
+    "BlockMovingError",
     "CastingError",
     "ContextClosedError",
     "DaskAngelError",
+    "HandoffError",
     "InvalidArgumentError",
     "InvalidStateError",
     "InvalidTypeError",
@@ -114,6 +116,11 @@ class StaleLayoutError(DaskAngelError, LookupError):
     """A server does not hold the block the caller asked for (layout moved)."""
 
 
+class BlockMovingError(StaleLayoutError):
+    """A server is handing the block to another server (a worker is leaving or the
+    blocks are rebalanced); the caller waits for the new routing and resends."""
+
+
 class NotCoPartitionedError(DaskAngelError, ValueError):
     """A binary psf was given arrays whose block layouts differ."""
 
@@ -150,6 +157,11 @@ class KeyListMissingError(DaskAngelError, LookupError):
 
 class TaskFailedError(DaskAngelError, RuntimeError):
     """A training task raised; the message names the task and has its traceback."""
+
+
+class HandoffError(InvalidStateError):
+    """A leaving worker's blocks cannot be moved (no other server can take them, or
+    the move failed); the worker is not retired and nothing is lost."""
 
 
 class SnapshotError(DaskAngelError, OSError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import (
     _dataops,  # noqa: F401 - registers the built-in block operations
+    _handoff_ops,  # noqa: F401 - registers the hand-off server operations
     _keylists,  # noqa: F401 - registers the key-list server operations
     _rank,  # noqa: F401 - registers the feature indexer's server ops
     _snapshot_ops,  # noqa: F401 - registers the snapshot server ops

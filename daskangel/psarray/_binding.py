@@ -34,7 +34,7 @@ from distributed.utils import sync
 
 from .. import config
 from .._wire import call_server, check_wire_config
-from ..errors import ServerLostError, StaleLayoutError
+from ..errors import BlockMovingError, ServerLostError, StaleLayoutError
 from ._meta import ArrayMeta, ServerId
 from ._server import PLUGIN_NAME
 
@@ -190,9 +190,11 @@ class Binding:
             results = await self._watched(name, meta, list(groups), calls)
             stale: list[int] = []
             unreachable: dict[ServerId, BaseException] = {}
+            moving = False
             for (s, blocks), r in zip(groups.items(), results, strict=True):
                 if isinstance(r, StaleLayoutError):
                     stale.extend(blocks)
+                    moving = moving or isinstance(r, BlockMovingError)
                 elif isinstance(r, (OSError, CommClosedError)):
                     stale.extend(blocks)
                     unreachable[s] = r
@@ -212,8 +214,9 @@ class Binding:
                     "made for the old one (shape or dtype may differ); its metadata is now "
                     "refreshed here: make the request again"
                 )
-            if unreachable and fresh.generation == meta.generation and remaining > 0:
-                # the scheduler has not noticed yet: wait for it to drop the server
+            if (unreachable or moving) and fresh.generation == meta.generation and remaining > 0:
+                # the scheduler has not noticed yet (a lost server), or the blocks are
+                # being handed to another server: wait for the new routing
                 fresh = await self._wait(name, meta.generation, remaining)
             if fresh.generation == meta.generation or remaining <= 0:
                 if not unreachable:
@@ -330,12 +333,13 @@ class Binding:
                 refreshed = True
                 continue
             servers = sorted({str(meta.servers[b]) for b in lost})
+            note = f" ({meta.recovery_note})" if meta.recovery_note else ""
             why = (
                 f"rebuilding them failed: {meta.recovery_error}"
                 if meta.recovery_error
-                else "recovery did not finish within daskangel.client.recovery-wait"
+                else "recovery did not finish within daskangel.client.recovery-wait" + note
                 if meta.recovering
-                else "there is no snapshot to rebuild them from"
+                else meta.recovery_note or "there is no snapshot to rebuild them from"
             )
             raise ServerLostError(
                 f"array {meta.name!r}: PS server(s) {', '.join(servers)} left the cluster "

@@ -63,6 +63,8 @@ def _create(server: PSServer, array: str, blocks: list[dict[str, Any]]) -> None:
         if spec.get("uid"):
             server.uids[array] = str(spec["uid"])
     server.blocks.update(made)
+    for key in made:
+        server.moving.pop(key, None)
 
 
 @server_op("drop", writes=True)
@@ -70,6 +72,8 @@ def _drop(server: PSServer, array: str) -> int:
     keys = [k for k in server.blocks if k[0] == array]
     for k in keys:
         del server.blocks[k]
+    for k in [k for k in server.moving if k[0] == array]:
+        del server.moving[k]
     server.uids.pop(array, None)
     return len(keys)
 

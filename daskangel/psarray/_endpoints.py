@@ -14,12 +14,15 @@ Example
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .._wire import error_reply, payload_nbytes, unwrap_arrays, wrap_arrays
+from .. import config
+from .._wire import call_server, error_reply, payload_nbytes, unwrap_arrays, wrap_arrays
 from ..errors import BlockBusyError, DaskAngelError, InvalidArgumentError
 from ._recvpool import ReceivePool, read_follow
 
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
 from ._server import ASYNC_OPS, PLUGIN_NAME, PSServer
 
 __all__ = ["PSServerActor", "PSWorkerPlugin", "get_worker_loop"]
+
+logger = logging.getLogger(__name__)
 
 
 class PSWorkerPlugin(WorkerPlugin):
@@ -59,7 +64,25 @@ class PSWorkerPlugin(WorkerPlugin):
         if binding is not None:
             binding.forget_arrays(names)
 
-    def teardown(self, worker: Worker) -> None:
+    async def teardown(self, worker: Worker) -> None:
+        """The worker is closing: first ask the scheduler to move the blocks its
+        servers hold to other workers (the hand-off; its handlers still answer
+        here), waiting at most ``daskangel.handoff.teardown-timeout``; then free
+        the servers.  What could not be moved is lost as in a crash, and rebuilt
+        from the newest snapshot."""
+        if any(s.blocks for s in self.servers.values()):
+            try:
+                moved = await asyncio.wait_for(
+                    worker.scheduler.daskangel_handoff(workers=[worker.address], closing=True),
+                    config.get_seconds("daskangel.handoff.teardown-timeout"),
+                )
+                logger.info("daskangel: %s handed off its blocks: %s", worker.address, moved)
+            except Exception as e:  # noqa: BLE001 - the worker closes anyway
+                logger.warning(
+                    "daskangel: closing worker %s could not hand off its PS blocks: %r",
+                    worker.address,
+                    e,
+                )
         # the handler stays: a request racing with the worker's shutdown then gets
         # a clean StaleLayoutError (no block here) instead of a KeyError in Dask
         for s in self.servers.values():
@@ -71,7 +94,15 @@ class PSWorkerPlugin(WorkerPlugin):
         if s is None:
             assert self.worker is not None
             s = self.servers[index] = PSServer(self.worker.address, index)
+            s.peer = self._peer
         return s
+
+    async def _peer(self, address: str, index: int, op: str, kwargs: dict[str, Any]) -> Any:
+        """A call from one of this worker's servers to another server (hand-off)."""
+        assert self.worker is not None
+        if address == self.worker.address:
+            return await self._run(op, index, 0, kwargs, False)
+        return await call_server(self.worker.rpc, address, index, op, "handlers", 0, kwargs)
 
     async def _run(
         self, ps_op: str, server: int, cost: int, kwargs: dict[str, Any], received: bool

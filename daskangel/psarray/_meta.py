@@ -72,6 +72,8 @@ class ArrayMeta:
     lost: frozenset[int] = frozenset()
     recovering: bool = False
     recovery_error: str | None = None
+    # why lost blocks are not being rebuilt, or what their rebuilding waits for
+    recovery_note: str | None = None
 
     @classmethod
     def new(
@@ -153,6 +155,7 @@ class ArrayMeta:
             lost=frozenset(int(b) for b in d.get("lost", ())),
             recovering=bool(d.get("recovering", False)),
             recovery_error=d.get("recovery_error"),
+            recovery_note=d.get("recovery_note"),
         )
 
     def with_servers(self, servers: tuple[ServerId, ...], generation: int) -> ArrayMeta:

@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .. import config
-from ..errors import InvalidArgumentError, StaleLayoutError
+from ..errors import BlockMovingError, InvalidArgumentError, StaleLayoutError
 from ._behind import DEFERRABLE_OPS, Deferred, WriteBehind
 from ._blocks import DenseBlock, SparseBlock
 from ._holds import WRITE_OPS, Holds, Prepared
@@ -140,6 +140,12 @@ class PSServer(Holds, WriteBehind):
         self.shadows: dict[tuple[str, int], Block] = {}
         # {restore_token: [((array_name, block_id), Block), ...]} read, not yet installed
         self.staged: dict[str, list[tuple[tuple[str, int], Block]]] = {}
+        # {(array_name, block_id): "address#index"} blocks being (or just) handed to
+        # another server: requests for them wait for the new routing (_handoff_ops)
+        self.moving: dict[tuple[str, int], str] = {}
+        # how this server reaches another one: ``await peer(address, index, op,
+        # kwargs)`` (set by the worker plugin; None outside a Dask worker)
+        self.peer: Callable[[str, int, str, dict[str, Any]], Awaitable[Any]] | None = None
         self._io: ThreadPoolExecutor | None = None
         self._lock: asyncio.Lock | None = None
         self.init_holds()
@@ -150,6 +156,12 @@ class PSServer(Holds, WriteBehind):
         try:
             return self.blocks[(array, block)]
         except KeyError:
+            to = self.moving.get((array, block)) if self.moving else None
+            if to is not None:
+                raise BlockMovingError(
+                    f"server {self.address}#{self.index} is handing block {block} of array "
+                    f"{array!r} to server {to}"
+                ) from None
             raise StaleLayoutError(
                 f"server {self.address}#{self.index} holds no block {block} of array {array!r}"
             ) from None
@@ -289,6 +301,7 @@ class PSServer(Holds, WriteBehind):
     def close(self) -> None:
         self.drop_behind()
         self.blocks.clear()
+        self.moving.clear()
         self.shadows.clear()
         self.reserved.clear()
         self.txns.clear()

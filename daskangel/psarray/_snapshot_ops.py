@@ -176,6 +176,7 @@ def _restore_commit(server: PSServer, token: str) -> int:
     staged = server.staged.pop(token, [])
     for key, b in staged:
         server.blocks[key] = b
+        server.moving.pop(key, None)
         server.shadows.pop(key, None)  # a cut copy of the replaced block is void
     return len(staged)
 

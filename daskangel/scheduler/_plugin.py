@@ -35,6 +35,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from ._clocks import ClockService
 from ._dashboard import register_dashboard
 from ._groups import GroupService
+from ._handoff import HandoffService
 from ._liveness import LivenessService
 from ._registry import ArrayRegistry
 from ._snapshots import SnapshotService
@@ -58,6 +59,7 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.scheduler: Scheduler | None = None
         self.registry: ArrayRegistry | None = None
         self.snapshots: SnapshotService | None = None
+        self.handoff: HandoffService | None = None
         self.liveness: LivenessService | None = None
         self.clocks: ClockService | None = None
         self.groups: GroupService | None = None
@@ -72,8 +74,13 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.registry.on_close.append(self.snapshots.forget)
         self.liveness = LivenessService(scheduler, self.registry)
         self.liveness.start()
-        # order matters: the registry marks blocks lost before recovery looks
+        self.handoff = HandoffService(scheduler, self.registry, self.snapshots)
+        self.handoff.install()
+        self.snapshots.leaving = self.handoff.leaving
+        # order matters: the registry marks blocks lost before recovery looks, and
+        # adds a joining worker's servers before recovery places blocks there
         self.services["registry"] = self.registry
+        self.services["handoff"] = self.handoff
         self.services["snapshots"] = self.snapshots
         self.services["liveness"] = self.liveness
         self.clocks = self.services["clocks"] = ClockService(scheduler)
@@ -96,13 +103,34 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
             self.liveness.stop()
         if self.status is not None:
             self.status.stop_sampling()
+        if self.handoff is not None:
+            self.handoff.uninstall()
 
     def valid_workers_downscaling(self, scheduler: Scheduler, workers: list[Any]) -> list[Any]:
-        """Never scale down a worker whose PS servers hold blocks."""
+        """Scale down PS workers only while their blocks can be handed off: of a
+        context whose every server would go, the worker holding most of its bytes
+        stays (and every holder of a context on the actors transport)."""
         if self.registry is None:
             return workers
-        busy = self.registry.workers_holding_blocks()
-        return [ws for ws in workers if ws.address not in busy]
+        reg = self.registry
+        going = {ws.address for ws in workers}
+        load: dict[str, int] = {}
+        for (addr, _), nbytes in reg.load().items():
+            load[addr] = load.get(addr, 0) + nbytes
+        keep: set[str] = set()
+        for ctx, servers in reg.ctx_servers.items():
+            holders = {s[0] for m in reg.arrays.values() if m["ctx"] == ctx for s in m["servers"]}
+            if not holders:
+                continue
+            if reg.ctx_transport.get(ctx, "handlers") != "handlers":
+                keep |= holders
+                continue
+            alive = {s[0] for s in servers if s[0] in scheduler.workers}
+            if alive <= going:
+                keep.add(
+                    max(sorted(holders & alive) or sorted(holders), key=lambda a: load.get(a, 0))
+                )
+        return [ws for ws in workers if ws.address not in keep]
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         for service in self.services.values():

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from dask.utils import format_bytes
 from distributed.comm.core import CommClosedError
+from distributed.core import Status
 from distributed.protocol import Serialized, deserialize
 
 from .. import config
@@ -84,6 +85,7 @@ class ArrayRegistry:
                 "daskangel_meta": self.meta,
                 "daskangel_list": self.list_arrays,
                 "daskangel_wait_meta": self.wait_meta,
+                "daskangel_servers": self.servers,
             }
         )
 
@@ -345,6 +347,46 @@ class ArrayRegistry:
             for i in range(int(sel["servers_per_worker"])):
                 if (worker, i) not in have:
                     have.append((worker, i))
+
+    def withdraw(self, workers: set[str]) -> list[tuple[str, ServerId]]:
+        """Take the servers of ``workers`` out of every context (no block is placed
+        there any more); return the ``(ctx, server)`` pairs taken out."""
+        out: list[tuple[str, ServerId]] = []
+        for ctx, servers in self.ctx_servers.items():
+            out.extend((ctx, s) for s in servers if s[0] in workers)
+            self.ctx_servers[ctx] = [s for s in servers if s[0] not in workers]
+        return out
+
+    def adopt(self, ctx: str, exclude: frozenset[str] | set[str] = frozenset()) -> list[ServerId]:
+        """A context left without any server (its chosen workers all gone) takes
+        servers on the running workers (those with its resource, if it has one),
+        so its lost blocks can be rebuilt; returns its servers."""
+        have = self.ctx_servers.get(ctx)
+        sel = self.ctx_select.get(ctx)
+        if have is None or sel is None or have:
+            return list(have or [])
+        res = sel["resource"]
+        live = sorted(
+            a
+            for a, ws in self.scheduler.workers.items()
+            if ws.status == Status.running
+            and a not in exclude
+            and (not res or ws.resources.get(res, 0) > 0)
+        )
+        have.extend((a, i) for a in live for i in range(int(sel["servers_per_worker"])))
+        if have:
+            logger.warning(
+                "daskangel: every PS server of context %s is gone; it now runs servers on %s",
+                ctx,
+                live,
+            )
+        return list(have)
+
+    def servers(self, ctx: str) -> list[list[Any]]:
+        """The ``daskangel_servers`` handler: the context's servers now."""
+        if ctx not in self.ctx_servers:
+            raise ContextClosedError(f"ctx: PSContext {ctx!r} is not open")
+        return [list(s) for s in self.ctx_servers[ctx]]
 
     def workers_holding_blocks(self) -> set[str]:
         return {s[0] for m in self.arrays.values() for s in m["servers"]}

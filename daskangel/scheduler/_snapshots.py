@@ -83,6 +83,8 @@ class SnapshotService:
         #           "job": job id}} clock-driven snapshots of training jobs
         self.cuts: dict[str, dict[str, Any]] = {}
         self._writing: set[asyncio.Task[Any]] = set()
+        # workers being handed off (set by the plugin): no block is rebuilt there
+        self.leaving: set[str] = set()
         # the clock service (set by the plugin): running jobs, rollbacks
         self.clocks: Any = None
         scheduler.handlers.update(
@@ -441,15 +443,19 @@ class SnapshotService:
         has ended, so no late write lands on the restored state.
         """
         for ctx, policy in list(self.policies.items()):
-            lost = {
-                n: m["lost"]
-                for n, m in self.registry.arrays.items()
-                if m["ctx"] == ctx and m.get("lost")
-            }
+            lost = self._lost(ctx)
             if not lost:
                 continue
             snap = self.latest.get(ctx)
-            if snap is None or not self.registry.ctx_servers.get(ctx):
+            if snap is None:
+                why = (
+                    "there is no snapshot to rebuild them from (the PSContext has no snapshot= URL)"
+                    if policy.url is None
+                    else "there is no snapshot to rebuild them from (none was taken yet "
+                    f"under {policy.url})"
+                )
+                for n in lost:
+                    self.registry.arrays[n]["recovery_note"] = why
                 continue
             jobs = self.clocks.running_jobs(ctx) if self.clocks is not None else []
             if policy.recovery == "rollback" and jobs:
@@ -461,51 +467,79 @@ class SnapshotService:
                     self.clocks.request_rollback(j.id, f"worker {worker} was lost")
                 self.cuts.pop(ctx, None)
                 continue
-            for n in lost:
-                self.registry.arrays[n]["recovering"] = True
-            task = asyncio.ensure_future(self._recover(ctx, policy, snap))
-            task.set_name(ctx)
-            self._recovering.add(task)
-            task.add_done_callback(self._recovering.discard)
+            self.kick(ctx)
+
+    def add_worker(self, worker: str) -> None:
+        """A worker joined (the registry already gave it servers): contexts whose
+        lost blocks wait for a server, or whose rebuild failed, try again."""
+        for ctx in list(self.policies):
+            if self._lost(ctx) and ctx in self.latest:
+                self.kick(ctx)
+
+    def _lost(self, ctx: str) -> list[str]:
+        return [n for n, m in self.registry.arrays.items() if m["ctx"] == ctx and m.get("lost")]
+
+    def kick(self, ctx: str) -> None:
+        """Rebuild the lost blocks of ``ctx`` (one recovery task per context, which
+        goes on until nothing is lost, retrying failures)."""
+        for n in self._lost(ctx):
+            m = self.registry.arrays[n]
+            m["recovering"] = True
+            m.pop("recovery_error", None)
+        self.registry.notify()
+        if any(t.get_name() == ctx and not t.done() for t in self._recovering):
+            return  # the running task sees the new losses on its next pass
+        task = asyncio.ensure_future(self._recovery_loop(ctx))
+        task.set_name(ctx)
+        self._recovering.add(task)
+        task.add_done_callback(self._recovering.discard)
+
+    async def _recovery_loop(self, ctx: str) -> None:
+        failures = 0
+        try:
+            while True:
+                names = self._lost(ctx)
+                policy = self.policies.get(ctx)
+                snap = self.latest.get(ctx)
+                if not names or policy is None or snap is None:
+                    return
+                servers = self.registry.adopt(ctx, exclude=self.leaving)
+                if not [s for s in servers if s[0] not in self.leaving]:
+                    for n in names:  # readers wait (daskangel.client.recovery-wait)
+                        self.registry.arrays[n]["recovery_note"] = (
+                            "no live worker to rebuild them on yet (waiting for one to join)"
+                        )
+                    return
+                try:
+                    await self._recover_once(ctx, policy, snap)
+                    failures = 0
+                except Exception as e:  # noqa: BLE001 - retried, then reported
+                    failures += 1
+                    attempts = int(config.get("daskangel.recovery.attempts"))
+                    logger.warning(
+                        "daskangel: rebuilding %s of %s failed (attempt %d of %d): %r",
+                        names,
+                        ctx,
+                        failures,
+                        attempts,
+                        e,
+                    )
+                    if failures >= attempts:
+                        for n in names:
+                            m = self.registry.arrays.get(n)
+                            if m is not None:
+                                m.pop("recovering", None)
+                                m["recovery_error"] = repr(e)
+                        return
+                    await asyncio.sleep(config.get_seconds("daskangel.recovery.retry-interval"))
+        finally:
+            self.registry.notify()
 
     async def _recover(self, ctx: str, policy: Policy, snap: dict[str, Any]) -> None:
-        names = [n for n, m in self.registry.arrays.items() if m["ctx"] == ctx and m.get("lost")]
+        """One rebuild (used by :meth:`rollback`); a failure is recorded on the arrays."""
+        names = self._lost(ctx)
         try:
-            load = self.registry.load()
-            servers = self.registry.ctx_servers[ctx]
-            targets: dict[str, list[list[Any]]] = {}
-            blocks: dict[str, list[int]] = {}
-            # {(block servers before the loss, lost blocks): new servers}: arrays that
-            # were co-partitioned (psfs, optimiser state) move their blocks together
-            moved: dict[tuple[Any, ...], list[ServerId]] = {}
-            for n in names:
-                m = self.registry.arrays[n]
-                lost = sorted(m["lost"])
-                key = (tuple(tuple(s) for s in m["servers"]), tuple(lost))
-                new = moved.get(key) or place_blocks(
-                    [int(m["blocks"][b]["bytes"]) for b in lost], servers, load
-                )
-                moved[key] = new
-                tgt = [list(s) for s in m["servers"]]
-                for b, s in zip(lost, new, strict=True):
-                    tgt[b] = [s[0], s[1]]
-                targets[n], blocks[n] = tgt, lost
-            if policy.recovery == "rollback":
-                everything = [n for n, m in self.registry.arrays.items() if m["ctx"] == ctx]
-                for n in everything:
-                    targets.setdefault(n, self.registry.arrays[n]["servers"])
-                await self.restore(ctx, snap["url"], everything, None, targets)
-            else:
-                await self.restore(ctx, snap["url"], names, blocks, targets)
-            for n in names:
-                m = self.registry.arrays[n]
-                m["servers"] = targets[n]
-                m["lost"] = []
-                m["generation"] += 1
-                m.pop("recovering", None)
-                m.pop("recovery_error", None)
-                m["recovered_from"] = snap
-            logger.warning("daskangel: rebuilt %s of %s from %s", blocks, ctx, snap["url"])
+            await self._recover_once(ctx, policy, snap)
         except Exception as e:
             logger.error("daskangel: recovery of %s failed: %s", names, e, exc_info=True)
             for n in names:
@@ -514,6 +548,53 @@ class SnapshotService:
                     self.registry.arrays[n]["recovery_error"] = repr(e)
         finally:
             self.registry.notify()
+
+    async def _recover_once(self, ctx: str, policy: Policy, snap: dict[str, Any]) -> None:
+        names = self._lost(ctx)
+        load = self.registry.load()
+        servers = [s for s in self.registry.ctx_servers[ctx] if s[0] not in self.leaving]
+        if not servers:
+            raise SnapshotError(f"recovery: PSContext {ctx!r} has no live PS server")
+        targets: dict[str, list[list[Any]]] = {}
+        blocks: dict[str, list[int]] = {}
+        # {(block servers before the loss, lost blocks): new servers}: arrays that
+        # were co-partitioned (psfs, optimiser state) move their blocks together
+        moved: dict[tuple[Any, ...], list[ServerId]] = {}
+        for n in names:
+            m = self.registry.arrays[n]
+            lost = sorted(m["lost"])
+            key = (tuple(tuple(s) for s in m["servers"]), tuple(lost))
+            new = moved.get(key) or place_blocks(
+                [int(m["blocks"][b]["bytes"]) for b in lost], servers, load
+            )
+            moved[key] = new
+            tgt = [list(s) for s in m["servers"]]
+            for b, s in zip(lost, new, strict=True):
+                tgt[b] = [s[0], s[1]]
+            targets[n], blocks[n] = tgt, lost
+        if policy.recovery == "rollback":
+            everything = [n for n, m in self.registry.arrays.items() if m["ctx"] == ctx]
+            for n in everything:
+                targets.setdefault(n, self.registry.arrays[n]["servers"])
+            await self.restore(ctx, snap["url"], everything, None, targets)
+        else:
+            await self.restore(ctx, snap["url"], names, blocks, targets)
+        for n in names:
+            if n not in self.registry.arrays:
+                continue
+            m = self.registry.arrays[n]
+            m["servers"] = targets[n]
+            # blocks lost while this rebuild ran stay lost (the next pass takes them),
+            # and so do blocks rebuilt on a server that has left since
+            gone = {b for b in blocks[n] if targets[n][b][0] not in self.scheduler.workers}
+            m["lost"] = sorted((set(m["lost"]) - set(blocks[n])) | gone)
+            m["generation"] += 1
+            if not m["lost"]:
+                m.pop("recovering", None)
+                m.pop("recovery_error", None)
+                m.pop("recovery_note", None)
+            m["recovered_from"] = snap
+        logger.warning("daskangel: rebuilt %s of %s from %s", blocks, ctx, snap["url"])
 
     async def rollback(self, ctx: str, job: str) -> dict[str, Any]:
         """Restore every array of ``ctx`` (lost blocks onto survivors) from the newest

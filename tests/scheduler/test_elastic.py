@@ -1,0 +1,212 @@
+"""Elastic PS: blocks survive workers leaving (hand-off) and every loss is rebuilt.
+
+Real worker processes: ``client.retire_workers`` and ``cluster.scale`` down move a
+leaving worker's blocks first (nothing lost, no snapshot read), a context whose
+every server died is rebuilt from its snapshot on live or newly joined workers,
+and the client's list of servers follows joins and leaves.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import daskangel as angel
+from daskangel._compat import workers_info
+from daskangel.errors import HandoffError, ServerLostError
+from tests.conftest import kill_worker, make_cluster
+
+FAST = {
+    "daskangel.client.connect-timeout": "2s",
+    "daskangel.client.liveness-check": "300ms",
+    "daskangel.heartbeat.interval": "200ms",
+    "daskangel.heartbeat.timeout": "60s",  # first numba compiles block a loop
+    "daskangel.recovery.retry-interval": "300ms",
+    "daskangel.recovery.attempts": 40,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster3() -> Iterator[tuple[LocalCluster, Client]]:
+    with (
+        dask.config.set(FAST),
+        make_cluster(n_workers=3, threads=1) as cluster,
+        Client(cluster) as c,
+    ):
+        yield cluster, c
+
+
+def _size(cluster: LocalCluster, c: Client, n: int = 3) -> None:
+    """Back to ``n`` running workers: the nanny of a worker retired by the client
+    (closed, still listed by the cluster) is forgotten so that it starts again."""
+    live = {str(w.get("name")) for w in workers_info(c).values()}
+    for name in [k for k in cluster.workers if str(k) not in live]:
+        del cluster.workers[name]
+    cluster.scale(n)
+    c.wait_for_workers(n, timeout=120)
+
+
+def _holders(arr: angel.PSArray) -> set[str]:
+    return {b.server.address for b in arr.blocks}
+
+
+@pytest.mark.timeout(180)
+def test_retire_moves_blocks_and_keeps_acknowledged_writes(
+    cluster3: Any, tmp_path: Path
+) -> None:
+    """client.retire_workers on a block holder, with increments in flight and
+    snapshots on: every acknowledged increment is there exactly once (before the
+    hand-off the blocks were lost, and the snapshot rolled them back)."""
+    cluster, c = cluster3
+    _size(cluster, c)
+    with angel.PSContext(c, snapshot=str(tmp_path)) as ps:
+        w = ps.zeros("w", (1200,), dtype="int64", block_shape=(100,))
+        s = ps.zeros("s", (4, 10**9), dtype="float32", sparse=True)
+        w.increment(np.ones(1200, "int64"))
+        s.increment(np.ones(3, "float32"), rows=1, cols=[0, 5, 10**9 - 1])
+        ps.snapshot()
+        w.increment(np.ones(1200, "int64"))
+        holder = w.blocks[0].server.address
+        stop = threading.Event()
+        acked: list[int] = []
+        errors: list[BaseException] = []
+
+        def writer() -> None:
+            try:
+                while not stop.is_set():
+                    w.increment(np.ones(1200, "int64"))
+                    acked.append(1)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            retired = c.retire_workers([holder])
+        finally:
+            stop.set()
+            t.join(60)
+        assert not errors, errors
+        assert holder in retired
+        np.testing.assert_array_equal(w.get(), np.full(1200, 2 + len(acked)))
+        np.testing.assert_array_equal(s.get(rows=1, cols=[0, 5, 7, 10**9 - 1]), [1, 1, 0, 1])
+        ps.refresh()
+        assert holder not in _holders(w) | _holders(s)
+        assert holder not in {x.address for x in ps.servers}
+        assert c.run_on_scheduler(_lost_blocks) == 0
+    _size(cluster, c)
+
+
+@pytest.mark.timeout(180)
+def test_scale_down_and_up(cluster3: Any) -> None:
+    """cluster.scale(n - 1) without snapshots loses nothing; after scaling up the
+    context's server list names the new worker."""
+    cluster, c = cluster3
+    _size(cluster, c)
+    with angel.PSContext(c) as ps:
+        w = ps.zeros("w", (1200,), dtype="float64", block_shape=(100,))
+        w.increment(np.arange(1200.0))
+        assert len(_holders(w)) == 3
+        before = set(workers_info(c))
+        cluster.scale(2)
+        cluster.sync(cluster._correct_state)  # waits for the scale-down to finish
+        gone = before - set(workers_info(c))
+        np.testing.assert_array_equal(w.get(), np.arange(1200.0))
+        ps.refresh()
+        assert gone and not gone & _holders(w)
+        assert {x.address for x in ps.servers} == set(workers_info(c))
+        cluster.scale(3)
+        cluster.sync(cluster._correct_state)
+        c.wait_for_workers(3, timeout=120)
+        new = set(workers_info(c)) - (before - gone)
+        assert new <= {x.address for x in ps.servers}
+        w.increment(np.ones(1200))
+        np.testing.assert_array_equal(w.get(), np.arange(1200.0) + 1)
+
+
+@pytest.mark.timeout(120)
+def test_retiring_the_last_server_of_a_context_is_refused(cluster3: Any) -> None:
+    cluster, c = cluster3
+    _size(cluster, c)
+    only = sorted(workers_info(c))[0]
+    with angel.PSContext(c, workers=[only]) as ps:
+        w = ps.zeros("w", (300,), dtype="int64", block_shape=(100,))
+        w.increment(np.ones(300, "int64"))
+        with pytest.raises(HandoffError, match="no other running PS server"):
+            c.retire_workers([only])
+        assert only in workers_info(c)
+        assert {x.address for x in ps.servers} == {only}
+        np.testing.assert_array_equal(w.get(), np.ones(300))
+        # adaptive scaling keeps it too
+        closable = cluster.scheduler.workers_to_close(n=3)  # type: ignore[union-attr]
+        assert only not in closable
+
+
+@pytest.mark.timeout(180)
+def test_every_server_lost_is_rebuilt_or_reported_truthfully(
+    cluster3: Any, tmp_path: Path
+) -> None:
+    """A context whose every server dies is rebuilt from its snapshot on the other
+    workers; one without a snapshot says so."""
+    cluster, c = cluster3
+    _size(cluster, c)
+    victim = sorted(workers_info(c))[0]
+    with (
+        angel.PSContext(c, workers=[victim], snapshot=str(tmp_path)) as ps,
+        angel.PSContext(c, workers=[victim]) as bare,
+    ):
+        w = ps.zeros("w", (300,), dtype="int64", block_shape=(100,))
+        w.increment(np.ones(300, "int64"))
+        ps.snapshot()
+        v = bare.zeros("v", (300,), block_shape=(100,))
+        kill_worker(c, cluster, victim)
+        np.testing.assert_array_equal(w.get(), np.ones(300))
+        ps.refresh()
+        assert victim not in _holders(w)
+        with pytest.raises(ServerLostError, match="no snapshot to rebuild them from"):
+            v.get()
+    c.wait_for_workers(3, timeout=120)
+
+
+def _lost_blocks(dask_scheduler: Any) -> int:
+    reg = dask_scheduler.plugins["daskangel"].registry
+    return sum(len(m.get("lost", ())) for m in reg.arrays.values())
+
+
+@pytest.mark.timeout(240)
+def test_one_worker_dies_writing_a_snapshot_and_its_replacement_rebuilds(
+    tmp_path: Path,
+) -> None:
+    """Every server of the context dies during a snapshot write (a one-worker
+    cluster): when the nanny's replacement joins, the blocks are rebuilt there from
+    the newest complete snapshot (retried until the new worker is ready)."""
+    with (
+        dask.config.set(FAST),
+        make_cluster(n_workers=1, threads=1) as cluster,
+        Client(cluster) as c,
+    ):
+        with angel.PSContext(c, snapshot=str(tmp_path)) as ps:
+            w = ps.zeros("w", (400,), dtype="int64", block_shape=(100,))
+            w.increment(np.ones(400, "int64"))
+            ps.snapshot()
+            w.increment(np.ones(400, "int64"))
+            (victim,) = workers_info(c)
+
+            def arm(dask_worker: Any) -> None:
+                dask.config.set({"daskangel.snapshot.crash-after-blocks": 1})
+
+            c.run(arm)
+            with pytest.raises(Exception):  # noqa: B017 - the server died mid-write
+                ps.snapshot()
+            c.wait_for_workers(1, timeout=120)
+            np.testing.assert_array_equal(w.get(), np.ones(400))
+            ps.refresh()
+            assert victim not in _holders(w)
+            assert {x.address for x in ps.servers} == set(workers_info(c))
