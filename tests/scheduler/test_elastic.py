@@ -58,9 +58,7 @@ def _holders(arr: angel.PSArray) -> set[str]:
 
 
 @pytest.mark.timeout(180)
-def test_retire_moves_blocks_and_keeps_acknowledged_writes(
-    cluster3: Any, tmp_path: Path
-) -> None:
+def test_retire_moves_blocks_and_keeps_acknowledged_writes(cluster3: Any, tmp_path: Path) -> None:
     """client.retire_workers on a block holder, with increments in flight and
     snapshots on: every acknowledged increment is there exactly once (before the
     hand-off the blocks were lost, and the snapshot rolled them back)."""
@@ -150,9 +148,7 @@ def test_retiring_the_last_server_of_a_context_is_refused(cluster3: Any) -> None
 
 
 @pytest.mark.timeout(180)
-def test_every_server_lost_is_rebuilt_or_reported_truthfully(
-    cluster3: Any, tmp_path: Path
-) -> None:
+def test_every_server_lost_is_rebuilt_or_reported_truthfully(cluster3: Any, tmp_path: Path) -> None:
     """A context whose every server dies is rebuilt from its snapshot on the other
     workers; one without a snapshot says so."""
     cluster, c = cluster3
@@ -191,22 +187,22 @@ def test_one_worker_dies_writing_a_snapshot_and_its_replacement_rebuilds(
         dask.config.set(FAST),
         make_cluster(n_workers=1, threads=1) as cluster,
         Client(cluster) as c,
+        angel.PSContext(c, snapshot=str(tmp_path)) as ps,
     ):
-        with angel.PSContext(c, snapshot=str(tmp_path)) as ps:
-            w = ps.zeros("w", (400,), dtype="int64", block_shape=(100,))
-            w.increment(np.ones(400, "int64"))
+        w = ps.zeros("w", (400,), dtype="int64", block_shape=(100,))
+        w.increment(np.ones(400, "int64"))
+        ps.snapshot()
+        w.increment(np.ones(400, "int64"))
+        (victim,) = workers_info(c)
+
+        def arm(dask_worker: Any) -> None:
+            dask.config.set({"daskangel.snapshot.crash-after-blocks": 1})
+
+        c.run(arm)
+        with pytest.raises(Exception):  # noqa: B017 - the server died mid-write
             ps.snapshot()
-            w.increment(np.ones(400, "int64"))
-            (victim,) = workers_info(c)
-
-            def arm(dask_worker: Any) -> None:
-                dask.config.set({"daskangel.snapshot.crash-after-blocks": 1})
-
-            c.run(arm)
-            with pytest.raises(Exception):  # noqa: B017 - the server died mid-write
-                ps.snapshot()
-            c.wait_for_workers(1, timeout=120)
-            np.testing.assert_array_equal(w.get(), np.ones(400))
-            ps.refresh()
-            assert victim not in _holders(w)
-            assert {x.address for x in ps.servers} == set(workers_info(c))
+        c.wait_for_workers(1, timeout=120)
+        np.testing.assert_array_equal(w.get(), np.ones(400))
+        ps.refresh()
+        assert victim not in _holders(w)
+        assert {x.address for x in ps.servers} == set(workers_info(c))
