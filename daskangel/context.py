@@ -19,6 +19,7 @@ Example
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 import warnings
@@ -205,8 +206,14 @@ class PSContext:
     def servers(self) -> list[ServerId]:
         """The context's PS servers now, as the scheduler knows them (workers that
         joined or left since the context opened included), or the last known
-        list once the context is closed."""
-        if not self.closed:
+        list once the context is closed (or when read on an event loop, which
+        cannot wait for the scheduler)."""
+        try:
+            asyncio.get_running_loop()
+            on_loop = True
+        except RuntimeError:
+            on_loop = False
+        if not self.closed and not on_loop and not getattr(self.client, "asynchronous", False):
             got = self.client.sync(self._scheduler.daskangel_servers, ctx=self.id)
             self._servers = [ServerId(str(a), int(i)) for a, i in got]
         return list(self._servers)
