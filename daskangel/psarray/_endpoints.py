@@ -70,7 +70,7 @@ class PSWorkerPlugin(WorkerPlugin):
         here), waiting at most ``daskangel.handoff.teardown-timeout``; then free
         the servers.  What could not be moved is lost as in a crash, and rebuilt
         from the newest snapshot."""
-        if any(s.blocks for s in self.servers.values()):
+        if any(s.blocks for s in self.servers.values()) and _scheduler_may_answer(worker):
             try:
                 moved = await asyncio.wait_for(
                     worker.scheduler.daskangel_handoff(workers=[worker.address], closing=True),
@@ -170,6 +170,20 @@ class PSWorkerPlugin(WorkerPlugin):
         """The same call from this worker's own process: nothing is serialised (so
         nothing is applied behind the reply: the caller may reuse its arrays)."""
         return await self._run(op, server, cost, kwargs, False)
+
+
+def _scheduler_may_answer(worker: Worker) -> bool:
+    """False when the worker's scheduler runs in this process and is closing (an
+    in-process cluster shutting down: nobody would take the blocks, and waiting
+    for an answer would hold up the shutdown)."""
+    from distributed.core import Status
+    from distributed.scheduler import Scheduler
+
+    addr = getattr(worker.scheduler, "address", None)
+    for sched in list(Scheduler._instances):
+        if sched.address == addr:
+            return bool(sched.status == Status.running)
+    return True
 
 
 def _count_payload(srv: PSServer, op: str, kwargs: dict[str, Any], reply: Any) -> None:

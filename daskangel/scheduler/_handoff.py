@@ -135,8 +135,11 @@ class HandoffService:
             kwargs = {k: v for k, v in kwargs.items() if k in _RETIRE_KW}
             workers = addrs
         if self.registry.workers_holding_blocks() & set(addrs):
+            # a cluster closing named workers (readmit False) closes them whatever we
+            # say: move what can be moved, never fail its scale-down
             await asyncio.wait_for(
-                self.handoff(addrs), config.get_seconds("daskangel.handoff.timeout")
+                self.handoff(addrs, strict=readmit),
+                config.get_seconds("daskangel.handoff.timeout"),
             )
         if names is not None:
             result = await orig(names=names, **kwargs)
@@ -171,18 +174,23 @@ class HandoffService:
         """The ``daskangel_handoff`` handler (a closing worker's teardown asks)."""
         if self.scheduler.status != Status.running:
             return {"blocks": 0, "bytes": 0}
-        return await self.handoff(workers, readmit=not closing)
+        return await self.handoff(workers, readmit=not closing, strict=not closing)
 
     def get_stats(self) -> dict[str, Any]:
         return dict(self.stats)
 
-    async def handoff(self, workers: list[str], readmit: bool = True) -> dict[str, Any]:
+    async def handoff(
+        self, workers: list[str], readmit: bool = True, strict: bool = True
+    ) -> dict[str, Any]:
         """Move every block held on ``workers`` to the other servers of its context.
 
         Returns ``{"blocks", "bytes", "seconds"}`` moved.  Raises
         :class:`HandoffError` (before anything moves) when a context has no other
         running server, or the targets' memory would not hold the blocks; a move
-        that fails puts that group's blocks back where they were.
+        that fails puts that group's blocks back where they were.  With
+        ``strict=False`` (the workers go whatever happens: a closing worker, a
+        cluster scaling down by name) the blocks that cannot move are left, with a
+        warning, to snapshot recovery, and the others move.
         """
         leaving = set(workers)
         for event in list(self.registry._pending.values()):  # creates placing blocks now
@@ -190,7 +198,7 @@ class HandoffService:
         start = time.perf_counter()
         moved = {"blocks": 0, "bytes": 0}
         async with self._lock:
-            plan = self._plan(leaving)  # raises before any change
+            plan = self._plan(leaving, strict)  # raises before any change
             if not plan:
                 return {**moved, "seconds": 0.0}
             for ctx, server in self.registry.withdraw(leaving):
@@ -224,7 +232,9 @@ class HandoffService:
         ws = self.scheduler.workers.get(addr)
         return ws is not None and ws.status == Status.running
 
-    def _plan(self, leaving: set[str]) -> dict[str, dict[str, dict[int, ServerId]]]:
+    def _plan(
+        self, leaving: set[str], strict: bool = True
+    ) -> dict[str, dict[str, dict[int, ServerId]]]:
         """``{ctx: {array: {block: target server}}}`` for the blocks on ``leaving``."""
         reg = self.registry
         by_ctx: dict[str, list[str]] = {}
@@ -249,14 +259,25 @@ class HandoffService:
                 if s[0] not in leaving and s[0] not in self.leaving and self._running(s[0])
             ]
             if not servers:
-                raise HandoffError(
+                msg = (
                     f"workers: cannot retire {sorted(leaving)}: they hold blocks of arrays "
                     f"{sorted(names)} (PSContext {ctx}) and no other running PS server of that "
-                    "context can take them; nothing was moved or retired. Add a worker first, "
-                    "or save and close the context (ps.save(url); ps.close())"
+                    "context can take them"
+                )
+                if not strict:
+                    logger.warning("daskangel: %s; they are lost with the workers", msg)
+                    continue
+                raise HandoffError(
+                    f"{msg}; nothing was moved or retired. Add a worker first, or save and "
+                    "close the context (ps.save(url); ps.close())"
                 )
             plan[ctx] = self._targets(names, leaving, servers, load)
-        self._check_memory(plan)
+        try:
+            self._check_memory(plan)
+        except HandoffError as e:
+            if strict:
+                raise
+            logger.warning("daskangel: %s", e)
         return plan
 
     def _targets(
