@@ -95,18 +95,25 @@ def _init(self: Any, kw: dict[str, Any]) -> None:
 class _Classifier(ClassifierMixin, FMModel):
     _task = "classifier"
 
+    def __sklearn_tags__(self) -> Any:
+        # ClassifierMixin comes first and sets fresh classifier tags after FMModel's
+        tags = super().__sklearn_tags__()
+        assert tags.classifier_tags is not None
+        tags.classifier_tags.multi_class = False
+        return tags
+
     def decision_function(self, X: Any) -> Any:
         """The margins ``(n,)``: positive for ``classes_[1]``."""
         return self._margins(X)
 
     def predict(self, X: Any) -> Any:
         """Class labels (a dask array for a dask / Dataset input)."""
+        m = self._margins(X)  # first: refuses an unfitted model (NotFittedError)
         classes = self.classes_
 
         def pick(m: np.ndarray) -> np.ndarray:
             return classes[(m > 0).astype(np.int64)]
 
-        m = self._margins(X)
         if hasattr(m, "dask"):
             return m.map_blocks(pick, dtype=classes.dtype)
         return pick(m)
