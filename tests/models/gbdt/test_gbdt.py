@@ -197,3 +197,38 @@ def test_bad_labels_name_y(client: Client) -> None:
 
     with pytest.raises(InvalidArgumentError, match=r"^y: .*NaN"):
         GBDTRegressor(n_estimators=2).fit(da.from_array(X, chunks=50), da.from_array(y, chunks=50))
+
+
+def test_pandas_and_dask_dataframe_inputs(client: Client) -> None:
+    import dask.dataframe as dd
+    import pandas as pd
+
+    rng = np.random.default_rng(9)
+    X = rng.integers(0, 20, size=(1500, 3)).astype(float)
+    y = (X[:, 0] > 9).astype(int)
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    kw = dict(n_estimators=3, max_depth=2, early_stopping=False, random_state=0)
+    ref = GBDTClassifier(**kw).fit(X, y)  # type: ignore[arg-type]
+    from_pd = GBDTClassifier(**kw).fit(frame, pd.Series(y))  # type: ignore[arg-type]
+    np.testing.assert_array_equal(from_pd.predict_proba(frame), ref.predict_proba(X))
+    ddf = dd.from_pandas(frame, npartitions=3)
+    from_dd = GBDTClassifier(**kw).fit(ddf, dd.from_pandas(pd.Series(y), npartitions=3))  # type: ignore[arg-type]
+    assert (from_dd.predict(X) == y).all()
+    out = from_dd.predict(ddf)
+    assert hasattr(out, "dask")
+    np.testing.assert_array_equal(np.asarray(out.compute()), from_dd.predict(X))
+
+
+def test_round_metrics_reach_the_runtime(client: Client) -> None:
+    """Every round's metrics go through ctx.report: the runtime's history (what the
+    progress bar, ps.status() and the dashboard show) holds them, as does history_."""
+    rng = np.random.default_rng(10)
+    X = rng.normal(size=(12000, 3))
+    y = (X[:, 0] + 0.3 * rng.normal(size=12000) > 0).astype(int)
+    clf = GBDTClassifier(n_estimators=4, max_depth=2, progress=True, random_state=0).fit(X, y)
+    h = clf.train_result_.history
+    reported = h.dropna(subset=["val_loss"]).sort_values("clock")
+    assert len(reported) == clf.n_estimators_ == 4
+    np.testing.assert_allclose(reported["val_loss"].to_numpy(), clf.history_["val_loss"].to_numpy())
+    assert {"train_loss", "val_accuracy", "val_auc"} <= set(clf.history_.columns)
+    assert clf.history_["val_auc"].iloc[-1] > 0.9
