@@ -28,6 +28,7 @@ __all__ = [
     "CastingError",
     "ContextClosedError",
     "DaskAngelError",
+    "DivergedError",
     "HandoffError",
     "InvalidArgumentError",
     "InvalidStateError",
@@ -86,6 +87,11 @@ class ShapeMismatchError(DaskAngelError, ValueError):
 
 class CastingError(DaskAngelError, TypeError):
     """Values would have to be cast to the array's dtype against the casting rule."""
+
+
+class DivergedError(DaskAngelError, FloatingPointError):
+    """Training diverged: the loss or the weights became infinite or NaN (the message
+    names the parameter to lower); the model is left unfitted."""
 
 
 class NonFiniteError(DaskAngelError, ValueError):

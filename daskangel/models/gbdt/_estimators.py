@@ -65,7 +65,9 @@ _DOC = """
         ``n_iter_no_change`` rounds.
     random_state, n_tasks, progress, client, ps
         Seed of the splits and samples; training tasks (default one per worker
-        thread); a progress bar; the Dask client; an existing PS context.
+        thread); a progress bar of trees (rounds of ``K`` trees for ``K`` classes) with
+        the latest metrics (``"auto"``: shown in a terminal or Jupyter, not in batch
+        logs; ``True`` / ``False``); the Dask client; an existing PS context.
 
     Attributes
     ----------
@@ -136,6 +138,7 @@ class _GBDT(PSEstimator):
         self.level_stats_ = pd.DataFrame(r.levels)
         self.train_result_ = r.result
         self._trees = None
+        self._pull()  # predicting reads this copy and changes nothing (scikit-learn's contract)
         return self
 
     # -- the PS side ----------------------------------------------------------------
@@ -230,7 +233,7 @@ class GBDTClassifier(ClassifierMixin, _GBDT):
         min_child_weight: float = 1e-3, min_samples_leaf: int = 20, reg_lambda: float = 0.0,
         subsample: float = 1.0, colsample_bytree: float = 1.0, early_stopping: Any = "auto",
         validation_fraction: float = 0.1, n_iter_no_change: int = 10, tol: float = 1e-7,
-        random_state: Any = None, n_tasks: int | None = None, progress: bool = False,
+        random_state: Any = None, n_tasks: int | None = None, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
         for k, v in locals().items():
@@ -283,7 +286,7 @@ class GBDTRegressor(RegressorMixin, _GBDT):
         subsample: float = 1.0, colsample_bytree: float = 1.0, early_stopping: Any = "auto",
         validation_fraction: float = 0.1, n_iter_no_change: int = 10, tol: float = 1e-7,
         huber_delta: float = 1.0, random_state: Any = None, n_tasks: int | None = None,
-        progress: bool = False, client: Any = None, ps: Any = None,
+        progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
         for k, v in locals().items():
             if k not in ("self", "__class__"):

@@ -27,6 +27,7 @@ import uuid
 from typing import Any, ClassVar
 
 import numpy as np
+from sklearn.base import TransformerMixin
 
 from ... import config
 from ..._compat import workers_info
@@ -45,7 +46,7 @@ from ._svi_fit import make_svi_arrays, run_svi
 __all__ = ["LDA"]
 
 
-class LDA(PSEstimator):
+class LDA(TransformerMixin, PSEstimator):
     """Latent Dirichlet allocation trained on the parameter server.
 
     Parameters
@@ -94,7 +95,9 @@ class LDA(PSEstimator):
     random_state
         Seed (``None``: a fresh one).
     progress
-        Show a progress bar.
+        A progress bar of sweeps (``'ma-svi'``: passes) with the latest metrics
+        (``"auto"``: shown in a terminal or Jupyter, not in batch logs; ``True`` /
+        ``False``).
     client, ps
         The Dask client (default: the current one) or a PS context to train in.
     """
@@ -132,7 +135,7 @@ class LDA(PSEstimator):
         max_doc_update_iter: int = 100,
         random_state: int | None = None,
         warm_start: bool = False,
-        progress: bool = True,
+        progress: bool | str = "auto",
         client: Any = None,
         ps: Any = None,
     ) -> None:
@@ -216,7 +219,7 @@ class LDA(PSEstimator):
     def _fit(self, X: Any, sweeps: int) -> LDA:
         client = self._client()
         n_tasks = self._n_tasks(client)
-        data = as_unlabelled(X, client, n_tasks)
+        data = as_unlabelled(X, client, n_tasks, est=self)
         try:
             return self._fit_dataset(client, data, sweeps)
         finally:
@@ -264,6 +267,7 @@ class LDA(PSEstimator):
             res = train(
                 ps, CGSTask(plan), ds, groups=groups, group_size=group_size,
                 sync=as_sync(self.sync), epochs=sweeps + 1, progress=self.progress,
+                unit="sweep",
             )  # fmt: skip
             rows = np.asarray(met.get())
         finally:
@@ -277,6 +281,7 @@ class LDA(PSEstimator):
         self.t_ = sweep0 + sweeps
         self.n_iter_ = sweeps
         self.train_result_ = res
+        self._pull()  # transform / score read this copy and change nothing (scikit-learn's contract)
         return self
 
     def _seed(self) -> int:

@@ -6,8 +6,9 @@ A :class:`LinearModel` keeps its weights on the parameter server: a vector of
 the client (or the ``ps=`` it is given).  ``fit`` turns the input into a
 persisted Dataset (``_input``), runs the solver's tasks with ``angel.train``
 (``_solvers``, ``_lbfgs``), reads the per-epoch metrics row by row into
-``history_``, and leaves the weights on the servers; ``coef_`` /
-``intercept_`` pull them on demand (cached until the next fit).
+``history_``, and leaves the weights on the servers with a local copy pulled at
+the end of the fit, which ``predict``, ``coef_`` and ``intercept_`` read (so
+predicting changes nothing in the estimator).
 
 State shapes: ``_arrays = {"weights": name, "state": {slot: name}}``; ``_w`` is
 the pulled ``(n_features + 1, K)`` float64 copy or ``None``.
@@ -34,7 +35,7 @@ import numpy as np
 
 from ... import ops
 from ...context import PSContext
-from ...errors import InvalidArgumentError
+from ...errors import DivergedError, InvalidArgumentError, TaskFailedError
 from ...scheduler._clock_rule import BSP, as_sync
 from ...train import train
 from .._core import EpochEstimator, Prepared, PSEstimator, as_dataset
@@ -202,6 +203,11 @@ class LinearModel(EpochEstimator):
             if plan.rounds > 1 or self.solver in ("lbfgs", "owlqn"):
                 done = min(done, plan.epochs)
             rows = np.asarray(met.get()) if done else np.zeros((0, 1))
+        except TaskFailedError as e:
+            if not isinstance(e.__cause__, DivergedError):
+                raise
+            self._forget()  # a NaN model is no model: back to unfitted
+            raise DivergedError(str(e.__cause__)) from e
         finally:
             for n in [met.name, *extra]:
                 with contextlib.suppress(Exception):
@@ -210,6 +216,7 @@ class LinearModel(EpochEstimator):
         self.t_ = int(getattr(self, "t_", 0)) + done
         self.n_iter_ = done
         self.train_result_ = res
+        self._pull()  # predicting reads this copy and changes nothing (scikit-learn's contract)
         return self
 
     def _plan(self, data: Prepared, n_features: int, K: int, epochs: int, n_parts: int) -> Plan:

@@ -98,7 +98,7 @@ _COMMON_DOC = """
     Attributes
     ----------
     coef_, intercept_
-        Pulled from the PS on first use after a fit.
+        Read from the copy of the weights pulled at the end of a fit.
     classes_, n_features_in_, n_iter_, t_
         Classes, features, epochs of the last fit, epochs in total.
     history_
@@ -197,6 +197,12 @@ class SoftmaxRegression(LogisticRegression):
         from ._kernels import SOFTMAX
 
         return SOFTMAX
+
+    def decision_function(self, X: Any) -> Any:
+        """``(n, K)`` class scores; for two classes one score ``(n,)``, positive for
+        ``classes_[1]`` (scikit-learn's shape for binary classifiers)."""
+        m = self._margins(X)
+        return m[:, 1] - m[:, 0] if m.shape[1] == 2 else m
 
 
 class LinearSVC(_Classifier):

@@ -54,7 +54,7 @@ from ...errors import InvalidArgumentError
 from .._core._cache import PREPARED
 from .._core._order import epoch_order, split_ids
 from .._core._prep import used_keys
-from ._kernels import SOFTMAX, eval_rows
+from ._kernels import SOFTMAX, eval_rows, max_row_sq
 from ._local_sgd import sgd_pairs
 from ._task import Plan, labels_for, split_args, split_key
 
@@ -98,6 +98,10 @@ class InPlaceData:
         vp[self.keys, 0] = W[:, 0]
         vp[self.keys, 1] = 0.0
         return vp
+
+    def max_sq_norm(self) -> float:
+        """The largest squared norm of a training row (the local step bound's ``L``)."""
+        return float(max_row_sq(self.rows.indptr, self.rows.data, self.train_ids))
 
     def local_sgd(self, rows: np.ndarray, W: np.ndarray, plan: Plan, eta: float) -> float:
         """One local pass over ``rows`` (from :meth:`epoch_order`) from and into ``W``

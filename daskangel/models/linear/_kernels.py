@@ -46,6 +46,7 @@ __all__ = [
     "eval_stats",
     "grad_rows",
     "margins",
+    "max_row_sq",
 ]
 
 LOGISTIC, HINGE, SQ_HINGE, SQUARED, HUBER, SOFTMAX = 0, 1, 2, 3, 4, 5
@@ -145,6 +146,18 @@ def margins(indptr, indices, data, W, has_bias):  # type: ignore[no-untyped-def]
         for k in range(K):
             out[r, k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
     return out
+
+
+@njit(nogil=True, cache=True)
+def max_row_sq(indptr, data, rows):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """The largest squared norm ``|x_r|^2`` of the rows ``rows`` (0.0 for none)."""
+    best = 0.0
+    for r in rows:
+        s = 0.0
+        for q in range(indptr[r], indptr[r + 1]):
+            s += data[q] * data[q]
+        best = max(best, s)
+    return best
 
 
 @njit(nogil=True, cache=True)

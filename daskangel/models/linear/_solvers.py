@@ -39,16 +39,17 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import DivergedError
 from ...psarray import PSArray
 from .._core._monitor import Monitor as _Monitor
 from .._core._order import round_share as _round_share
 from .._core._order import rows_per_round
 from .._core._rows import pull, push
 from ._inplace import InPlaceData, prepare_in_place
-from ._kernels import batch_keys, grad_rows
+from ._kernels import SQ_HINGE, SQUARED, batch_keys, grad_rows
 from ._task import Plan, TaskData, prepare
 
-__all__ = ["Monitor", "SGDTask", "round_share"]
+__all__ = ["Monitor", "SGDTask", "check_finite_step", "round_share", "step_cap"]
 
 
 def round_share(plan: Plan, task: int, rnd: int) -> float:
@@ -58,6 +59,38 @@ def round_share(plan: Plan, task: int, rnd: int) -> float:
 
 def _per_round(plan: Plan) -> int:
     return rows_per_round(plan.solver, plan.local_steps, plan.batch, plan.train_rows)
+
+
+def step_cap(plan: Plan, max_sq: float) -> float:
+    """The largest stable local step of a loss whose gradient grows with the margin.
+
+    A step of ``eta`` on one row of squared loss scales its residual by
+    ``1 - eta |x|^2`` (squared hinge: ``1 - 2 eta |x|^2``), so on unscaled
+    features (``|x|^2`` in the hundreds) a default ``learning_rate`` of 0.01
+    overflows within an epoch.  ``'ma-sgd'`` therefore never steps past
+    ``1 / L`` (squared hinge ``1 / 2L``), ``L = max |x|^2 (+1 for the intercept)``
+    over the task's training rows: the step scikit-learn's SAG solvers take for
+    the squared loss.  The logistic, hinge, Huber and softmax gradients are
+    bounded, so their steps are not capped.
+    """
+    if plan.kind not in (SQUARED, SQ_HINGE):
+        return float("inf")
+    L = max_sq + (1.0 if plan.has_bias else 0.0)
+    if L <= 0.0:
+        return float("inf")
+    return 1.0 / (L * (2.0 if plan.kind == SQ_HINGE else 1.0))
+
+
+def check_finite_step(loss: float, W: np.ndarray | None, epoch: int, eta: float) -> None:
+    """Raise :class:`~daskangel.errors.DivergedError` when a step left a non-finite
+    loss or weights (instead of pushing NaN to the servers)."""
+    if np.isfinite(loss) and (W is None or bool(np.isfinite(W).all())):
+        return
+    raise DivergedError(
+        f"learning_rate: training diverged in epoch {epoch + 1} (the loss or the weights "
+        f"became infinite or NaN at step size {eta:.3g}); lower learning_rate, or scale "
+        "the features (e.g. sklearn.preprocessing.StandardScaler)"
+    )
 
 
 class Monitor(_Monitor):
@@ -107,6 +140,7 @@ class SGDTask:
         G = np.zeros((nk, K))
         mark = np.full(nk, -1, np.int64)
         per = _per_round(p)
+        cap = step_cap(p, d.max_sq_norm()) if p.solver == "ma-sgd" else float("inf")
         total = p.epochs * p.rounds
         order = np.arange(0)
         loss_sum, loss_n = 0.0, 0
@@ -134,7 +168,7 @@ class SGDTask:
                     stopped = True
                     break
             rows = order[rnd * per : (rnd + 1) * per]
-            eta = p.eta(epoch)
+            eta = min(p.eta(epoch), cap)
             if rows.size and p.solver == "ma-sgd":
                 t_0 = time.perf_counter()
                 if W0 is None:
@@ -142,6 +176,7 @@ class SGDTask:
                 t_1 = time.perf_counter()
                 W = W0.copy()
                 loss = d.local_sgd(rows, W, p, eta)
+                check_finite_step(loss, W, epoch, eta)
                 t_2 = time.perf_counter()
                 push(w, d.keys, (W - W0) * round_share(p, ctx.task_id, rnd), K, d.pos)
                 tm["pull"] += t_1 - t_0
@@ -164,6 +199,7 @@ class SGDTask:
                     p.has_bias, G,
                 )  # fmt: skip
                 g = G[bk] / rows.size
+                check_finite_step(loss, g, epoch, eta)
                 if p.decay_grad:
                     g *= eta / p.eta0
                 keys = d.keys[bk]

@@ -32,7 +32,7 @@ from .._core._cache import PREPARED
 from .._core._order import epoch_order
 from .._core._rows import pull, push
 from .._core._rows import split_rows as _split_rows
-from ._kernels import eval_stats
+from ._kernels import eval_stats, max_row_sq
 from ._local_sgd import local_sgd
 
 __all__ = [
@@ -142,6 +142,11 @@ class TaskData:
     def epoch_order(self, seed: list[int]) -> np.ndarray:
         """The training rows in blocks of adjacent rows, blocks in a seeded order."""
         return epoch_order(self.n_train, seed)
+
+    def max_sq_norm(self) -> float:
+        """The largest squared norm of a training row (the local step bound's ``L``)."""
+        t = self.train
+        return float(max_row_sq(t.indptr, t.data, np.arange(t.n_rows)))
 
     def local_sgd(self, rows: np.ndarray, W: np.ndarray, plan: Plan, eta: float) -> float:
         """MA-SGD's local steps over ``rows`` in place on ``W``; returns the loss sum."""
