@@ -232,14 +232,19 @@ def as_dataset(
     return Prepared(ds, True, found, encoded=classifier)
 
 
-def as_unlabelled(X: Any, client: Any, n_tasks: int) -> Prepared:
+def as_unlabelled(X: Any, client: Any, n_tasks: int, est: Any = None) -> Prepared:
     """Rows without labels (topic models, clustering) as a persisted Dataset.
+
+    With ``est``, a DataFrame's string column names become ``est.feature_names_in_``
+    on a fit from scratch (no ``n_features_in_`` yet) and must match them on later fits.
 
     numpy and ``scipy.sparse`` are checked like scikit-learn checks them
     (2-D, numeric, finite; integer counts keep their values); dask arrays and
     dataframes are persisted without computing them on the driver; a Dataset
     is used as it is (persisted with ``n_tasks`` partitions if it is not).
     """
+    if est is not None:
+        check_feature_names(est, X, reset=not hasattr(est, "n_features_in_"))
     if isinstance(X, Dataset):
         owned = not X.persisted
         ds = X.persist(client, n_partitions=n_tasks) if owned else X

@@ -198,7 +198,7 @@ def _fit(est: Any, client: Any, data: Any, unstored_missing: bool) -> Fitted:
     try:
         res = train(
             ps, BoostTask(plan), ds, groups=1, group_size=parts, epochs=plan.n_estimators,
-            progress=bool(est.progress),
+            progress=est.progress, unit="tree" if K == 1 else f"round ({K} trees)",
         )  # fmt: skip
     except BaseException:
         with contextlib.suppress(Exception):

@@ -5,7 +5,10 @@
 * a dask array or dataframe: a lazy ``(n, K)`` dask array, one block per row
   chunk (the trees travel once, as one graph key);
 * a daskangel Dataset: each partition is walked on the worker holding it; the
-  result is a dask array over those futures, rows in partition order.
+  result is a dask array over those futures, rows in the input's order
+  (:func:`.._core._predict.in_input_order`).
+
+A DataFrame's column names must be the ones seen at fit (``feature_names_in_``).
 
 Example
 -------
@@ -24,7 +27,8 @@ import numpy as np
 
 from ...data import Dataset
 from ...errors import InvalidArgumentError
-from .._core._input import is_dask
+from .._core._input import check_feature_names, is_dask
+from .._core._predict import in_input_order
 from ._trees import margins
 
 __all__ = ["check_local", "raw_margins"]
@@ -58,22 +62,14 @@ def raw_margins(est: Any, X: Any, T: np.ndarray) -> Any:
     K = int(est.n_trees_per_iteration_)
     base = np.asarray(est.baseline_, np.float64)
     missing = bool(est.unstored_missing_)
+    check_feature_names(est, X, reset=False)
     if isinstance(X, Dataset):
-        import dask
-        import dask.array as da
-
         ds = X if X.persisted else X.persist()
         client = ds.client
         assert client is not None
         [tf] = client.scatter([T], broadcast=True)
         futs = ds.map_partitions(_part_margins, tf, K, base, missing)
-        blocks = [
-            da.from_delayed(dask.delayed(f), shape=(info.n_rows, K), dtype=np.float64)
-            for f, info in zip(futs, ds.info, strict=True)
-        ]
-        if not blocks:
-            return da.zeros((0, K), chunks=((0,), (K,)))
-        return da.concatenate(blocks, axis=0)
+        return in_input_order(ds, futs, K)
     if hasattr(X, "to_dask_array"):
         X = X.to_dask_array(lengths=True)
     if is_dask(X):

@@ -22,7 +22,8 @@ import numpy as np
 from ... import config
 from ...data import Dataset
 from ...errors import InvalidArgumentError
-from .._core._input import is_dask
+from .._core._input import check_feature_names, is_dask
+from .._core._predict import in_input_order
 from ._corpus import check_counts
 from ._eval import completion_sums, fold_in
 
@@ -93,20 +94,14 @@ def _check_dataset(X: Dataset, n_words: int) -> Dataset:
 def theta_of(est: Any, X: Any, phi: np.ndarray, alpha: float) -> Any:
     """theta of any input (see the module docstring)."""
     K, V = phi.shape
+    check_feature_names(est, X, reset=False)
     if isinstance(X, Dataset):
-        import dask
-        import dask.array as da
-
         ds = _check_dataset(X, V)
         client = ds.client
         assert client is not None
         [pf] = client.scatter([phi], broadcast=True)
         futs = ds.map_partitions(_part_theta, pf, alpha)
-        blocks = [
-            da.from_delayed(dask.delayed(f), shape=(info.n_rows, K), dtype=np.float64)
-            for f, info in zip(futs, ds.info, strict=True)
-        ]
-        return da.concatenate(blocks) if blocks else da.zeros((0, K))
+        return in_input_order(ds, futs, K)
     if hasattr(X, "to_dask_array"):
         X = X.to_dask_array(lengths=True)
     if is_dask(X):
@@ -126,6 +121,7 @@ def score_of(est: Any, X: Any, phi: np.ndarray, alpha: float) -> tuple[float, in
     """``(log-likelihood sum, tokens scored)`` of any input by document completion."""
     seed = int(getattr(est, "seed_", 0) or 0)
     V = phi.shape[1]
+    check_feature_names(est, X, reset=False)
     if isinstance(X, Dataset):
         ds = _check_dataset(X, V)
         client = ds.client

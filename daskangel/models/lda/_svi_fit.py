@@ -101,6 +101,7 @@ def run_svi(est: Any, ps: Any, ds: Any, V: int, K: int, alpha: float, eta: float
         res = train(
             ps, SVITask(plan), ds, groups=len(ds.partitions), group_size=1,
             sync=as_sync(est.sync), epochs=passes * plan.rounds + 1, progress=est.progress,
+            unit="pass", clocks_per_unit=plan.rounds,
         )  # fmt: skip
         rows = np.asarray(met.get())
     finally:

@@ -226,7 +226,7 @@ def _initial_gram(ps: Any, plan: Plan) -> None:
     )
 
 
-def run_als(ps: Any, plan: Plan, ing: Any, sync: Any, progress: bool) -> Any:
+def run_als(ps: Any, plan: Plan, ing: Any, sync: Any, progress: bool | str) -> Any:
     """Train ``plan.epochs`` ALS iterations on the ingested parts; the job's result."""
     from ...train import train
 
@@ -241,7 +241,10 @@ def run_als(ps: Any, plan: Plan, ing: Any, sync: Any, progress: bool) -> Any:
         plan = dataclasses.replace(plan, gram=gname)
         _initial_gram(ps, plan)
     try:
-        return train(ps, ALSTask(plan), pairs, sync=sync, epochs=2 * plan.epochs, progress=progress)
+        return train(
+            ps, ALSTask(plan), pairs, sync=sync, epochs=2 * plan.epochs, progress=progress,
+            unit="iteration", clocks_per_unit=2,
+        )  # fmt: skip
     finally:
         if gname is not None:
             ps.drop(gname)

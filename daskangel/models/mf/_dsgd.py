@@ -129,4 +129,6 @@ def run_dsgd(ps: Any, plan: Plan, ing: Any, est: Any, sync: Any) -> Any:
         sync=sync,
         epochs=plan.epochs * S,
         progress=est.progress,
+        unit="epoch",
+        clocks_per_unit=S,
     )

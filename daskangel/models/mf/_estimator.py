@@ -104,7 +104,9 @@ class MatrixFactorization(PSEstimator):
     random_state
         Seed of the initial factors, splits and epoch orders.
     progress
-        Show a progress bar.
+        A progress bar of epochs (ALS: iterations) with the latest metrics
+        (``"auto"``: shown in a terminal or Jupyter, not in batch logs; ``True`` /
+        ``False``).
     warm_start
         ``fit`` continues from the current factors instead of starting over.
     client, ps
@@ -187,7 +189,7 @@ class MatrixFactorization(PSEstimator):
         snapshot_every: Any = None,
         n_tasks: int | None = None,
         random_state: int | None = None,
-        progress: bool = True,
+        progress: bool | str = "auto",
         warm_start: bool = False,
         client: Any = None,
         ps: Any = None,

@@ -85,6 +85,8 @@ def run_fit(est: Any, ps: PSContext, ing: Ingested, epochs: int) -> tuple[TrainR
                 sync=sync,
                 epochs=epochs * plan.rounds,
                 progress=est.progress,
+                unit="epoch",
+                clocks_per_unit=plan.rounds,
             )
         else:
             from ._dsgd import run_dsgd
