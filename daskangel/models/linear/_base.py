@@ -80,7 +80,7 @@ class LinearModel(EpochEstimator):
     def _make_arrays(self, ps: PSContext, n_features: int, K: int) -> None:
         name = f"{type(self).__name__.lower()}-{uuid.uuid4().hex[:8]}"
         shape = (n_features + 1,) if K == 1 else (n_features + 1, K)
-        dtype = self.dtype or ("float64" if self.solver in ("lbfgs", "owlqn") else "float32")
+        dtype = self.dtype or "float64"  # sums in arrival order: rounding at 1e-16, not 1e-7
         init = getattr(self, "_w", None)
         if init is not None and init.shape == (n_features + 1, K):
             w = ps.from_array(f"{name}.w", init[:, 0] if K == 1 else init, dtype=dtype)
@@ -194,10 +194,10 @@ class LinearModel(EpochEstimator):
                     array_sync={plan.weights: BSP()}, progress=self.progress, unit="epoch",
                 )  # fmt: skip
             else:
+                per = plan.rounds * plan.clocks_per_round
                 res = train(
-                    ps, SGDTask(plan), ds, sync=as_sync(self.sync),
-                    epochs=plan.epochs * plan.rounds, progress=self.progress, unit="epoch",
-                    clocks_per_unit=plan.rounds,
+                    ps, SGDTask(plan), ds, sync=as_sync(self.sync), epochs=plan.epochs * per,
+                    progress=self.progress, unit="epoch", clocks_per_unit=per,
                 )  # fmt: skip
             done = min(int(r["epochs"]) for r in res.results) if res.results else 0
             if plan.rounds > 1 or self.solver in ("lbfgs", "owlqn"):

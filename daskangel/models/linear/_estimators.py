@@ -86,7 +86,9 @@ _COMMON_DOC = """
     memory
         L-BFGS / OWL-QN curvature pairs.
     dtype
-        Weights' dtype on the PS (default float32; float64 for quasi-Newton).
+        Weights' dtype on the PS (default float64: the servers' arrival-order sums then
+        round at 1e-16, so two fits with one ``random_state`` agree; float32 halves
+        the PS memory).
     n_tasks
         Training tasks (default: one per worker thread).
     random_state, warm_start, progress, client, ps

@@ -21,6 +21,14 @@ newest weights): its push is the change of its local model against that base,
 and against a cached, older base the changes other tasks pushed since would be
 added a second time (the model oscillated, its epochs scored like a coin).
 
+Under BSP a ``'ma-sgd'`` round takes two clocks: every task pulls its base,
+then a *read barrier* (a clock), then local SGD and the push, then the round's
+clock.  With one clock a task that is still pulling its base could read the
+pushes of a faster task's same round (its delta flushed at its next clock), so
+two fits with one ``random_state`` differed by whole percents; with the barrier
+every task starts a round from the same weights, and what is left of the arrival
+order is the rounding of the servers' sums.
+
 At the start of every epoch a task evaluates the global model (under BSP the
 copy it pulled; under SSP / ASP the servers' newest values) on its validation
 rows and adds the sums to the epoch's row of the metrics array; rows that every
@@ -141,15 +149,17 @@ class SGDTask:
         mark = np.full(nk, -1, np.int64)
         per = _per_round(p)
         cap = step_cap(p, d.max_sq_norm()) if p.solver == "ma-sgd" else float("inf")
-        total = p.epochs * p.rounds
+        m = p.clocks_per_round
+        total = p.epochs * p.rounds * m
         order = np.arange(0)
         loss_sum, loss_n = 0.0, 0
         c = ctx.iteration
         stopped = False
         while c < total:
-            epoch, rnd = divmod(c, p.rounds)
+            rc, phase = divmod(c, m)  # rc: the round; phase 1: resumed past its read barrier
+            epoch, rnd = divmod(rc, p.rounds)
             W0 = None
-            if rnd == 0:
+            if rnd == 0 and phase == 0:
                 seed = [int(p.seed) & 0xFFFFFFFF, int(p.epoch0 + epoch), int(part.index)]
                 order = d.epoch_order(seed)
                 loss_sum, loss_n = 0.0, 0
@@ -162,7 +172,7 @@ class SGDTask:
                     tm["pull"] += t_1 - t_0
                     tm["eval"] += time.perf_counter() - t_1
                 t_0 = time.perf_counter()
-                stop = mon.stop(c)
+                stop = mon.stop(rc)
                 tm["eval"] += time.perf_counter() - t_0
                 if stop:
                     stopped = True
@@ -173,6 +183,8 @@ class SGDTask:
                 t_0 = time.perf_counter()
                 if W0 is None:
                     W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
+                if m == 2 and phase == 0:
+                    ctx.clock()  # the read barrier: every task has its base before any push
                 t_1 = time.perf_counter()
                 W = W0.copy()
                 loss = d.local_sgd(rows, W, p, eta)
@@ -214,5 +226,8 @@ class SGDTask:
                 tm["push"] += time.perf_counter() - t_2
                 loss_sum += loss
                 loss_n += rows.size
+            elif m == 2 and phase == 0:
+                ctx.clock()  # no rows this round: the read barrier all the same
             c = mon.end_round(epoch, rnd == p.rounds - 1, loss_sum, loss_n, tm)
-        return mon.finish(c, p.epochs, stopped, lambda: mon.latest(d.keys), tm)
+        # the monitor counts rounds: with the read barrier a round is two clocks
+        return mon.finish(c // m, p.epochs, stopped, lambda: mon.latest(d.keys), tm)

@@ -89,6 +89,11 @@ class Plan:
     hot: int = 0  # most frequent features given the first local slots (see _core._prep)
     in_place_block: int = 0  # ma-sgd on the stored rows, this many a block (see _inplace)
     in_place_streams: int = 1  # ... blocks interleaved (see epoch_order)
+    read_barrier: bool = False  # 'ma-sgd' under BSP: two clocks a round (see _solvers)
+
+    @property
+    def clocks_per_round(self) -> int:
+        return 2 if self.read_barrier else 1
 
     @property
     def binary(self) -> bool:
