@@ -95,3 +95,21 @@ def test_feature_names_from_dataframes(client: Client) -> None:
     assert not hasattr(clf, "feature_names_in_")
     with pytest.raises(TypeError, match="all input features have string names"):
         models.LogisticRegression(max_iter=1).fit(X.rename(columns={"age": 0}), y)
+
+
+def test_feature_names_in_every_family(client: Client) -> None:
+    """GBDT and LDA take feature_names_in_ from a DataFrame and check it at predict /
+    transform, as the linear models do."""
+    X, y = _frame(200)
+    gb = models.GBDTClassifier(n_estimators=2, max_depth=2, min_samples_leaf=5).fit(X, y)
+    assert gb.feature_names_in_.tolist() == ["age", "income", "clicks", "days"]
+    with pytest.raises(InvalidArgumentError, match="feature names should match"):
+        gb.predict(X[["income", "age", "clicks", "days"]])
+    counts = pd.DataFrame(
+        np.random.default_rng(1).poisson(1.0, size=(60, 5)), columns=list("abcde")
+    )
+    lda = models.LDA(n_topics=2, max_iter=1, random_state=0).fit(counts)
+    assert lda.feature_names_in_.tolist() == list("abcde")
+    assert lda.transform(counts).shape == (60, 2)
+    with pytest.raises(InvalidArgumentError, match=r"unseen at fit: \['z'\]"):
+        lda.transform(counts.rename(columns={"e": "z"}))

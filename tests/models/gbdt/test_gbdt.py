@@ -219,9 +219,10 @@ def test_pandas_and_dask_dataframe_inputs(client: Client) -> None:
     np.testing.assert_array_equal(np.asarray(out.compute()), from_dd.predict(X))
 
 
-def test_round_metrics_reach_the_runtime(client: Client) -> None:
+def test_round_metrics_reach_the_runtime(client: Client, capsys: Any) -> None:
     """Every round's metrics go through ctx.report: the runtime's history (what the
-    progress bar, ps.status() and the dashboard show) holds them, as does history_."""
+    progress bar, ps.status() and the dashboard show) holds them, as does history_;
+    the bar counts trees and stays at 4/4."""
     rng = np.random.default_rng(10)
     X = rng.normal(size=(12000, 3))
     y = (X[:, 0] + 0.3 * rng.normal(size=12000) > 0).astype(int)
@@ -232,3 +233,5 @@ def test_round_metrics_reach_the_runtime(client: Client) -> None:
     np.testing.assert_allclose(reported["val_loss"].to_numpy(), clf.history_["val_loss"].to_numpy())
     assert {"train_loss", "val_accuracy", "val_auc"} <= set(clf.history_.columns)
     assert clf.history_["val_auc"].iloc[-1] > 0.9
+    err = capsys.readouterr().err
+    assert "4/4" in err and "tree" in err

@@ -80,9 +80,11 @@ def test_count_invariants_exact(client: Client, corpus: Any, sync: str) -> None:
     assert m.t_ == 7 and list(m.history_.sweep)[-1] == 7
 
 
-def test_transform_and_save_load(client: Client, corpus: Any, tmp_path: Any) -> None:
+def test_transform_and_save_load(client: Client, corpus: Any, tmp_path: Any, capsys: Any) -> None:
     X, _ = corpus
-    m = LDA(n_topics=4, max_iter=5, random_state=0, progress=False).fit(X)
+    m = LDA(n_topics=4, max_iter=5, random_state=0, progress=True).fit(X)
+    err = capsys.readouterr().err
+    assert "6/6" in err and "sweep" in err  # the initial assignment and 5 sweeps
     th = m.transform(X)
     assert th.shape == (X.shape[0], 4)
     assert np.allclose(th.sum(axis=1), 1.0)

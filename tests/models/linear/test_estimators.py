@@ -171,6 +171,25 @@ def test_metrics_reach_status_and_history_of_the_job(client: Client) -> None:
         assert clf.score(X, y) > 0.9  # pulled before closing
 
 
+def test_unscaled_data_train_and_divergence_is_named(client: Client) -> None:
+    """Features in the hundreds: ma-sgd's capped step keeps squared losses finite; a
+    server-side SGD step that still blows up raises DivergedError naming learning_rate
+    and leaves the model unfitted (no NaN model)."""
+    from daskangel.errors import DivergedError
+
+    X, y, _ = planted(n=400, d=5, kind="regression")
+    X = X * 300.0
+    for est in (models.LinearRegression(max_iter=3), models.LinearSVC(max_iter=3)):
+        target = y if isinstance(est, models.LinearRegression) else (y > 0).astype(int)
+        pred = est.fit(X, target).predict(X)
+        assert np.isfinite(np.asarray(pred, float)).all()
+    bad = models.LinearRegression(solver="sgd", optimizer="sgd", learning_rate=10.0,
+                                  batch_size=8, max_iter=5, early_stopping=False)  # fmt: skip
+    with pytest.raises(DivergedError, match="learning_rate: training diverged"):
+        bad.fit(X, y)
+    assert not hasattr(bad, "n_features_in_")
+
+
 def test_bad_parameters_name_the_argument(client: Client) -> None:
     X, y, _ = planted(n=100)
     with pytest.raises(ValueError, match="solver"):
