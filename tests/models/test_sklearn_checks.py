@@ -60,6 +60,7 @@ SMALL: dict[str, dict[str, Any]] = {
     "Lasso": dict(max_iter=20, n_tasks=2),
     "FMClassifier": dict(max_iter=3, n_factors=2, n_tasks=2),
     "FMRegressor": dict(max_iter=3, n_factors=2, n_tasks=2),
+    "FFMClassifier": dict(max_iter=3, n_factors=2, n_tasks=2),
     "GBDTClassifier": dict(n_estimators=3, max_depth=3, min_samples_leaf=1, n_tasks=2),
     "GBDTRegressor": dict(n_estimators=5, max_depth=3, min_samples_leaf=1, n_tasks=2),
     "KMeans": dict(n_clusters=3, init="k-means++", n_init=1, max_iter=10, n_tasks=2),
@@ -80,6 +81,7 @@ SHARES_PATH_OF = {
     "Lasso": "Ridge",
     "GBDTRegressor": "GBDTClassifier",
     "FMRegressor": "FMClassifier",
+    "FFMClassifier": "FMClassifier",
     "MiniBatchKMeans": "KMeans",
 }
 INPUT_PATH = (
@@ -146,6 +148,7 @@ EXCLUDED: list[tuple[str, tuple[str, ...], str]] = [
         for c in INPUT_PATH
         for sib, rep in SHARES_PATH_OF.items()
         if not (sib == "FMRegressor" and c in FM_DEFECTS)
+        and not (sib == "FFMClassifier" and c in FM_BINARY + FM_DEFECTS)
     ],
     *[
         (
@@ -168,7 +171,7 @@ EXCLUDED: list[tuple[str, tuple[str, ...], str]] = [
     *[
         (
             c,
-            ("FMClassifier",),
+            ("FMClassifier", "FFMClassifier"),
             "defect: binary only and the classifier tag does not say so "
             "(multi_class=False), so the check fits 3 classes",
         )
@@ -177,7 +180,7 @@ EXCLUDED: list[tuple[str, tuple[str, ...], str]] = [
     *[
         (
             c,
-            ("FMClassifier", "FMRegressor"),
+            ("FMClassifier", "FMRegressor", "FFMClassifier"),
             "defect: predict caches the pulled model, unscaled "
             "data overflow float32 (CastingError / NonFiniteError) and two fits differ (BSP reads "
             "race the round's pushes, fixed for the linear models)",
@@ -185,8 +188,14 @@ EXCLUDED: list[tuple[str, tuple[str, ...], str]] = [
         for c in FM_DEFECTS
     ],
     (
+        "check_decision_proba_consistency",
+        ("FFMClassifier",),
+        "fits a numpy matrix without fields: FFM needs the field of every feature (an "
+        "array or a DataFrame), and the checks' matrices have arbitrary widths",
+    ),
+    (
         "check_estimators_unfitted",
-        ("FMClassifier",),
+        ("FMClassifier", "FFMClassifier"),
         "defect: predict before fit raises AttributeError, not NotFittedError",
     ),
     *[

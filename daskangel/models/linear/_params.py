@@ -124,7 +124,10 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
     if solver == "ma-sgd":
         block, streams = in_place_order(n_features)
         plan = _replace(
-            plan, in_place_block=block, in_place_streams=streams, read_barrier=staleness == 0
+            plan,
+            in_place_block=block,
+            in_place_streams=streams,
+            read_barrier=as_sync(self.sync).staleness == 0,
         )
     if solver not in ("lbfgs", "owlqn") and train_rows:
         per = _per_round(plan)
