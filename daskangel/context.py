@@ -502,6 +502,20 @@ class PSContext:
             self.client.sync(self._scheduler.daskangel_wait_recovered, ctx=self.id, timeout=wait)
         )
 
+    def rebalance(self) -> dict[str, Any]:
+        """Move blocks so that this context's servers hold about the same bytes
+        (after workers joined, say), online: gets and increments made meanwhile
+        wait for a moving block and are neither lost nor applied twice.
+
+        Returns ``{"blocks", "bytes", "seconds"}`` moved.  Raises
+        :class:`~daskangel.errors.InvalidStateError` while another rebalance or a
+        hand-off of leaving workers runs.
+        """
+        self._check_open()
+        out = dict(self.client.sync(self._scheduler.daskangel_rebalance, ctx=self.id))
+        self.refresh()
+        return out
+
     def refresh(self) -> None:
         """Forget cached array metadata (it is refetched on next use)."""
         for n in list(self.binding.metas):

@@ -52,6 +52,7 @@ from distributed.core import Status
 from .. import config
 from ..errors import HandoffError
 from ._placement import place_blocks
+from ._rebalance import Rebalancer
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -67,7 +68,7 @@ ServerId = tuple[str, int]
 _RETIRE_KW = ("close_workers", "remove", "stimulus_id")
 
 
-class HandoffService:
+class HandoffService(Rebalancer):
     """Moves the blocks of leaving workers; wraps the scheduler's ``retire_workers``."""
 
     def __init__(
@@ -87,6 +88,7 @@ class HandoffService:
         self._orig_retire: Callable[..., Awaitable[Any]] | None = None
         scheduler.handlers["daskangel_handoff"] = self.handle
         scheduler.handlers["daskangel_handoff_stats"] = self.get_stats
+        scheduler.handlers["daskangel_rebalance"] = self.rebalance
 
     # -- wrapping retire_workers -------------------------------------------------------
 

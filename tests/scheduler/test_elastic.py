@@ -8,6 +8,7 @@ and the client's list of servers follows joins and leaves.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,6 +128,29 @@ def test_scale_down_and_up(cluster3: Any) -> None:
         assert new <= {x.address for x in ps.servers}
         w.increment(np.ones(1200))
         np.testing.assert_array_equal(w.get(), np.arange(1200.0) + 1)
+        # rebalance online onto the new worker, increments in flight; a second
+        # rebalance asked for meanwhile is refused
+        assert not new & _holders(w)
+        stop, acked = threading.Event(), []
+
+        def writer() -> None:
+            while not stop.is_set():
+                w.increment(np.ones(1200))
+                acked.append(1)
+
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            first, second = c.run_on_scheduler(_two_rebalances, ps.id)
+        finally:
+            stop.set()
+            t.join(60)
+        assert first["blocks"] > 0 and second == "InvalidStateError", (first, second)
+        ps.refresh()
+        per = [b.server.address for b in w.blocks]
+        assert sorted(per.count(a) for a in set(per)) == [4, 4, 4]
+        np.testing.assert_array_equal(w.get(), np.arange(1200.0) + 1 + len(acked))
+        assert ps.rebalance()["blocks"] == 0  # already even
 
 
 @pytest.mark.timeout(120)
@@ -169,6 +193,12 @@ def test_every_server_lost_is_rebuilt_or_reported_truthfully(cluster3: Any, tmp_
         with pytest.raises(ServerLostError, match="no snapshot to rebuild them from"):
             v.get()
     c.wait_for_workers(3, timeout=120)
+
+
+async def _two_rebalances(ctx: str, dask_scheduler: Any) -> list[Any]:
+    svc = dask_scheduler.plugins["daskangel"].handoff
+    got = await asyncio.gather(svc.rebalance(ctx), svc.rebalance(ctx), return_exceptions=True)
+    return [type(r).__name__ if isinstance(r, BaseException) else r for r in got]
 
 
 def _lost_blocks(dask_scheduler: Any) -> int:
