@@ -66,6 +66,8 @@ from _gbdtdata import Problem, dask_synthetic, load_real, numpy_synthetic
 
 REAL = ("a9a", "census", "agaricus", "dna")
 PEERS = ("daskangel", "lightgbm", "xgboost", "sklearn", "lightgbm.dask", "xgboost.dask")
+# --smoke: the single-process peers (the Dask peers start slowly)
+SMOKE_PEERS = "daskangel,lightgbm,xgboost,sklearn"
 
 
 # -- memory ----------------------------------------------------------------------------------
@@ -182,6 +184,8 @@ def fit_daskangel(p: Problem, a: Any, client: Any) -> Run:
     tm = lead["timings"]
     r.extra["boost"] = sum(v for k, v in tm.items() if k != "prep")
     r.extra["prep"] = tm["prep"]
+    r.extra["per_tree"] = np.asarray(lead["round_seconds"])
+    r.extra["timings"] = tm
     tr = est.predict_proba(p.Xtr)[:, 1] if p.n_classes == 2 and p.shape[0] <= 2_000_000 else None
     r.scores = _score(p, est.predict_proba(p.Xte), tr)
     est.close()
@@ -210,16 +214,80 @@ def _local(
     return r
 
 
+def _proba(raw: Any, n_classes: int) -> np.ndarray:
+    raw = np.asarray(raw, np.float64)
+    return np.stack([1 - raw, raw], axis=1) if n_classes == 2 and raw.ndim == 1 else raw
+
+
 def fit_lightgbm(p: Problem, a: Any, client: Any) -> Run:
+    """LightGBM's native API: its Dataset (bins) timed apart from the boosting."""
     import lightgbm as lgb
 
-    return _local("lightgbm", lambda: lgb.LGBMClassifier(**_lgb_params(a, 2)), p)
+    kw = _lgb_params(a, 2)
+    params = {
+        "objective": "binary" if p.n_classes == 2 else "multiclass",
+        "learning_rate": kw["learning_rate"], "max_depth": kw["max_depth"],
+        "num_leaves": kw["num_leaves"], "min_data_in_leaf": kw["min_child_samples"],
+        "min_sum_hessian_in_leaf": kw["min_child_weight"], "lambda_l2": kw["reg_lambda"],
+        "max_bin": kw["max_bin"], "num_threads": kw["n_jobs"], "verbose": -1, "seed": 0,
+    }  # fmt: skip
+    if p.n_classes > 2:
+        params["num_class"] = p.n_classes
+    r = Run("lightgbm")
+    with PeakRSS([os.getpid()]) as m:
+        t = time.perf_counter()
+        ds = lgb.Dataset(p.Xtr, p.ytr, params={"max_bin": kw["max_bin"], "verbose": -1})
+        ds.construct()
+        t1 = time.perf_counter()
+        ticks = [time.perf_counter()]
+        booster = lgb.train(
+            params, ds, num_boost_round=a.trees,
+            callbacks=[lambda env: ticks.append(time.perf_counter())],
+        )  # fmt: skip
+        r.seconds = time.perf_counter() - t
+        r.extra["boost"] = time.perf_counter() - t1
+    r.extra["per_tree"] = np.diff(ticks)
+    r.peak = m.peak
+    big = p.shape[0] > 2_000_000
+    tr = None if p.n_classes != 2 or big else _proba(booster.predict(p.Xtr), 2)
+    r.scores = _score(p, _proba(booster.predict(p.Xte), p.n_classes), tr)
+    return r
 
 
 def fit_xgboost(p: Problem, a: Any, client: Any) -> Run:
+    """XGBoost's native API (``hist``): its QuantileDMatrix timed apart from the boosting."""
     import xgboost as xgb
 
-    return _local("xgboost", lambda: xgb.XGBClassifier(**_xgb_params(a, 2)), p)
+    kw = _xgb_params(a, 2)
+    params: dict[str, Any] = {
+        "objective": "binary:logistic" if p.n_classes == 2 else "multi:softprob",
+        "eta": kw["learning_rate"], "max_depth": kw["max_depth"], "tree_method": "hist",
+        "max_bin": kw["max_bin"], "nthread": kw["n_jobs"], "seed": 0,
+    }  # fmt: skip
+    if p.n_classes > 2:
+        params["num_class"] = p.n_classes
+    r = Run("xgboost")
+    with PeakRSS([os.getpid()]) as m:
+        t = time.perf_counter()
+        dm = xgb.QuantileDMatrix(p.Xtr, p.ytr, max_bin=kw["max_bin"], nthread=kw["n_jobs"])
+        t1 = time.perf_counter()
+        ticks = [time.perf_counter()]
+
+        class Tick(xgb.callback.TrainingCallback):
+            def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
+                ticks.append(time.perf_counter())
+                return False
+
+        booster = xgb.train(params, dm, num_boost_round=a.trees, callbacks=[Tick()])
+        r.seconds = time.perf_counter() - t
+        r.extra["boost"] = time.perf_counter() - t1
+    r.extra["per_tree"] = np.diff(ticks)
+    r.peak = m.peak
+    del dm
+    big = p.shape[0] > 2_000_000
+    tr = None if p.n_classes != 2 or big else _proba(booster.predict(xgb.DMatrix(p.Xtr)), 2)
+    r.scores = _score(p, _proba(booster.predict(xgb.DMatrix(p.Xte)), p.n_classes), tr)
+    return r
 
 
 def fit_sklearn(p: Problem, a: Any, client: Any) -> Run:
@@ -333,30 +401,47 @@ def _gib(v: list[int]) -> str:
     return "/".join(f"{x / 2**30:.2f}" for x in v) if v else "-"
 
 
+def _med(r: Run) -> float:
+    v = r.extra.get("per_tree")
+    return float(np.median(v)) if v is not None and len(v) else float("nan")
+
+
 def table(p: Problem, runs: list[Run], trees: int) -> None:
+    """One row per library: quality, fit seconds per tree (input handling included),
+    the median seconds of one boosting round (LightGBM, XGBoost, daskangel: per-tree
+    wall times; the others: fit / trees) and its ratio to LightGBM's."""
     lgb = next((r for r in runs if r.name == "lightgbm" and r.scores), None)
     print(f"\n{p.name}: train {p.shape[0]:,} x {p.shape[1]:,}, test {p.Xte.shape[0]:,}, "
           f"{p.n_classes} classes, {trees} trees")  # fmt: skip
     head = (f"{'library':<14} | {'acc %':>6} | {'AUC':>6} | {'logloss':>7} | {'train AUC':>9} | "
-            f"{'s/tree':>7} | {'vs lgb':>6} | {'peak RSS GiB':>12}")  # fmt: skip
+            f"{'fit s':>7} | {'s/tree':>7} | {'vs lgb':>6} | {'med tree s':>10} | {'vs lgb':>6} | "
+            f"{'peak RSS GiB':>12}")  # fmt: skip
     print(head)
     print("-" * len(head))
+    lmed = _med(lgb) if lgb is not None else float("nan")
     for r in runs:
         if not r.scores:
             print(f"{r.name:<14} | {r.note}")
             continue
         s = r.scores
-        per = r.seconds / trees if r.name != "sklearn LR" else r.seconds
-        ratio = f"{r.seconds / lgb.seconds:.2f}x" if lgb and r.name != "sklearn LR" else "-"
+        lr = r.name == "sklearn LR"
+        per = r.seconds / trees if not lr else r.seconds
+        ratio = f"{r.seconds / lgb.seconds:.2f}x" if lgb and not lr else "-"
+        med = _med(r) if "per_tree" in r.extra else per
+        mratio = f"{med / lmed:.2f}x" if lgb and not lr else "-"
         auc = f"{s['auc']:.4f}" if "auc" in s else "-"
         tauc = f"{s['train_auc']:.4f}" if "train_auc" in s else "-"
         print(f"{r.name:<14} | {s['acc']:6.2f} | {auc:>6} | {s['logloss']:7.4f} | {tauc:>9} | "
-              f"{per:7.3f} | {ratio:>6} | {_gib(r.peak):>12}")  # fmt: skip
+              f"{r.seconds:7.2f} | {per:7.3f} | {ratio:>6} | {med:10.4f} | {mratio:>6} | "
+              f"{_gib(r.peak):>12}")  # fmt: skip
     dk = next((r for r in runs if r.name == "daskangel" and r.scores), None)
     if dk is not None:
+        tm = dk.extra["timings"]
+        parts = ", ".join(f"{k} {v / trees:.3f}" for k, v in tm.items() if k != "prep")
         print(f"daskangel: fit {dk.seconds:.1f} s = prep (bins) {dk.extra['prep']:.1f} s + "
               f"boosting {dk.extra['boost']:.1f} s ({dk.extra['boost'] / trees:.3f} s/tree) + "
               "input, sketch and edges")  # fmt: skip
+        print(f"daskangel s/tree in the lead task: {parts}")
         if lgb is not None:
             d = dk.scores
             line = f"against lightgbm: accuracy {d['acc'] - lgb.scores['acc']:+.2f} points"
@@ -412,6 +497,9 @@ def problems(a: Any, client: Any) -> Iterator[Problem]:
         name = name.strip()
         if name in REAL:
             p = load_real(name, root, have)
+            if p is not None and a.real_rows:  # a slice (--smoke): the first rows of each side
+                n = a.real_rows
+                p = Problem(p.name, p.Xtr[:n], p.ytr[:n], p.Xte[:n], p.yte[:n], p.n_classes)
             if p is not None:
                 yield p
             continue
@@ -448,12 +536,14 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=250_000, help="rows per generated chunk")
     ap.add_argument("--sparse-features", type=int, default=100_000)
     ap.add_argument("--sparse-nnz", type=int, default=50)
-    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--real-rows", type=int, default=0, help="only the first rows of a real set")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, a run check (< 25 s)")
     a = ap.parse_args()
-    if a.smoke:
-        a.datasets = "agaricus,higgs,sparse"  # agaricus only when present (have() says so)
-        a.trees, a.depth, a.rows, a.test_rows, a.chunk = 2, 2, 2000, 500, 1000
-        a.sparse_features, a.sparse_nnz = 2000, 20
+    if a.smoke:  # agaricus (a slice) only when present: have() prints 'skipped' otherwise
+        a.datasets = "agaricus,higgs,sparse"
+        a.trees, a.depth, a.rows, a.test_rows, a.chunk = 2, 2, 1000, 300, 500
+        a.sparse_features, a.sparse_nnz, a.real_rows = 500, 10, 600
+        a.peers = SMOKE_PEERS
     warnings.filterwarnings("ignore")
     peers = [x.strip() for x in a.peers.split(",") if x.strip()]
     for x in peers:
@@ -462,11 +552,9 @@ def main() -> None:
     print(f"bench_gbdt: {a.trees} trees, depth {a.depth}, learning rate 0.1; "
           f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
     with cluster(a.smoke) as client:
-        for i, p in enumerate(problems(a, client)):
+        for p in problems(a, client):
             runs: list[Run] = []
             for name in peers:
-                if a.smoke and i and name.endswith(".dask"):
-                    continue  # smoke: the Dask peers on the first set only (time)
                 try:
                     __import__(name.split(".")[0])
                 except ImportError:

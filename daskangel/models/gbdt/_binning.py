@@ -131,12 +131,26 @@ class SparseBins:
 
 
 @njit(nogil=True, cache=True)
+def _bin_of(cuts, a, b, x):  # type: ignore[no-untyped-def]
+    """``#{cuts[a:b] < x}`` (``np.searchsorted(cuts[a:b], x)``, a binary search)."""
+    lo = a
+    hi = b
+    while lo < hi:
+        m = (lo + hi) >> 1
+        if cuts[m] < x:
+            lo = m + 1
+        else:
+            hi = m
+    return lo - a
+
+
+@njit(nogil=True, cache=True)
 def _bin_dense(indptr, indices, data, rows, cut_ptr, cuts, n_bins, zero_is_value, missing, out):  # type: ignore[no-untyped-def]
     F = n_bins.shape[0]
     zero_bin = np.empty(F, np.int64)
     for f in range(F):
         if zero_is_value and n_bins[f] > 0:
-            zero_bin[f] = np.searchsorted(cuts[cut_ptr[f] : cut_ptr[f + 1]], 0.0)
+            zero_bin[f] = _bin_of(cuts, cut_ptr[f], cut_ptr[f + 1], 0.0)
         else:
             zero_bin[f] = missing
     for k in range(rows.shape[0]):
@@ -149,7 +163,7 @@ def _bin_dense(indptr, indices, data, rows, cut_ptr, cuts, n_bins, zero_is_value
             if np.isnan(x) or n_bins[f] == 0:
                 out[k, f] = missing
             else:
-                out[k, f] = np.searchsorted(cuts[cut_ptr[f] : cut_ptr[f + 1]], np.float64(x))
+                out[k, f] = _bin_of(cuts, cut_ptr[f], cut_ptr[f + 1], np.float64(x))
 
 
 @njit(nogil=True, cache=True)
@@ -171,8 +185,7 @@ def _bin_sparse(indptr, indices, data, rows, cut_ptr, cuts, n_bins, offsets):  #
             f = indices[e]
             x = data[e]
             if not np.isnan(x) and n_bins[f] > 0:
-                b = np.searchsorted(cuts[cut_ptr[f] : cut_ptr[f + 1]], np.float64(x))
-                out[o] = offsets[f] + b
+                out[o] = offsets[f] + _bin_of(cuts, cut_ptr[f], cut_ptr[f + 1], np.float64(x))
                 o += 1
     return ptr, out
 

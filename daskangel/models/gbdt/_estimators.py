@@ -134,7 +134,8 @@ class _GBDT(PSEstimator):
         self.n_estimators_ = self.n_iter_ = self.t_ = r.n_iter
         import pandas as pd
 
-        self.history_ = pd.DataFrame(r.history)
+        # history_, and the same rows to the dashboard's metrics plot of the fit's job
+        self._append_history(r.history, 0, r.result.job)
         self.level_stats_ = pd.DataFrame(r.levels)
         self.train_result_ = r.result
         self._trees = None

@@ -102,7 +102,8 @@ def _partition(order, a, n, go, buf):  # type: ignore[no-untyped-def]
         else:
             buf[nr] = order[a + i]
             nr += 1
-    order[a + nl : a + n] = buf[:nr]
+    for i in range(nr):  # loops, not slice copies: those add seconds of compilation
+        order[a + nl + i] = buf[i]
     return nl
 
 

@@ -42,8 +42,9 @@ def _prune_into(v, w, S, out_v, out_w, o):  # type: ignore[no-untyped-def]
     """Write at most ``S`` points of sorted distinct ``v`` (weights ``w``) at ``o``."""
     n = v.shape[0]
     if n <= S:
-        out_v[o : o + n] = v
-        out_w[o : o + n] = w
+        for i in range(n):  # loops, not slice copies: those add seconds of compilation
+            out_v[o + i] = v[i]
+            out_w[o + i] = w[i]
         return o + n
     total = 0.0
     for i in range(n):
@@ -67,32 +68,14 @@ def _prune_into(v, w, S, out_v, out_w, o):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def _distinct(vals, buf_v, buf_w):  # type: ignore[no-untyped-def]
-    """Sorted distinct values of ``vals`` (sorted) and their counts; returns how many."""
-    m = 0
-    for i in range(vals.shape[0]):
-        x = vals[i]
-        if m > 0 and buf_v[m - 1] == x:
-            buf_w[m - 1] += 1.0
-        else:
-            buf_v[m] = x
-            buf_w[m] = 1.0
-            m += 1
-    return m
+def _gather(indptr, indices, data, rows, n_features, sample):  # type: ignore[no-untyped-def]
+    """The present values of ``rows`` grouped by feature (row order), ``sample`` at most.
 
-
-@njit(nogil=True, cache=True)
-def local_summaries(indptr, indices, data, rows, n_features, zero_is_value, S, sample=0):  # type: ignore[no-untyped-def]
-    """Per feature, the pruned summary of the present values in ``rows`` of a CSR.
-
-    NaN values are missing.  With ``zero_is_value`` the rows' unstored entries
-    are the value 0 (a dense input); otherwise they are missing (a sparse one).
-    A feature with more than ``sample`` (> 0) present values is summarised from
-    an evenly spaced ``sample`` of them (in row order), each weighing
-    ``count / sample``.  Returns ``(ptr, values, weights)``: feature ``f``'s
-    points are ``values[ptr[f]:ptr[f + 1]]`` (float64, ascending).
+    Returns ``(ptr, vals, count, stored)``: feature ``f``'s kept values are
+    ``vals[ptr[f]:ptr[f + 1]]`` (an evenly spaced ``sample`` of its ``count[f]``
+    present values when there are more), ``stored[f]`` its stored entries.
     """
-    cnt = np.zeros(n_features + 1, np.int64)
+    count = np.zeros(n_features, np.int64)
     stored = np.zeros(n_features, np.int64)
     for k in range(rows.shape[0]):
         r = rows[k]
@@ -100,10 +83,10 @@ def local_summaries(indptr, indices, data, rows, n_features, zero_is_value, S, s
             f = indices[e]
             stored[f] += 1
             if not np.isnan(data[e]):
-                cnt[f + 1] += 1
+                count[f] += 1
     start = np.zeros(n_features + 1, np.int64)
     for f in range(n_features):
-        start[f + 1] = start[f] + cnt[f + 1]
+        start[f + 1] = start[f] + count[f]
     vals = np.empty(start[n_features], np.float64)
     fill = start[:-1].copy()
     for k in range(rows.shape[0]):
@@ -114,37 +97,59 @@ def local_summaries(indptr, indices, data, rows, n_features, zero_is_value, S, s
                 f = indices[e]
                 vals[fill[f]] = x
                 fill[f] += 1
-    n_rows = rows.shape[0]
-    cap = 0
-    for f in range(n_features):
-        c = start[f + 1] - start[f]
-        if sample > 0 and c > sample:
-            c = sample
-        if c > cap:
-            cap = c
-    buf_v = np.empty(cap + 1, np.float64)
-    buf_w = np.empty(cap + 1, np.float64)
-    out_v = np.empty(min(n_features * S, start[n_features] + n_features, 1 << 20) + 1, np.float64)
-    out_w = np.empty(out_v.shape[0], np.float64)
+    if sample <= 0:
+        return start, vals, count, stored
     ptr = np.zeros(n_features + 1, np.int64)
     o = 0
-    for f in range(n_features):
-        c = start[f + 1] - start[f]
-        if sample > 0 and c > sample:
-            pick = np.empty(sample, np.float64)
+    for f in range(n_features):  # in place: a feature's picks never pass its own start
+        c = count[f]
+        a = start[f]
+        if c > sample:
             for i in range(sample):
-                pick[i] = vals[start[f] + (i * c) // sample]
-            seg = np.sort(pick)
-            m = _distinct(seg, buf_v, buf_w)
-            scale = c / sample
+                vals[o + i] = vals[a + (i * c) // sample]
+            o += sample
+        else:
+            for i in range(c):
+                vals[o + i] = vals[a + i]
+            o += c
+        ptr[f + 1] = o
+    return ptr, vals[:o], count, stored
+
+
+@njit(nogil=True, cache=True)
+def _summarise(ptr, vals, count, stored, n_rows, zero_is_value, S):  # type: ignore[no-untyped-def]
+    """Per feature of sorted ``vals`` segments: distinct values, weights, pruned to ``S``."""
+    F = ptr.shape[0] - 1
+    cap = 1
+    for f in range(F):
+        cap = max(cap, ptr[f + 1] - ptr[f] + 1)
+    buf_v = np.empty(cap, np.float64)
+    buf_w = np.empty(cap, np.float64)
+    out_v = np.empty(min(F * S, ptr[F] + F) + 1, np.float64)
+    out_w = np.empty(out_v.shape[0], np.float64)
+    optr = np.zeros(F + 1, np.int64)
+    o = 0
+    for f in range(F):
+        a = ptr[f]
+        b = ptr[f + 1]
+        m = 0
+        for i in range(a, b):
+            x = vals[i]
+            if m > 0 and buf_v[m - 1] == x:
+                buf_w[m - 1] += 1.0
+            else:
+                buf_v[m] = x
+                buf_w[m] = 1.0
+                m += 1
+        if b - a < count[f]:  # sampled: each pick weighs count / sample
+            scale = count[f] / (b - a)
             for i in range(m):
                 buf_w[i] *= scale
-        else:
-            seg = np.sort(vals[start[f] : start[f + 1]])
-            m = _distinct(seg, buf_v, buf_w)
         zeros = float(n_rows - stored[f]) if zero_is_value else 0.0
         if zeros > 0:  # put the implicit zeros in their place
-            pos = np.searchsorted(buf_v[:m], 0.0)
+            pos = 0
+            while pos < m and buf_v[pos] < 0.0:
+                pos += 1
             if pos < m and buf_v[pos] == 0.0:
                 buf_w[pos] += zeros
             else:
@@ -154,15 +159,39 @@ def local_summaries(indptr, indices, data, rows, n_features, zero_is_value, S, s
                 buf_v[pos] = 0.0
                 buf_w[pos] = zeros
                 m += 1
-        if o + min(m, S) > out_v.shape[0]:  # grow (the zero may add a point)
-            nv = np.empty(2 * out_v.shape[0] + m, np.float64)
-            nw = np.empty(nv.shape[0], np.float64)
-            nv[:o] = out_v[:o]
-            nw[:o] = out_w[:o]
-            out_v, out_w = nv, nw
         o = _prune_into(buf_v[:m], buf_w[:m], S, out_v, out_w, o)
-        ptr[f + 1] = o
-    return ptr, out_v[:o].copy(), out_w[:o].copy()
+        optr[f + 1] = o
+    return optr, out_v[:o].copy(), out_w[:o].copy()
+
+
+def local_summaries(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    rows: np.ndarray,
+    n_features: int,
+    zero_is_value: bool,
+    S: int,
+    sample: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per feature, the pruned summary of the present values in ``rows`` of a CSR.
+
+    NaN values are missing.  With ``zero_is_value`` the rows' unstored entries
+    are the value 0 (a dense input); otherwise they are missing (a sparse one).
+    A feature with more than ``sample`` (> 0) present values is summarised from
+    an evenly spaced ``sample`` of them (in row order), each weighing
+    ``count / sample``.  Returns ``(ptr, values, weights)``: feature ``f``'s
+    points are ``values[ptr[f]:ptr[f + 1]]`` (float64, ascending).
+
+    Values are gathered and summarised in numba (``nogil``); each feature's
+    segment is sorted by numpy in between (numba's own sort would add seconds
+    of compilation to every fresh process).
+    """
+    rows = np.asarray(rows, np.int64)
+    ptr, vals, count, stored = _gather(indptr, indices, data, rows, int(n_features), int(sample))
+    for f in np.flatnonzero(np.diff(ptr) > 1):
+        vals[ptr[f] : ptr[f + 1]].sort()
+    return _summarise(ptr, vals, count, stored, int(rows.shape[0]), bool(zero_is_value), int(S))
 
 
 def prune(v: np.ndarray, w: np.ndarray, S: int) -> tuple[np.ndarray, np.ndarray]:
@@ -231,7 +260,8 @@ def cuts_from_points(feat, vals, wts, n_features, max_bins):  # type: ignore[no-
             i += 1
         if m > 0:
             c = cuts_of(buf_v[:m], buf_w[:m], max_bins)
-            cuts[o : o + c.shape[0]] = c
+            for j in range(c.shape[0]):
+                cuts[o + j] = c[j]
             o += c.shape[0]
             n_bins[f] = c.shape[0] + 1
         cut_ptr[f + 1] = o

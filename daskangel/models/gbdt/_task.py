@@ -92,7 +92,9 @@ class BoostTask:
         history: list[dict[str, float]] = []
         stop = False
         built = 0
+        seconds: list[float] = []  # wall time of each round
         for it in ctx.epochs(p.n_estimators):
+            t_round = time.perf_counter()
             if grower is not None:
                 if stop:
                     ctx.send([{"op": "stop"}] * size)
@@ -131,9 +133,9 @@ class BoostTask:
                     acks = ctx.wait_acks()
                     if final:
                         trees.set(grower.tree_rows(), rows=np.arange(it * p.K, (it + 1) * p.K))
-                        row = metrics_row(p, acks)
-                        history.append({"iteration": it + 1, **row})
-                        ctx.report(**row)
+                        row = {"iteration": it + 1, **metrics_row(p, acks)}
+                        history.append(row)
+                        ctx.report(**row)  # live: the progress bar, ps.status(), the dashboard
                         stop = self._stop(history)
                     else:
                         if op == "grow" and cmd["level"] == 0:
@@ -152,7 +154,10 @@ class BoostTask:
                 tm["wait"] += time.perf_counter() - t0
             built = it + 1
             ctx.clock()
-        out: dict[str, Any] = {"trees": built, "timings": tm, "rows": rows.n}
+            seconds.append(time.perf_counter() - t_round)
+        out: dict[str, Any] = {
+            "trees": built, "timings": tm, "rows": rows.n, "round_seconds": seconds,
+        }  # fmt: skip
         if grower is not None:
             out["history"] = history
             out["levels"] = grower.levels

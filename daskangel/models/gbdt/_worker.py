@@ -85,7 +85,9 @@ class RowState:
             self.start[k, 0] = 0
             self.count[k, 0] = ns
             gk, hk = self.g[k], self.h[k]
-            totals.append([float(gk[sampled].sum()), float(hk[sampled].sum()), float(ns)])
+            if ns < nt:
+                gk, hk = gk[sampled], hk[sampled]
+            totals.append([float(gk.sum()), float(hk.sum()), float(ns)])
         return totals
 
     def split(self, splits: list[list[int]]) -> None:

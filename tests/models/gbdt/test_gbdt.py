@@ -114,21 +114,20 @@ def test_multiclass_staged_and_inputs(client: Client) -> None:
     X = rng.normal(size=(3000, 3))
     y = np.digitize(X[:, 0] + 0.5 * X[:, 1], [-0.5, 0.5])  # 3 classes
     labels = np.array(["a", "b", "c"])[y]
-    clf = GBDTClassifier(n_estimators=10, max_depth=3, early_stopping=False).fit(X, labels)
+    kw = dict(n_estimators=5, max_depth=3, learning_rate=0.3, early_stopping=False)
+    clf = GBDTClassifier(**kw).fit(X, labels)  # type: ignore[arg-type]
     assert clf.n_trees_per_iteration_ == 3 and list(clf.classes_) == ["a", "b", "c"]
     p = clf.predict_proba(X)
     np.testing.assert_allclose(p.sum(axis=1), 1.0)
     assert (clf.predict(X) == labels).mean() > 0.9
     staged = list(clf.staged_predict_proba(X))
-    assert len(staged) == 10
+    assert len(staged) == 5
     np.testing.assert_allclose(staged[-1], p)
     Xd = da.from_array(X, chunks=700)
     np.testing.assert_allclose(clf.predict_proba(Xd).compute(), p)
     assert (clf.predict(Xd).compute() == clf.predict(X)).all()
     # dask input to fit gives the same model as numpy input
-    clf2 = GBDTClassifier(n_estimators=10, max_depth=3, early_stopping=False).fit(
-        Xd, da.from_array(labels, chunks=700)
-    )
+    clf2 = GBDTClassifier(**kw).fit(Xd, da.from_array(labels, chunks=700))  # type: ignore[arg-type]
     assert (clf2.predict(X) == labels).mean() > 0.9
 
 
@@ -152,18 +151,18 @@ def test_dataset_input(client: Client, tmp_path: Any) -> None:
 
 def test_regression_losses_and_early_stopping(client: Client) -> None:
     rng = np.random.default_rng(8)
-    X = rng.normal(size=(12000, 3))
-    y = 3 * X[:, 0] + rng.standard_t(2, size=12000)
+    X = rng.normal(size=(4000, 3))
+    y = 3 * X[:, 0] + rng.standard_t(2, size=4000)
     for loss in ("absolute_error", "huber"):
         r = GBDTRegressor(
-            loss=loss, n_estimators=15, max_depth=3, learning_rate=0.3, early_stopping=False
+            loss=loss, n_estimators=8, max_depth=3, learning_rate=0.5, early_stopping=False
         ).fit(X, y)
         mae0 = np.abs(y - np.median(y)).mean()
         assert np.abs(r.predict(X) - y).mean() < 0.7 * mae0
-    noisy = rng.normal(size=12000)
-    r = GBDTRegressor(n_estimators=200, max_depth=4, learning_rate=0.3, n_iter_no_change=3).fit(
-        X, noisy
-    )
+    noisy = rng.normal(size=4000)
+    r = GBDTRegressor(
+        n_estimators=200, max_depth=4, learning_rate=0.3, early_stopping=True, n_iter_no_change=3
+    ).fit(X, noisy)
     assert r.n_estimators_ < 200
     assert "val_rmse" in r.history_.columns
     assert len(r.level_stats_) > 0
@@ -219,19 +218,32 @@ def test_pandas_and_dask_dataframe_inputs(client: Client) -> None:
     np.testing.assert_array_equal(np.asarray(out.compute()), from_dd.predict(X))
 
 
+def _job_series(dask_scheduler: Any, job: str) -> Any:
+    return dask_scheduler.plugins["daskangel"].status.metrics.series(job)
+
+
 def test_round_metrics_reach_the_runtime(client: Client, capsys: Any) -> None:
     """Every round's metrics go through ctx.report: the runtime's history (what the
     progress bar, ps.status() and the dashboard show) holds them, as does history_;
-    the bar counts trees and stays at 4/4."""
+    the fit publishes history_ to the dashboard's metrics plot of its job (through
+    _core's PSEstimator._append_history), one point per tree; the bar counts trees
+    and stays at 4/4."""
     rng = np.random.default_rng(10)
-    X = rng.normal(size=(12000, 3))
-    y = (X[:, 0] + 0.3 * rng.normal(size=12000) > 0).astype(int)
-    clf = GBDTClassifier(n_estimators=4, max_depth=2, progress=True, random_state=0).fit(X, y)
+    X = rng.normal(size=(4000, 3))
+    y = (X[:, 0] + 0.3 * rng.normal(size=4000) > 0).astype(int)
+    clf = GBDTClassifier(
+        n_estimators=4, max_depth=2, progress=True, early_stopping=True, random_state=0
+    ).fit(X, y)
     h = clf.train_result_.history
     reported = h.dropna(subset=["val_loss"]).sort_values("clock")
     assert len(reported) == clf.n_estimators_ == 4
     np.testing.assert_allclose(reported["val_loss"].to_numpy(), clf.history_["val_loss"].to_numpy())
     assert {"train_loss", "val_accuracy", "val_auc"} <= set(clf.history_.columns)
     assert clf.history_["val_auc"].iloc[-1] > 0.9
+    assert list(clf.history_["iteration"]) == [1, 2, 3, 4]
+    x, xs, cols = client.run_on_scheduler(_job_series, job=clf.train_result_.job)
+    assert (x, xs) == ("iteration", [1.0, 2.0, 3.0, 4.0])
+    for k in ("train_loss", "val_loss", "val_accuracy", "val_auc"):
+        np.testing.assert_allclose(cols[k], clf.history_[k].to_numpy())
     err = capsys.readouterr().err
     assert "4/4" in err and "tree" in err
