@@ -29,6 +29,7 @@ import numpy as np
 from dask.utils import parse_timedelta
 from distributed import Client, default_client
 
+from . import _snapshot_format as fmt
 from . import config
 from ._wire import TRANSPORTS, actor_key
 from .errors import ContextClosedError, InvalidArgumentError, InvalidTypeError, ShapeMismatchError
@@ -67,6 +68,9 @@ STATUS_COLUMNS = (
     "queue",
     "cache_hits",
     "metrics",
+    "clock_s",
+    "slowdown",
+    "slow",
 )
 
 
@@ -489,6 +493,26 @@ class PSContext:
         _check_shared_url(self.client, url, "url")
         return load_into(self, url, arrays, rename)
 
+    @classmethod
+    def restore(cls, client: Client | None, url: str, **kwargs: Any) -> PSContext:
+        """A new context holding the arrays of the snapshot (or saved model) at
+        ``url``: on a fresh scheduler, or for a new client, to continue a job.
+
+        ``kwargs`` are :class:`PSContext`'s; ``snapshot`` defaults to ``url``
+        when it is a snapshot directory, so recovery and the next snapshots
+        continue there.  Continue training with ``train(ps, fn, data,
+        resume=url)``, which starts every task at the snapshot's clock.
+        """
+        if "snapshot" not in kwargs and fmt.read_latest(url) is not None:
+            kwargs["snapshot"] = url
+        ps = cls(client, **kwargs)
+        try:
+            ps.load(url)
+        except BaseException:
+            ps.close()
+            raise
+        return ps
+
     def wait_until_recovered(self, timeout: float | None = None) -> list[str]:
         """Block until the rebuilding of lost servers' blocks has finished.
 
@@ -509,7 +533,9 @@ class PSContext:
 
         Returns ``{"blocks", "bytes", "seconds"}`` moved.  Raises
         :class:`~daskangel.errors.InvalidStateError` while another rebalance or a
-        hand-off of leaving workers runs.
+        hand-off of leaving workers runs.  With ``daskangel.ps.rebalance-on-join``
+        (the default) a context running servers on every worker rebalances by
+        itself when workers join.
         """
         self._check_open()
         out = dict(self.client.sync(self._scheduler.daskangel_rebalance, ctx=self.id))
@@ -529,7 +555,10 @@ class PSContext:
         every request and reply, counted since the server started), calls, mean
         latency, queue depth) and one per training task (``kind == "task"``: clock,
         clocks ahead of the slowest, time spent waiting, bytes pulled/pushed, calls,
-        latency, cache hits).  Server counters are at most ``max_age`` seconds old
+        latency, cache hits; ``clock_s``: its median seconds per clock over the last
+        ``daskangel.clock.slow-window`` clocks, not counting its waits for slower
+        tasks; ``slowdown``: that over the other tasks' median; ``slow``: whether
+        it passes ``daskangel.clock.slow-factor``).  Server counters are at most ``max_age`` seconds old
         (default ``daskangel.status.max-age``; ``0`` asks every server now, which
         measuring what a piece of code moved needs).  Example::
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import config
 from ..errors import JobAbortedError, SyncError
 from ._clock_rule import ClockTable
+from ._slow import record_busy, slow_flags, slowdowns
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -86,9 +87,10 @@ class Job:
         ctx: str | None,
         epochs: int | None,
         on_stop: list[Callable[[str], None]] | None = None,
+        start: list[int] | None = None,
     ) -> None:
         self.id = job
-        self.table = ClockTable(n_tasks, groups)
+        self.table = ClockTable(n_tasks, groups, start)
         self.staleness = staleness
         # {array_name: staleness or None}: per-array overrides of the job's protocol
         self.array_staleness = array_staleness
@@ -98,11 +100,22 @@ class Job:
         self.error: dict[str, Any] | None = None
         self.started = time.time()
         self.finished: float | None = None
-        # [{"worker", "waited", "waits", "stats", "last", "status"}] per task
+        # [{"worker", "waited", "waits", "stats", "last", "status", "busy"}] per task;
+        # busy: seconds per clock not spent waiting, the last slow-window clocks
         self.info: list[dict[str, Any]] = [
-            {"worker": None, "waited": 0.0, "waits": 0, "stats": {}, "last": None, "status": "new"}
+            {
+                "worker": None,
+                "waited": 0.0,
+                "waits": 0,
+                "stats": {},
+                "last": None,
+                "status": "new",
+                "busy": [],
+            }
             for _ in range(n_tasks)
         ]
+        # per task: (perf_counter at its last tick or start, its waited then)
+        self._mark: list[tuple[float, float] | None] = [None] * n_tasks
         # {min clock needed: event set once the slowest task reaches it}
         self.floor_events: dict[int, asyncio.Event] = {}
         # {(group, clock): event set once every member of the group reaches clock}
@@ -144,8 +157,36 @@ class Job:
         for cb in self.on_stop:
             cb(self.id)
 
+    def note_tick(self, task: int) -> None:
+        """Record the busy time of the clock ``task`` just finished."""
+        now = time.perf_counter()
+        info = self.info[task]
+        mark = self._mark[task]
+        if mark is not None:
+            window = int(config.get("daskangel.clock.slow-window"))
+            record_busy(info["busy"], now - mark[0] - (info["waited"] - mark[1]), window)
+        self._mark[task] = (now, info["waited"])
+
+    def note_start(self, task: int) -> None:
+        self._mark[task] = (time.perf_counter(), self.info[task]["waited"])
+
+    def state(self) -> dict[str, Any]:
+        """What a snapshot records of the job so that it can be resumed
+        (``train(..., resume=url)``): its shape and protocol, not its clocks
+        (the snapshot's own clock is where every task resumes)."""
+        return {
+            "job": self.id,
+            "n_tasks": self.table.n,
+            "groups": list(self.table.group_of),
+            "staleness": self.staleness,
+            "array_staleness": dict(self.array_staleness),
+            "epochs": self.epochs,
+        }
+
     def summary(self) -> dict[str, Any]:
         t = self.table
+        window = int(config.get("daskangel.clock.slow-window"))
+        slowdown = slowdowns([i["busy"] for i in self.info], window)
         return {
             "job": self.id,
             "ctx": self.ctx,
@@ -163,6 +204,8 @@ class Job:
             "started": self.started,
             "finished": self.finished,
             "tasks": [dict(i) for i in self.info],
+            "slowdown": slowdown,
+            "slow": slow_flags(slowdown, float(config.get("daskangel.clock.slow-factor"))),
         }
 
 
@@ -212,8 +255,12 @@ class ClockService:
         array_staleness: dict[str, int | None] | None = None,
         ctx: str | None = None,
         epochs: int | None = None,
+        clocks: list[int] | None = None,
     ) -> dict[str, Any]:
-        """Create a job's clock table; registering an existing job returns its clocks."""
+        """Create a job's clock table; registering an existing job returns its clocks.
+
+        ``clocks``: every task's starting clock (a job resumed from a snapshot).
+        """
         old = self.jobs.get(job)
         if old is not None:
             if old.table.n != n_tasks:
@@ -232,9 +279,10 @@ class ClockService:
             ctx,
             epochs,
             self.stop_listeners,
+            None if clocks is None else [int(c) for c in clocks],
         )
         self._forget_old()
-        return {"clocks": [0] * n_tasks, "status": "running"}
+        return {"clocks": list(self.jobs[job].table.clocks), "status": "running"}
 
     def _tell(self, job: str, task: int, clock: int, stats: dict[str, Any]) -> None:
         for cb in self.stats_listeners:
@@ -257,6 +305,7 @@ class ClockService:
         s.check_alive()
         info = s.info[task]
         info.update(worker=worker, status="running", last=time.time())
+        s.note_start(task)
         return {"clock": s.table.clocks[task], "min": s.table.min_clock}
 
     def task_done(self, job: str, task: int, stats: dict[str, Any] | None = None) -> None:
@@ -313,6 +362,7 @@ class ClockService:
         s = self.job(job)
         s.check_alive()
         new = s.table.tick(task, clock)
+        s.note_tick(task)
         info = s.info[task]
         info["last"] = time.time()
         if stats:
@@ -383,13 +433,29 @@ class ClockService:
     # -- failures -----------------------------------------------------------------------
 
     def remove_worker(self, worker: str) -> None:
-        """Tasks that ran on a removed worker are lost: the driver resubmits them."""
+        """Tasks that ran on a removed worker are lost: the driver resubmits them.
+
+        Under ``recovery="rollback"`` with a snapshot of the job to return to, the
+        job rolls back instead (a resubmitted task would redo its clock, pushing
+        again what it had pushed of it), also when the worker held no PS block
+        (a training worker retired while its blocks were handed off).
+        """
         for s in self.jobs.values():
             if s.status not in ("running", "rollback"):
                 continue
+            lost = False
             for t, info in enumerate(s.info):
                 if info["worker"] == worker and t not in s.table.done:
                     info["status"] = "lost"
+                    lost = True
+            if (
+                lost
+                and s.status == "running"
+                and self.snapshots is not None
+                and self.snapshots.can_roll_back(s.ctx, s.id)
+            ):
+                self.request_rollback(s.id, f"worker {worker} running tasks of the job left")
+                self.snapshots.cuts.pop(s.ctx, None)  # as for lost blocks: no cut meanwhile
 
     def task_resubmitted(self, job: str, task: int) -> None:
         """The driver resubmitted a lost task (it resumes from its clock here)."""

@@ -86,6 +86,11 @@ class HandoffService(Rebalancer):
         # totals for benchmarks and status: blocks, bytes and seconds of moves
         self.stats = {"blocks": 0, "bytes": 0, "seconds": 0.0, "moves": 0}
         self._orig_retire: Callable[..., Awaitable[Any]] | None = None
+        # workers joined since the last rebalance on join (Rebalancer.add_worker)
+        self._join_ctxs: set[str] = set()
+        self._joined: set[str] = set()
+        self._join_at = 0.0
+        self._join_task: asyncio.Task[None] | None = None
         scheduler.handlers["daskangel_handoff"] = self.handle
         scheduler.handlers["daskangel_handoff_stats"] = self.get_stats
         scheduler.handlers["daskangel_rebalance"] = self.rebalance
@@ -101,6 +106,8 @@ class HandoffService(Rebalancer):
         self.scheduler.handlers["retire_workers"] = self.retire_workers
 
     def uninstall(self) -> None:
+        if self._join_task is not None:
+            self._join_task.cancel()
         if self._orig_retire is None:
             return
         if self.scheduler.retire_workers == self.retire_workers:
@@ -169,6 +176,7 @@ class HandoffService(Rebalancer):
 
     def remove_worker(self, worker: str) -> None:
         self.withdrawn.pop(worker, None)
+        self._joined.discard(worker)
 
     # -- moving blocks ---------------------------------------------------------------
 

@@ -288,10 +288,13 @@ class SnapshotService:
                     return_exceptions=True,
                 )
             _fail_at("chunks")
+            running = self.clocks.jobs.get(job) if job and self.clocks is not None else None
             manifest = {
                 "format": fmt.FORMAT,
                 "clock": clock,
                 "job": job,
+                # what train(..., resume=url) checks and continues from
+                "job_state": running.state() if running is not None else None,
                 "created": datetime.datetime.now(datetime.UTC).isoformat(),
                 "arrays": {
                     n: {
@@ -550,6 +553,12 @@ class SnapshotService:
             self.registry.notify()
 
     async def _recover_once(self, ctx: str, policy: Policy, snap: dict[str, Any]) -> None:
+        # under the context's lock: no hand-off or rebalance moves a block between
+        # its restore being staged and committed (it would land where no route goes)
+        async with self._lock(ctx):
+            await self._rebuild(ctx, policy, snap)
+
+    async def _rebuild(self, ctx: str, policy: Policy, snap: dict[str, Any]) -> None:
         names = self._lost(ctx)
         load = self.registry.load()
         servers = [s for s in self.registry.ctx_servers[ctx] if s[0] not in self.leaving]
@@ -595,6 +604,18 @@ class SnapshotService:
                 m.pop("recovery_note", None)
             m["recovered_from"] = snap
         logger.warning("daskangel: rebuilt %s of %s from %s", blocks, ctx, snap["url"])
+
+    def can_roll_back(self, ctx: str | None, job: str) -> bool:
+        """Whether ``ctx`` recovers by rollback and has a snapshot of ``job``'s clocks."""
+        policy = self.policies.get(ctx) if ctx is not None else None
+        snap = self.latest.get(ctx) if ctx is not None else None
+        return (
+            policy is not None
+            and policy.recovery == "rollback"
+            and snap is not None
+            and snap.get("job") in (job, None)
+            and snap.get("clock") is not None
+        )
 
     async def rollback(self, ctx: str, job: str) -> dict[str, Any]:
         """Restore every array of ``ctx`` (lost blocks onto survivors) from the newest

@@ -1,7 +1,8 @@
 """Observability: counters of every PS server and every training task, in one place.
 
 Task counters (bytes pulled and pushed, calls, latency, cache hits, clock, time
-spent waiting for slower tasks) arrive piggybacked on clock ticks, so reporting
+spent waiting for slower tasks; the busy seconds per clock and the slowdown
+against the other tasks, ``_slow.py``) arrive piggybacked on clock ticks, so reporting
 costs no extra message; the metrics they carry feed the jobs' metric series
 (:class:`~._job_metrics.JobMetrics`).  Server counters (memory, bytes in/out,
 calls, latency, queue depth, bytes per array) are pulled from the servers with
@@ -25,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
+from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from .. import config
@@ -130,6 +133,7 @@ def task_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
     """One status row per task of a job summary (see ``Job.summary``)."""
     rows = []
     m = job["min"]
+    slowdown, slow = job.get("slowdown") or [], job.get("slow") or []
     for t, (clock, info) in enumerate(zip(job["clocks"], job["tasks"], strict=True)):
         st = info.get("stats") or {}
         calls = int(st.get("calls", 0))
@@ -152,6 +156,9 @@ def task_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
                 "latency_ms": 1000.0 * float(st.get("seconds", 0.0)) / calls if calls else 0.0,
                 "cache_hits": int(st.get("cache_hits", 0)),
                 "metrics": format_metrics(st.get("metrics")),
+                "clock_s": median(busy) if (busy := info.get("busy")) else math.nan,
+                "slowdown": float(slowdown[t]) if t < len(slowdown) else math.nan,
+                "slow": bool(slow[t]) if t < len(slow) else False,
             }
         )
     return rows

@@ -17,6 +17,7 @@ Example
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ._units import fmt_bytes, fmt_count, fmt_metrics, fmt_rate, fmt_rate_bytes, fmt_time
@@ -39,6 +40,8 @@ TASK_COLUMNS = [
     ("status", "status"),
     ("clock", "clock"),
     ("ahead", "ahead of slowest"),
+    ("clock_text", "per clock"),
+    ("slow_text", "slowdown"),
     ("waited_text", "waited"),
     ("pulled_text", "pulled"),
     ("pushed_text", "pushed"),
@@ -96,6 +99,9 @@ def task_data(rows: list[dict[str, Any]], latest: dict[str, dict[str, float]]) -
         for k in ("bytes_out", "bytes_in", "calls", "latency_ms"):
             out[k].append(r.get(k, 0))
         out["waited_text"].append(fmt_time(r.get("waited_s", 0.0)))
+        per_clock = float(r.get("clock_s", math.nan))
+        out["clock_text"].append("" if math.isnan(per_clock) else fmt_time(per_clock))
+        out["slow_text"].append(_slow_text(r))
         out["pulled_text"].append(fmt_bytes(r.get("bytes_out", 0)))
         out["pushed_text"].append(fmt_bytes(r.get("bytes_in", 0)))
         out["calls_text"].append(fmt_count(r.get("calls", 0)))
@@ -162,3 +168,12 @@ def data_table(source: Any, columns: list[tuple[str, str]], height: int) -> Any:
         index_position=None,
         sizing_mode="stretch_width",
     )
+
+
+def _slow_text(row: dict[str, Any]) -> str:
+    """``"3.1x SLOW"`` for a flagged task, ``"1.0x"`` otherwise, empty before the
+    task has a slowdown (fewer clocks than ``daskangel.clock.slow-window``)."""
+    x = float(row.get("slowdown", math.nan))
+    if math.isnan(x):
+        return ""
+    return f"{x:.1f}x SLOW" if row.get("slow") else f"{x:.1f}x"

@@ -106,14 +106,16 @@ class Recovery:
         self.restarts = 0
         self.rollbacks = 0
 
-    def prepare(self, where: list[tuple[Any, str]], pieces: list[Any] | None) -> None:
+    def prepare(
+        self, where: list[tuple[Any, str]], pieces: list[Any] | None, clock: int = 0
+    ) -> None:
         tr = self.trainer
         self.where = [(p, w) for p, w in where]
         self.pieces = pieces
         self.attempt = [0] * tr.n_tasks
         if getattr(tr.ps, "snapshot_every_clocks", None):
-            # the base a rollback can always return to
-            tr.client.sync(tr._scheduler.daskangel_snapshot, ctx=tr.ps.id, clock=0, job=tr.job)
+            # the base a rollback can always return to (a resumed job: its clock)
+            tr.client.sync(tr._scheduler.daskangel_snapshot, ctx=tr.ps.id, clock=clock, job=tr.job)
 
     def is_current(self, f: Future) -> bool:
         t = self.task_of.get(f.key)

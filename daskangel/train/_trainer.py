@@ -48,6 +48,7 @@ from ._context import TaskContext
 from ._placement import PLACEMENTS, assign, task_pieces
 from ._progress import Bar, resolve_progress
 from ._recovery import Recovery, _forget_job, wait_futures
+from ._resume import resume_from
 from ._runner import run_task
 from ._spec import TaskSpec
 
@@ -98,6 +99,7 @@ class Trainer:
         name: str | None = None,
         unit: str = "clock",
         clocks_per_unit: int = 1,
+        resume: str | None = None,
     ) -> None:
         if not callable(fn):
             raise InvalidTypeError(f"fn: expected a function fn(ctx, partition), got {fn!r}")
@@ -130,6 +132,7 @@ class Trainer:
         self.progress = resolve_progress(progress)
         self.unit = unit
         self.clocks_per_unit = _check_int("clocks_per_unit", clocks_per_unit, 1)
+        self.resume = resume
         self.job = name or f"train-{uuid.uuid4().hex[:10]}"
         self.futures: list[Future] = []
         self.recovery = Recovery(self)
@@ -171,17 +174,22 @@ class Trainer:
         pieces = None
         if self.data is not None and getattr(self.data, "partitions", None) is None:
             pieces = task_pieces(self.data, self.groups, self.group_size, self.placement)
+        groups = [t // self.group_size for t in range(self.n_tasks)]
+        start = 0
+        if self.resume is not None:  # the arrays and the clock of the snapshot
+            start = resume_from(self.ps, self.resume, self.n_tasks, groups)
         self.client.sync(
             self._scheduler.daskangel_job_register,
             job=self.job,
             n_tasks=self.n_tasks,
-            groups=[t // self.group_size for t in range(self.n_tasks)],
+            groups=groups,
             staleness=self.sync.staleness,
             array_staleness={k: v.staleness for k, v in self.array_sync.items()},
             ctx=self.ps.id,
             epochs=self.epochs,
+            clocks=[start] * self.n_tasks,
         )
-        self.recovery.prepare(where, pieces)
+        self.recovery.prepare(where, pieces, start)
         self._t0 = time.perf_counter()
         self.futures = [self.submit_task(t, part, w) for t, (part, w) in enumerate(where)]
         return self
@@ -377,6 +385,7 @@ def train(
     name: str | None = None,
     unit: str = "clock",
     clocks_per_unit: int = 1,
+    resume: str | None = None,
 ) -> TrainResult:
     """Run ``fn(ctx, partition)`` as one Dask future per task and wait for all.
 
@@ -413,6 +422,12 @@ def train(
     unit, clocks_per_unit
         What the bar counts (``"epoch"``) and how many clocks make one (the bar
         shows the slowest task's completed units out of ``epochs / clocks_per_unit``).
+    resume
+        A snapshot directory (or one version of it) taken by an earlier run of
+        this job (``PSContext(snapshot=url, snapshot_every=N)``), on this cluster or
+        another: its arrays are loaded into ``ps`` and every task starts at the
+        snapshot's clock (``ctx.epochs()`` continues from there; see
+        :mod:`daskangel.train._resume`).
 
     Returns
     -------
@@ -433,4 +448,5 @@ def train(
         name=name,
         unit=unit,
         clocks_per_unit=clocks_per_unit,
+        resume=resume,
     ).result()

@@ -9,6 +9,7 @@ and the client's list of servers follows joins and leaves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,12 +18,13 @@ from typing import Any
 import dask
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 import daskangel as angel
 from daskangel._compat import workers_info
-from daskangel.errors import HandoffError, ServerLostError
+from daskangel.errors import HandoffError, ServerLostError, SnapshotError
 from tests.conftest import kill_worker, make_cluster
+from tests.scheduler.conftest import join_rebalanced, resize
 
 FAST = {
     "daskangel.client.connect-timeout": "2s",
@@ -34,26 +36,6 @@ FAST = {
 }
 
 
-@pytest.fixture(scope="module")
-def cluster3() -> Iterator[tuple[LocalCluster, Client]]:
-    with (
-        dask.config.set(FAST),
-        make_cluster(n_workers=3, threads=1) as cluster,
-        Client(cluster) as c,
-    ):
-        yield cluster, c
-
-
-def _size(cluster: LocalCluster, c: Client, n: int = 3) -> None:
-    """Back to ``n`` running workers: the nanny of a worker retired by the client
-    (closed, still listed by the cluster) is forgotten so that it starts again."""
-    live = {str(w.get("name")) for w in workers_info(c).values()}
-    for name in [k for k in cluster.workers if str(k) not in live]:
-        del cluster.workers[name]
-    cluster.scale(n)
-    c.wait_for_workers(n, timeout=120)
-
-
 def _holders(arr: angel.PSArray) -> set[str]:
     return {b.server.address for b in arr.blocks}
 
@@ -63,8 +45,7 @@ def test_retire_moves_blocks_and_keeps_acknowledged_writes(cluster3: Any, tmp_pa
     """client.retire_workers on a block holder, with increments in flight and
     snapshots on: every acknowledged increment is there exactly once (before the
     hand-off the blocks were lost, and the snapshot rolled them back)."""
-    cluster, c = cluster3
-    _size(cluster, c)
+    _cluster, c = cluster3
     with angel.PSContext(c, snapshot=str(tmp_path)) as ps:
         w = ps.zeros("w", (1200,), dtype="int64", block_shape=(100,))
         s = ps.zeros("s", (4, 10**9), dtype="float32", sparse=True)
@@ -100,15 +81,38 @@ def test_retire_moves_blocks_and_keeps_acknowledged_writes(cluster3: Any, tmp_pa
         assert holder not in _holders(w) | _holders(s)
         assert holder not in {x.address for x in ps.servers}
         assert c.run_on_scheduler(_lost_blocks) == 0
-    _size(cluster, c)
 
 
-@pytest.mark.timeout(180)
+@contextlib.contextmanager
+def _writing(w: angel.PSArray) -> Iterator[list[int]]:
+    """Increments of ones in a thread meanwhile; yields the list of those acknowledged."""
+    stop, acked, errors = threading.Event(), [], []
+
+    def writer() -> None:
+        try:
+            while not stop.is_set():
+                w.increment(np.ones(w.shape[0]))
+                acked.append(1)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        yield acked
+    finally:
+        stop.set()
+        t.join(60)
+    assert not errors, errors
+
+
+@pytest.mark.timeout(240)
 def test_scale_down_and_up(cluster3: Any) -> None:
     """cluster.scale(n - 1) without snapshots loses nothing; after scaling up the
-    context's server list names the new worker."""
+    context's server list names the new worker; ps.rebalance() (rebalance-on-join
+    off) and the rebalance on join (on, the default) spread the blocks onto it
+    online, every acknowledged increment applied exactly once."""
     cluster, c = cluster3
-    _size(cluster, c)
     with angel.PSContext(c) as ps:
         w = ps.zeros("w", (1200,), dtype="float64", block_shape=(100,))
         w.increment(np.arange(1200.0))
@@ -121,9 +125,10 @@ def test_scale_down_and_up(cluster3: Any) -> None:
         ps.refresh()
         assert gone and not gone & _holders(w)
         assert {x.address for x in ps.servers} == set(workers_info(c))
-        cluster.scale(3)
-        cluster.sync(cluster._correct_state)
-        c.wait_for_workers(3, timeout=120)
+        with dask.config.set({"daskangel.ps.rebalance-on-join": False}):
+            cluster.scale(3)
+            cluster.sync(cluster._correct_state)
+            c.wait_for_workers(3, timeout=120)
         new = set(workers_info(c)) - (before - gone)
         assert new <= {x.address for x in ps.servers}
         w.increment(np.ones(1200))
@@ -131,32 +136,33 @@ def test_scale_down_and_up(cluster3: Any) -> None:
         # rebalance online onto the new worker, increments in flight; a second
         # rebalance asked for meanwhile is refused
         assert not new & _holders(w)
-        stop, acked = threading.Event(), []
-
-        def writer() -> None:
-            while not stop.is_set():
-                w.increment(np.ones(1200))
-                acked.append(1)
-
-        t = threading.Thread(target=writer)
-        t.start()
-        try:
+        with _writing(w) as acked:
             first, second = c.run_on_scheduler(_two_rebalances, ps.id)
-        finally:
-            stop.set()
-            t.join(60)
         assert first["blocks"] > 0 and second == "InvalidStateError", (first, second)
         ps.refresh()
-        per = [b.server.address for b in w.blocks]
-        assert sorted(per.count(a) for a in set(per)) == [4, 4, 4]
-        np.testing.assert_array_equal(w.get(), np.arange(1200.0) + 1 + len(acked))
+        assert _per_server(w) == [4, 4, 4]
+        total = np.arange(1200.0) + 1 + len(acked)
+        np.testing.assert_array_equal(w.get(), total)
         assert ps.rebalance()["blocks"] == 0  # already even
+        # on join: a holder retires (4 + 4 + 4 -> 6 + 6), a worker joins, and
+        # blocks move to it (-> 4 + 4 + 4) while increments go on
+        with _writing(w) as acked:
+            c.retire_workers([sorted(new)[0]])
+            resize(cluster, c)
+            joined = c.run_on_scheduler(join_rebalanced)
+        ps.refresh()
+        assert joined and _per_server(w) == [4, 4, 4], (joined, _per_server(w))
+        np.testing.assert_array_equal(w.get(), total + len(acked))
+
+
+def _per_server(arr: angel.PSArray) -> list[int]:
+    per = [b.server.address for b in arr.blocks]
+    return sorted(per.count(a) for a in set(per))
 
 
 @pytest.mark.timeout(120)
 def test_retiring_the_last_server_of_a_context_is_refused(cluster3: Any) -> None:
     cluster, c = cluster3
-    _size(cluster, c)
     only = sorted(workers_info(c))[0]
     with angel.PSContext(c, workers=[only]) as ps:
         w = ps.zeros("w", (300,), dtype="int64", block_shape=(100,))
@@ -174,9 +180,8 @@ def test_retiring_the_last_server_of_a_context_is_refused(cluster3: Any) -> None
 @pytest.mark.timeout(180)
 def test_every_server_lost_is_rebuilt_or_reported_truthfully(cluster3: Any, tmp_path: Path) -> None:
     """A context whose every server dies is rebuilt from its snapshot on the other
-    workers; one without a snapshot says so."""
+    workers; one without a snapshot says so, and refuses to save its lost blocks."""
     cluster, c = cluster3
-    _size(cluster, c)
     victim = sorted(workers_info(c))[0]
     with (
         angel.PSContext(c, workers=[victim], snapshot=str(tmp_path)) as ps,
@@ -192,7 +197,8 @@ def test_every_server_lost_is_rebuilt_or_reported_truthfully(cluster3: Any, tmp_
         assert victim not in _holders(w)
         with pytest.raises(ServerLostError, match="no snapshot to rebuild them from"):
             v.get()
-    c.wait_for_workers(3, timeout=120)
+        with pytest.raises(SnapshotError, match="blocks on lost servers"):
+            bare.save(str(tmp_path / "nowhere"))
 
 
 async def _two_rebalances(ctx: str, dask_scheduler: Any) -> list[Any]:

@@ -7,37 +7,27 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dask
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 
 import daskangel as angel
 from daskangel import _snapshot_format as fmt
 from daskangel._compat import workers_info
-from daskangel.errors import SnapshotError
-from tests.conftest import kill_worker, make_cluster
+from tests.conftest import kill_worker
 
 FAST = {
     "daskangel.client.connect-timeout": "2s",
     "daskangel.client.liveness-check": "300ms",
     "daskangel.heartbeat.interval": "200ms",
     "daskangel.heartbeat.timeout": "5s",
+    # the replacement of a killed worker gets no blocks moved to it (the tests name
+    # the servers that hold blocks; test_elastic covers the rebalance on join)
+    "daskangel.ps.rebalance-on-join": False,
 }
-
-
-@pytest.fixture
-def cluster3() -> Iterator[tuple[LocalCluster, Client]]:
-    with (
-        dask.config.set(FAST),
-        make_cluster(n_workers=3, threads=1) as cluster,
-        Client(cluster) as c,
-    ):
-        yield cluster, c
 
 
 def _victim(arr: angel.PSArray) -> tuple[str, list[int]]:
@@ -46,14 +36,29 @@ def _victim(arr: angel.PSArray) -> tuple[str, list[int]]:
 
 
 @pytest.mark.timeout(180)
-def test_continue_rebuilds_only_lost_blocks(cluster3: Any, tmp_path: Path) -> None:
+def test_continue_rebuilds_only_lost_blocks_rollback_every_block(
+    cluster3: Any, tmp_path: Path
+) -> None:
+    """One kill hits two contexts: under recovery="continue" only the lost blocks go
+    back to the snapshot; under "rollback" every block does."""
     cluster, c = cluster3
-    with angel.PSContext(c, snapshot=str(tmp_path), recovery="continue") as ps:
+    with (
+        angel.PSContext(c, snapshot=str(tmp_path / "c"), recovery="continue") as ps,
+        angel.PSContext(c, snapshot=str(tmp_path / "r"), recovery="rollback") as rb,
+    ):
         w = ps.zeros("w", (1200,), dtype="int64", block_shape=(100,))
         w.increment(np.ones(1200, "int64"))
         ps.snapshot()
         w.increment(np.ones(1200, "int64"))
+        r = rb.zeros("r", (600,), dtype="int64", block_shape=(100,))
+        v = rb.zeros("v", (10, 10), dtype="float64")
+        r.increment(np.ones(600, "int64"))
+        v.increment(np.ones((10, 10)))
+        rb.snapshot()
+        r.increment(np.ones(600, "int64"))
+        v.increment(np.ones((10, 10)))
         victim, lost = _victim(w)
+        assert victim in {b.server.address for b in r.blocks}
         results: list[Any] = []
         kill_worker(c, cluster, victim)
         # a call made while recovery runs waits for it, then succeeds
@@ -67,22 +72,8 @@ def test_continue_rebuilds_only_lost_blocks(cluster3: Any, tmp_path: Path) -> No
         assert victim not in {blk.server.address for blk in w.blocks}
         w.increment(np.ones(1200, "int64"))  # fully usable afterwards
         assert w.get().sum() == 1200 + 2 * 1200 - 100 * len(lost)
-
-
-@pytest.mark.timeout(180)
-def test_rollback_restores_every_block(cluster3: Any, tmp_path: Path) -> None:
-    cluster, c = cluster3
-    with angel.PSContext(c, snapshot=str(tmp_path), recovery="rollback") as ps:
-        w = ps.zeros("w", (600,), dtype="int64", block_shape=(100,))
-        v = ps.zeros("v", (10, 10), dtype="float64")
-        w.increment(np.ones(600, "int64"))
-        v.increment(np.ones((10, 10)))
-        ps.snapshot()
-        w.increment(np.ones(600, "int64"))
-        v.increment(np.ones((10, 10)))
-        kill_worker(c, cluster, _victim(w)[0])
-        assert ps.wait_until_recovered() == []
-        np.testing.assert_array_equal(w.get(), np.ones(600))
+        assert rb.wait_until_recovered() == []
+        np.testing.assert_array_equal(r.get(), np.ones(600))
         np.testing.assert_array_equal(v.get(), np.ones((10, 10)))
 
 
@@ -94,7 +85,7 @@ def test_crash_after_k_block_writes(cluster3: Any, tmp_path: Path) -> None:
     root = str(tmp_path / "ckpt")
     with angel.PSContext(c, snapshot=root) as ps:
         w = ps.zeros("w", (1800,), dtype="int64", block_shape=(100,))
-        for k in (1, 2, 4, 6):
+        for k in (1, 3, 6):  # the first block, one inside, the last
             w.increment(np.ones(1800, "int64"))
             good = ps.snapshot()
             expected = w.get()
@@ -117,67 +108,20 @@ def test_crash_after_k_block_writes(cluster3: Any, tmp_path: Path) -> None:
                 np.testing.assert_array_equal(
                     got[b * 100 : (b + 1) * 100], expected[b * 100 : (b + 1) * 100]
                 )
-            c.wait_for_workers(3, timeout=120)
         ps.snapshot()
         assert len(fmt.list_versions(root)) <= 2  # half-written versions cleaned up
-
-
-@pytest.mark.timeout(180)
-def test_hung_worker_is_detected(cluster3: Any, tmp_path: Path) -> None:
-    """R5: a PS worker that stops answering (SIGSTOP: no clean exit, its sockets stay
-    open) is removed after daskangel.heartbeat.timeout; callers do not hang."""
-    _cluster, c = cluster3
-    with angel.PSContext(c, snapshot=str(tmp_path)) as ps:
-        w = ps.zeros("w", (900,), dtype="int64", block_shape=(100,))
-        w.increment(np.ones(900, "int64"))
-        ps.snapshot()
-        victim, _ = _victim(w)
-        pid = c.run(os.getpid, workers=[victim])[victim]
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            start = time.monotonic()
-            np.testing.assert_array_equal(w.get(), np.ones(900))
-            took = time.monotonic() - start
-            print(f"recovered from a hung PS worker in {took:.1f}s (heartbeat timeout 5s)")
-            assert victim not in {b.server.address for b in w.blocks}
-        finally:  # the nanny has usually killed it already
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-                os.kill(pid, signal.SIGKILL)
-
-
-@pytest.mark.timeout(180)
-def test_no_snapshot_means_clear_error(cluster3: Any) -> None:
-    cluster, c = cluster3
-    with angel.PSContext(c) as ps:
-        w = ps.zeros("w", (300,), block_shape=(100,))
-        kill_worker(c, cluster, _victim(w)[0])
-        with pytest.raises(angel.errors.ServerLostError, match="no snapshot to rebuild them from"):
-            w.get()
-        with pytest.raises(SnapshotError, match="blocks on lost servers"):
-            ps.save(str(Path("/nonexistent") / "x"))
-
-
-@pytest.mark.timeout(180)
-def test_ps_workers_are_kept_when_scaling_down(cluster3: Any) -> None:
-    cluster, c = cluster3
-    with angel.PSContext(c, workers=[sorted(workers_info(c))[0]]) as ps:
-        w = ps.zeros("w", (10,))
-        holder = w.blocks[0].server.address
-        closable = cluster.scheduler.workers_to_close(n=3)  # type: ignore[union-attr]
-        assert holder not in closable and len(closable) == 2
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_soak_repeated_kill_and_recover(cluster3: Any, tmp_path: Path) -> None:
-    """Ten kill/recover cycles: no hang, data as expected, no leaked blocks."""
+    """Four kill/recover cycles: no hang, data as expected, no leaked blocks."""
     cluster, c = cluster3
     with angel.PSContext(c, snapshot=str(tmp_path), keep=1) as ps:
         w = ps.zeros("w", (1200,), dtype="int64", block_shape=(100,))
         expected = np.zeros(1200, "int64")
         fresh: set[str] = set()  # the replacement worker of the last cycle
-        for cycle in range(10):
+        for cycle in range(4):
             w.increment(np.ones(1200, "int64"))
             expected += 1
             ps.snapshot()
@@ -218,10 +162,12 @@ def _held_blocks(dask_worker: Any) -> list[tuple[str, int]]:
 
 @pytest.mark.timeout(180)
 def test_r3_push_in_flight_to_a_dying_server_applies_once(cluster3: Any, tmp_path: Path) -> None:
-    """R3: a push is sent while one of its servers is frozen (so that part cannot
-    be applied); the server is then killed and rebuilt from the snapshot, and the
-    push's retried part lands exactly once, while the parts the other servers
-    applied are not applied again."""
+    """R5 and R3: a PS worker that stops answering (SIGSTOP: no clean exit, its
+    sockets stay open) is removed after daskangel.heartbeat.timeout and callers do
+    not hang; a push sent meanwhile (its part on the frozen server cannot be
+    applied) is retried once the server is rebuilt from the snapshot and lands
+    exactly once, while the parts the other servers applied are not applied
+    again."""
     _cluster, c = cluster3
     with angel.PSContext(c, snapshot=str(tmp_path)) as ps:
         w = ps.random("w", (1200,), seed=3, dtype="float64", block_shape=(100,))
@@ -230,13 +176,23 @@ def test_r3_push_in_flight_to_a_dying_server_applies_once(cluster3: Any, tmp_pat
         victim, _ = _victim(w)
         pid = c.run(os.getpid, workers=[victim])[victim]
         os.kill(pid, signal.SIGSTOP)
+        reads: list[np.ndarray] = []
+        reader = threading.Thread(target=lambda: reads.append(w.get()))
         try:
             push = np.arange(1200, dtype="float64") + 1.0
+            start = time.monotonic()
+            reader.start()  # a read in flight too
             w.increment(push)  # in flight until the heartbeat replaces the frozen server
+            took = time.monotonic() - start
+            print(f"recovered from a hung PS worker in {took:.1f}s (heartbeat timeout 5s)")
+            reader.join(60)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
                 os.kill(pid, signal.SIGKILL)
         got = w.get()
+        # the read returned, every entry before or after the push
+        assert reads and bool(np.all((reads[0] == base) | (reads[0] == base + push)))
+        assert victim not in {b.server.address for b in w.blocks}
         np.testing.assert_array_equal(got, base + push)  # every entry exactly once
         assert fmt.block_checksum(got) == fmt.block_checksum(base + push)

@@ -40,3 +40,29 @@ def test_server_counters_count_payload_bytes(client, transport):
             ps.status(max_age=-1)
         with pytest.raises(InvalidTypeError, match="max_age"):
             ps.status(max_age="now")
+
+
+@pytest.mark.timeout(120)
+def test_a_persistently_slow_task_is_flagged(client):
+    """Task 2 works 0.2 s a clock, the others nearly nothing: under BSP the fast
+    tasks wait for it, which does not count, so only task 2 is slow."""
+    import time
+
+    import dask
+
+    def step(ctx, part):
+        for _ in ctx.epochs(6):
+            if ctx.task_id == 2:
+                time.sleep(0.2)  # the slow task's work
+            ctx.clock()
+        return ctx.task_id
+
+    with (
+        dask.config.set({"daskangel.clock.slow-window": 4, "daskangel.clock.slow-factor": 2.0}),
+        angel.PSContext(client) as ps,
+    ):
+        angel.train(ps, step, [None] * 3, sync=angel.BSP(), epochs=6, progress=False)
+        tasks = ps.status().query("kind == 'task'").sort_values("task")
+        assert tasks["slow"].tolist() == [False, False, True], tasks
+        assert tasks["clock_s"].iloc[2] >= 0.2
+        assert tasks["slowdown"].iloc[2] > 2.0 > tasks["slowdown"].iloc[:2].max()
