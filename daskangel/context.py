@@ -130,6 +130,11 @@ class PSContext:
         progress, which suits SGD-style training.  ``"rollback"``: every array
         (and, in training, every task) goes back to the snapshot, so a
         deterministic run ends exactly as it would have without the failure.
+    close_with_client
+        Close this context (free its arrays) when ``client`` disconnects from the
+        scheduler, as every estimator's own context does.  Default: the context
+        lives until :meth:`close` (or the cluster ends), so another client can
+        still open its arrays by name.
     """
 
     def __init__(
@@ -144,6 +149,7 @@ class PSContext:
         snapshot_every: int | float | str | None = None,
         keep: int = 2,
         recovery: str = "continue",
+        close_with_client: bool = False,
     ) -> None:
         self.client = client if client is not None else default_client()
         self.transport = transport or config.get("daskangel.transport")
@@ -176,6 +182,10 @@ class PSContext:
             callback_timeout=timeout,
         )
         self._servers = [ServerId(str(a), int(i)) for a, i in servers]
+        if close_with_client:
+            self.client.sync(
+                self._scheduler.daskangel_close_with_client, ctx=self.id, client=self.client.id
+            )
         every_clocks, every_seconds = _every(snapshot_every)
         _check_shared_url(self.client, snapshot, "snapshot")
         if snapshot is None and snapshot_every is not None:

@@ -13,6 +13,8 @@ forwards scheduler events to them.  Each service registers its own comm handlers
   leader's command / acknowledge mailboxes.
 * :class:`~daskangel.scheduler._status.StatusService`: server and task counters,
   shown by ``ps.status()`` and the dashboard page (``_dashboard.py``).
+* :class:`~daskangel.scheduler._lifecycle.Lifecycle`: contexts closed with their
+  client, and a cluster's shutdown told apart from a lost worker.
 
 Services added by later parts (liveness, recovery) attach in
 :meth:`DaskAngelSchedulerPlugin.start` the same way.
@@ -36,6 +38,7 @@ from ._clocks import ClockService
 from ._dashboard import register_dashboard
 from ._groups import GroupService
 from ._handoff import HandoffService
+from ._lifecycle import Lifecycle
 from ._liveness import LivenessService
 from ._registry import ArrayRegistry
 from ._snapshots import SnapshotService
@@ -64,6 +67,7 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.clocks: ClockService | None = None
         self.groups: GroupService | None = None
         self.status: StatusService | None = None
+        self.lifecycle: Lifecycle | None = None
         # {service_name: service} for every service with scheduler hooks
         self.services: dict[str, Any] = {}
 
@@ -72,6 +76,8 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.registry = ArrayRegistry(scheduler)
         self.snapshots = SnapshotService(scheduler, self.registry)
         self.registry.on_close.append(self.snapshots.forget)
+        self.lifecycle = Lifecycle(scheduler, self.registry)
+        self.registry.lifecycle = self.snapshots.lifecycle = self.lifecycle
         self.liveness = LivenessService(scheduler, self.registry)
         self.liveness.start()
         self.handoff = HandoffService(scheduler, self.registry, self.snapshots)
@@ -93,10 +99,16 @@ class DaskAngelSchedulerPlugin(SchedulerPlugin):
         self.snapshots.clocks = self.clocks
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
+        if self.lifecycle is not None:  # first: the services ask whether the cluster is closing
+            self.lifecycle.leaving(worker)
         for service in self.services.values():
             hook = getattr(service, "remove_worker", None)
             if hook is not None:
                 hook(worker)
+
+    def remove_client(self, scheduler: Scheduler, client: str) -> None:
+        if self.lifecycle is not None:
+            self.lifecycle.remove_client(client)
 
     async def close(self) -> None:
         if self.liveness is not None:

@@ -47,7 +47,23 @@ from ._placement import place_blocks
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
+    from ._lifecycle import Lifecycle
+
 __all__ = ["ArrayRegistry"]
+
+
+def _log_lost(worker: str, lost: dict[str, list[int]], with_cluster: bool) -> None:
+    """A warning for blocks lost while the cluster runs on; INFO when it closes."""
+    for name, blocks in lost.items():
+        logger.log(
+            logging.INFO if with_cluster else logging.WARNING,
+            "daskangel: worker %s left%s; array %r lost blocks %s",
+            worker,
+            " with the cluster" if with_cluster else "",
+            name,
+            blocks[:20],
+        )
+
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +92,7 @@ class ArrayRegistry:
         self.on_close: list[Callable[[str], None]] = []
         # events of callers in wait_meta, set on every metadata change
         self._waiters: set[asyncio.Event] = set()
+        self.lifecycle: Lifecycle | None = None  # set by the plugin
         scheduler.handlers.update(
             {
                 "daskangel_open": self.open,
@@ -393,7 +410,7 @@ class ArrayRegistry:
 
     def remove_worker(self, worker: str) -> None:
         """A worker left: its servers are gone and the blocks they held are lost."""
-        changed = False
+        lost_by_array: dict[str, list[int]] = {}
         for ctx, servers in self.ctx_servers.items():
             self.ctx_servers[ctx] = [s for s in servers if s[0] != worker]
         for meta in self.arrays.values():
@@ -401,15 +418,15 @@ class ArrayRegistry:
             if lost:
                 meta["lost"] = sorted(set(meta.get("lost", ())) | lost)
                 meta["generation"] += 1
-                changed = True
-                logger.warning(
-                    "daskangel: worker %s left; array %r lost blocks %s",
-                    worker,
-                    meta["name"],
-                    sorted(lost)[:20],
-                )
-        if changed:
-            self.notify()
+                lost_by_array[meta["name"]] = sorted(lost)
+        if not lost_by_array:
+            return
+        self.notify()
+        state = self.lifecycle.state if self.lifecycle is not None else "lost"
+        if state == "closed":  # closed on purpose: with the cluster, or alone?
+            self.lifecycle.later(lambda closing: _log_lost(worker, lost_by_array, closing))
+        else:
+            _log_lost(worker, lost_by_array, state == "closing")
 
     # -- server calls -------------------------------------------------------
 

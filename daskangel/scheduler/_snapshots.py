@@ -87,6 +87,8 @@ class SnapshotService:
         self.leaving: set[str] = set()
         # the clock service (set by the plugin): running jobs, rollbacks
         self.clocks: Any = None
+        # the lifecycle service (set by the plugin): is the cluster shutting down?
+        self.lifecycle: Any = None
         scheduler.handlers.update(
             {
                 "daskangel_snapshot_config": self.configure,
@@ -139,7 +141,7 @@ class SnapshotService:
             try:
                 await self.snapshot(ctx)
             except Exception as e:  # noqa: BLE001 - a periodic snapshot must not kill the timer
-                logger.warning("daskangel: periodic snapshot of %s failed: %s", ctx, e)
+                logger.log(self._level(), "daskangel: periodic snapshot of %s failed: %s", ctx, e)
 
     def forget(self, ctx: str) -> None:
         """The context closed: stop its timer, keep its files."""
@@ -222,7 +224,14 @@ class SnapshotService:
         try:
             await self.snapshot(ctx, clock=clock, cut_begun=True, job=job, cut=cut)
         except Exception as e:  # noqa: BLE001 - training goes on; the next boundary retries
-            logger.warning("daskangel: snapshot of %s at clock %d failed: %s", ctx, clock, e)
+            logger.log(
+                self._level(), "daskangel: snapshot of %s at clock %d failed: %s", ctx, clock, e
+            )
+
+    def _level(self) -> int:
+        """WARNING for a failed snapshot, INFO while the cluster itself is closing."""
+        closing = self.lifecycle is not None and self.lifecycle.closing()
+        return logging.INFO if closing else logging.WARNING
 
     def _servers(self, ctx: str) -> list[ServerId]:
         return sorted(
@@ -445,6 +454,8 @@ class SnapshotService:
         and the driver asks for the restore (:meth:`rollback`) once every task
         has ended, so no late write lands on the restored state.
         """
+        if self.lifecycle is not None and self.lifecycle.quiet:
+            return  # the cluster is closing: no worker to rebuild anything on
         for ctx, policy in list(self.policies.items()):
             lost = self._lost(ctx)
             if not lost:
@@ -544,7 +555,10 @@ class SnapshotService:
         try:
             await self._recover_once(ctx, policy, snap)
         except Exception as e:
-            logger.error("daskangel: recovery of %s failed: %s", names, e, exc_info=True)
+            if self._level() == logging.INFO:  # the survivors are closing too
+                logger.info("daskangel: no recovery of %s: the cluster is closing", names)
+            else:
+                logger.error("daskangel: recovery of %s failed: %s", names, e, exc_info=True)
             for n in names:
                 if n in self.registry.arrays:
                     self.registry.arrays[n].pop("recovering", None)

@@ -144,7 +144,7 @@ class PSEstimator(BaseEstimator):
         if getattr(self, "ps", None) is not None:
             self._ps = self.ps
         else:
-            self._ps = PSContext(client, **self._context_options())
+            self._ps = PSContext(client, close_with_client=True, **self._context_options())
             self._ps_finalizer = weakref.finalize(self, _close, self._ps)
         self._arrays = None
         return self._ps
