@@ -12,6 +12,9 @@ The built-in operations live in :mod:`._dataops`, the transports' endpoints (the
 comm handler of :class:`~._endpoints.PSWorkerPlugin`, the actor) in
 :mod:`._endpoints`.  Small requests run on the worker's event loop; larger ones in
 the server's own thread, so heartbeats keep flowing while a big block is updated.
+The first request of each kind on each array also runs in the thread: it may
+compile the operation's numba kernels, which takes seconds on a cold cache (a
+fresh checkout) and must not stall the worker's event loop.
 
 Example
 -------
@@ -151,6 +154,8 @@ class PSServer(Holds, WriteBehind):
         self.init_holds()
         self.init_behind()
         self._executor: ThreadPoolExecutor | None = None
+        # {(op, array_name)} run once here: their compiled kernels are loaded
+        self._warm: set[tuple[str, Any]] = set()
 
     def block(self, array: str, block: int) -> Block:
         try:
@@ -252,8 +257,13 @@ class PSServer(Holds, WriteBehind):
         try:
             if self.reserved:
                 await self.wait_unreserved(op, kwargs)
-            small = cost < config.get_bytes("daskangel.server.inline-bytes")
-            deferrable = DEFERRABLE_OPS.get(op) if may_defer else None
+            # the first run of an op on an array may compile (or load) its numba
+            # kernels, seconds on a cold cache: never on the event loop, where it
+            # would stall every request and heartbeat of the worker meanwhile
+            warm = (op, kwargs.get("array"))
+            first = warm not in self._warm
+            small = not first and cost < config.get_bytes("daskangel.server.inline-bytes")
+            deferrable = DEFERRABLE_OPS.get(op) if may_defer and not first else None
             if deferrable and (self.behind or not small) and deferrable(self, kwargs):
                 out = self.timed(op, cost, kwargs, defer=True)
                 return self.defer(op, cost, out) if isinstance(out, Deferred) else out
@@ -262,7 +272,9 @@ class PSServer(Holds, WriteBehind):
             if small:
                 return self.timed(op, cost, kwargs)
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.executor, lambda: self.timed(op, cost, kwargs))
+            out = await loop.run_in_executor(self.executor, lambda: self.timed(op, cost, kwargs))
+            self._warm.add(warm)
+            return out
         finally:
             # a commit or abort may have freed blocks that writes wait for
             assert self._cond is not None

@@ -17,6 +17,7 @@ import daskangel as angel
 from daskangel import errors, ops
 from daskangel.psarray import InitSpec, PSServer
 from daskangel.psarray._blocks import DenseBlock
+from daskangel.psarray._server import SERVER_OPS
 
 KEYS = ("daskangel.server.inline-bytes", "daskangel.server.behind-thread-bytes")
 
@@ -117,6 +118,7 @@ def _ungate(dask_worker: Any) -> bool:
 def test_a_get_waits_for_a_queued_add(ps: angel.PSContext, client: Client) -> None:
     """(Adds in the op thread: the gate holds them there.)"""
     w = ps.zeros("g", (1000,), dtype="float64", block_shape=(500,))
+    w.increment(np.zeros(1000))  # a first op of an array runs in the op thread, undeferred
     with _behind_mode(client, "thread"):
         client.run(_gate_adds)
         try:
@@ -171,25 +173,23 @@ def test_concurrent_increments_from_two_workers_and_the_driver(
 # -- one server, no cluster: the queue's order ------------------------------------
 
 
+def _spec(b: int, n: int) -> dict[str, Any]:
+    """Block ``b`` of a (1, 2n) float64 array of two (1, n) blocks."""
+    return {
+        "block": b,
+        "kind": "dense",
+        "shape": (1, n),
+        "dtype": "float64",
+        "init": InitSpec().to_dict(),
+        "row0": 0,
+        "col0": b * n,
+        "n_cols": 2 * n,
+    }
+
+
 def _server(n: int) -> PSServer:
     s = PSServer("local", 0)
-    s.dispatch(
-        "create",
-        array="w",
-        blocks=[
-            {
-                "block": b,
-                "kind": "dense",
-                "shape": (1, n),
-                "dtype": "float64",
-                "init": InitSpec().to_dict(),
-                "row0": 0,
-                "col0": b * n,
-                "n_cols": 2 * n,
-            }
-            for b in range(2)
-        ],
-    )
+    s.dispatch("create", array="w", blocks=[_spec(b, n) for b in range(2)])
     return s
 
 
@@ -245,3 +245,37 @@ def test_a_local_caller_is_never_deferred() -> None:
 
     with dask.config.set({KEYS[0]: "0B"}):
         assert not asyncio.run(go())
+
+
+@pytest.mark.timeout(60)
+def test_the_first_op_on_an_array_runs_off_the_event_loop() -> None:
+    """A first ``get`` (or update) of an array may compile its numba kernels —
+    seconds on a cold cache — so it runs in the server's thread; later small ones
+    run inline on the loop.  Nothing else changes: the replies are the same."""
+    import threading
+
+    n = 16
+    seen: list[tuple[str, bool]] = []
+    get = SERVER_OPS["get"]
+
+    def spy(server: PSServer, **kwargs: Any) -> Any:
+        seen.append((kwargs["array"], threading.current_thread() is threading.main_thread()))
+        return get(server, **kwargs)
+
+    async def go() -> list[np.ndarray]:
+        s = _server(n)
+        s.dispatch("create", array="v", blocks=[_spec(0, n)])
+        parts = [{"block": 0, "rows": None, "cols": None}]
+        out = [await s.run("get", 8, array=a, parts=parts) for a in ("w", "w", "v", "w", "v")]
+        s.close()
+        return [o[0] for o in out]
+
+    SERVER_OPS["get"] = spy
+    try:
+        got = asyncio.run(go())
+    finally:
+        SERVER_OPS["get"] = get
+    # the loop runs in the main thread here: first of each array in the op thread
+    assert seen == [("w", False), ("w", True), ("v", False), ("w", True), ("v", True)]
+    for g in got:
+        np.testing.assert_array_equal(g, np.zeros((1, n)))
