@@ -422,9 +422,10 @@ class ArrayRegistry:
         if not lost_by_array:
             return
         self.notify()
-        state = self.lifecycle.state if self.lifecycle is not None else "lost"
-        if state == "closed":  # closed on purpose: with the cluster, or alone?
-            self.lifecycle.later(lambda closing: _log_lost(worker, lost_by_array, closing))
+        life = self.lifecycle
+        state = life.state if life is not None else "lost"
+        if life is not None and state == "closed":  # closed on purpose: with the cluster, or alone?
+            life.later(lambda closing: _log_lost(worker, lost_by_array, closing))
         else:
             _log_lost(worker, lost_by_array, state == "closing")
 
