@@ -47,8 +47,6 @@ from ._placement import place_blocks
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
-    from ._lifecycle import Lifecycle
-
 __all__ = ["ArrayRegistry"]
 
 
@@ -92,7 +90,9 @@ class ArrayRegistry:
         self.on_close: list[Callable[[str], None]] = []
         # events of callers in wait_meta, set on every metadata change
         self._waiters: set[asyncio.Event] = set()
-        self.lifecycle: Lifecycle | None = None  # set by the plugin
+        # the plugin's Lifecycle (not imported: it imports this module): is the
+        # cluster closing?  None outside the plugin
+        self.lifecycle: Any = None
         scheduler.handlers.update(
             {
                 "daskangel_open": self.open,
