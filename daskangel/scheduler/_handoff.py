@@ -68,6 +68,21 @@ ServerId = tuple[str, int]
 _RETIRE_KW = ("close_workers", "remove", "stimulus_id")
 
 
+def _report_lost(lifecycle: Any, msg: str) -> None:
+    """Blocks left to go with their closing workers: a warning, unless the whole
+    cluster turns out to be closing (decided after the lifecycle's grace period;
+    at once without one)."""
+
+    def report(cluster_closing: bool) -> None:
+        level = logging.INFO if cluster_closing else logging.WARNING
+        logger.log(level, "daskangel: %s; they are lost with the workers", msg)
+
+    if lifecycle is None:
+        report(False)
+    else:
+        lifecycle.later(report)
+
+
 class HandoffService(Rebalancer):
     """Moves the blocks of leaving workers; wraps the scheduler's ``retire_workers``."""
 
@@ -275,7 +290,7 @@ class HandoffService(Rebalancer):
                     "context can take them"
                 )
                 if not strict:
-                    logger.warning("daskangel: %s; they are lost with the workers", msg)
+                    _report_lost(self.registry.lifecycle, msg)
                     continue
                 raise HandoffError(
                     f"{msg}; nothing was moved or retired. Add a worker first, or save and "

@@ -94,9 +94,11 @@ def test_a_worker_lost_while_others_run_is_still_a_warning(records: _Records) ->
         holders = list(dict.fromkeys(s[0] for s in servers))
         assert len(holders) >= 2, servers
         workers = {w.address: w for w in cluster.workers.values()}
-        # closed on purpose while two others run: a loss, said after the grace period
+        # closed on purpose while two others run: its blocks are handed off, no loss
         client.sync(workers[holders[0]].close)
-        records.wait(lambda r: r.levelno == logging.WARNING and holders[0] in r.getMessage())
+        records.wait(lambda r: "handed off its blocks" in r.getMessage())
+        assert not [r for r in records.records if r.levelno >= logging.WARNING]
+        assert not cluster.scheduler.plugins["daskangel"].registry.arrays["w"].get("lost")
         # vanished without closing (as a killed process does): said at once
         cluster.sync(
             cluster.scheduler.remove_worker, holders[1], stimulus_id="test-lost", close=False
