@@ -18,6 +18,7 @@ Example
 from __future__ import annotations
 
 from ..psarray import Partition, register_psf
+from ._accumulated import AccumulatedStep, step_accumulated
 from ._base import GetFunc, PSFunc, UpdateFunc
 from ._dot import Dot
 from ._elementwise import (
@@ -84,6 +85,7 @@ __all__ = [
     "FUNCTIONS",
     "SGD",
     "Abs",
+    "AccumulatedStep",
     "AdaGrad",
     "AdaRevision",
     "Adam",
@@ -161,4 +163,5 @@ __all__ = [
     "get_function",
     "register_function",
     "register_psf",
+    "step_accumulated",
 ]

@@ -287,3 +287,34 @@ def test_ftrl_keeps_nonzero_start_weights(ps):
     np.testing.assert_allclose(w.get(), w0, atol=1e-12)
     opt.step(np.full((1, 3), 1e-3), rows=[1])  # a small gradient moves a little
     assert np.abs(np.asarray(w.get())[1] - w0[1]).max() < 1e-3
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_step_accumulated_steps_each_entry_once_whatever_the_order(ps, order):
+    """Two tasks' gradients summed in an accumulator, each task then stepping the rows it
+    touched (overlapping in row 3): the same weights and state as one AdaGrad step of
+    the sum, whoever calls first, and the accumulator is back at zero."""
+    w = ps.random(
+        "w", (8, 3), seed=2, dist="normal", scale=0.1, dtype="float64", block_shape=(3, 3)
+    )
+    w0 = np.asarray(w.get(), np.float64)
+    opt = ops.AdaGrad(lr=0.1).attach(ps, w)
+    acc = ps.zeros_like(w, "w.acc", "float64")
+    rows = [np.array([0, 3, 4]), np.array([3, 7])]
+    grads = [np.arange(9.0).reshape(3, 3) - 4.0, np.array([[1.0, 0.5, 0.5], [0.5, 0.5, 0.5]])]
+    for r, g in zip(rows, grads, strict=True):
+        acc.increment(g, rows=r)
+    for i in order:
+        ops.step_accumulated(opt, acc, rows=rows[i])
+    G = np.zeros((8, 3))
+    np.add.at(G, rows[0], grads[0])
+    np.add.at(G, rows[1], grads[1])
+    hit = G != 0  # row 3, column 0 sums to -1 + 1 = 0: not stepped (lazy, as untouched)
+    assert not hit[3, 0]
+    want_h = np.where(hit, G * G, 0.0)
+    want = w0 - np.where(hit, 0.1 * G / (np.sqrt(want_h) + 1e-8), 0.0)
+    np.testing.assert_allclose(w.get(), want, rtol=1e-12)
+    np.testing.assert_allclose(opt.state["h"].get(), want_h, rtol=1e-12)
+    np.testing.assert_array_equal(acc.get(), np.zeros((8, 3)))
+    untouched = [1, 2, 5, 6]
+    np.testing.assert_array_equal(np.asarray(w.get())[untouched], w0[untouched])
