@@ -13,6 +13,7 @@
 | ``_prep``, ``_rows`` | a partition's split rows with local slots and pruned keys; pulls / pushes of those keys |
 | ``_epochs``, ``_monitor`` | per-epoch metric sums in a PS array row, finished into ``history_``; the task-side monitor (reports, early stopping) |
 | ``_predict`` | predictions shaped like the input (local or dask) |
+| ``_rounds`` | rounds of clocks with the BSP read barrier; divergence refused |
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ._monitor import Monitor
 from ._order import SHUFFLE_BLOCK, epoch_order, round_share, rows_per_round, split_ids
 from ._params import check_fraction, check_int, check_number, early_stopping_on, train_rows
 from ._predict import in_input_order, input_order, map_rows
+from ._rounds import Rounds, barrier, check_finite_step, diverged
 from ._rows import LocalRows, pull, push, split_rows
 
 __all__ = [
@@ -49,18 +51,22 @@ __all__ = [
     "PSEstimator",
     "PartitionCache",
     "Prepared",
+    "Rounds",
     "array_names",
     "as_dataset",
     "check_feature_names",
     "feature_names",
     "as_unlabelled",
     "auc_from_hist",
+    "barrier",
     "check_finite",
+    "check_finite_step",
     "check_fraction",
     "check_int",
     "check_number",
     "early_stopping_on",
     "dataset_classes",
+    "diverged",
     "encode_labels",
     "epoch_order",
     "finish",

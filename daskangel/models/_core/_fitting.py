@@ -5,8 +5,10 @@ sparse-feature families (linear models, factorization machines): ``fit``
 checks the hyper-parameters, forgets the fitted state unless ``warm_start``
 keeps it, and trains ``max_iter`` epochs; ``partial_fit`` trains one more
 epoch from the current model and clock, refusing ``classes`` that differ from
-the first call's.  A family implements ``_check_params()`` (refuse a bad value
-before anything is made) and ``_fit(X, y, epochs, classes)``.
+the first call's.  Both end by pulling what predicting needs (``_pull``), so
+``predict`` reads that copy and changes nothing in the estimator.  A family
+implements ``_check_params()`` (refuse a bad value before anything is made)
+and ``_fit(X, y, epochs, classes)``.
 
 Example
 -------
@@ -57,7 +59,13 @@ class EpochEstimator(PSEstimator):
         self._check_params()
         if not self.warm_start or not hasattr(self, "n_features_in_"):
             self._forget()
-        return self._fit(X, y, self.max_iter, None)
+        return self._fitted_copy(self._fit(X, y, self.max_iter, None))
+
+    def _fitted_copy(self, est: Any) -> Any:
+        """Pull what predicting needs at the end of a fit (scikit-learn's contract:
+        ``predict`` changes nothing in the estimator)."""
+        self._pull()
+        return est
 
     def partial_fit(self, X: Any, y: Any = None, classes: Any = None) -> Any:
         """One more epoch over ``X, y``, continuing from the current model and clock."""
@@ -71,4 +79,6 @@ class EpochEstimator(PSEstimator):
                 f"classes: {np.asarray(classes).tolist()} differs from the classes of the "
                 f"first partial_fit {self.classes_.tolist()}"
             )
-        return self._fit(X, y, 1, None if classes is None else np.asarray(classes))
+        return self._fitted_copy(
+            self._fit(X, y, 1, None if classes is None else np.asarray(classes))
+        )
