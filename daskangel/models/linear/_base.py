@@ -35,10 +35,10 @@ import numpy as np
 
 from ... import ops
 from ...context import PSContext
-from ...errors import DivergedError, InvalidArgumentError, TaskFailedError
+from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import BSP, as_sync
 from ...train import train
-from .._core import EpochEstimator, Prepared, PSEstimator, as_dataset
+from .._core import EpochEstimator, Prepared, PSEstimator, as_dataset, diverged
 from .._core._epochs import finish, row_width
 from ._kernels import KINDS
 from ._lbfgs import QNTask, qn_arrays
@@ -183,31 +183,27 @@ class LinearModel(EpochEstimator):
         met = ps.zeros(plan.metrics, (max(plan.epochs, 1), row_width(plan.nbins)), "float64")
         extra: list[str] = []
         try:
-            if self.solver in ("lbfgs", "owlqn"):
-                w = ps.get_array(plan.weights)
-                extra = qn_arrays(plan.weights, plan.memory)
-                for n in extra:
-                    ps.zeros_like(w, name=n)
-                n_parts = len(ds.partitions)
-                res = train(
-                    ps, QNTask(plan), ds, groups=1, group_size=n_parts, epochs=plan.epochs,
-                    array_sync={plan.weights: BSP()}, progress=self.progress, unit="epoch",
-                )  # fmt: skip
-            else:
-                per = plan.rounds * plan.clocks_per_round
-                res = train(
-                    ps, SGDTask(plan), ds, sync=as_sync(self.sync), epochs=plan.epochs * per,
-                    progress=self.progress, unit="epoch", clocks_per_unit=per,
-                )  # fmt: skip
-            done = min(int(r["epochs"]) for r in res.results) if res.results else 0
-            if plan.rounds > 1 or self.solver in ("lbfgs", "owlqn"):
-                done = min(done, plan.epochs)
-            rows = np.asarray(met.get()) if done else np.zeros((0, 1))
-        except TaskFailedError as e:
-            if not isinstance(e.__cause__, DivergedError):
-                raise
-            self._forget()  # a NaN model is no model: back to unfitted
-            raise DivergedError(str(e.__cause__)) from e
+            with diverged(self):  # a NaN model is no model: back to unfitted
+                if self.solver in ("lbfgs", "owlqn"):
+                    w = ps.get_array(plan.weights)
+                    extra = qn_arrays(plan.weights, plan.memory)
+                    for n in extra:
+                        ps.zeros_like(w, name=n)
+                    n_parts = len(ds.partitions)
+                    res = train(
+                        ps, QNTask(plan), ds, groups=1, group_size=n_parts, epochs=plan.epochs,
+                        array_sync={plan.weights: BSP()}, progress=self.progress, unit="epoch",
+                    )  # fmt: skip
+                else:
+                    per = plan.rounds * plan.clocks_per_round
+                    res = train(
+                        ps, SGDTask(plan), ds, sync=as_sync(self.sync), epochs=plan.epochs * per,
+                        progress=self.progress, unit="epoch", clocks_per_unit=per,
+                    )  # fmt: skip
+                done = min(int(r["epochs"]) for r in res.results) if res.results else 0
+                if plan.rounds > 1 or self.solver in ("lbfgs", "owlqn"):
+                    done = min(done, plan.epochs)
+                rows = np.asarray(met.get()) if done else np.zeros((0, 1))
         finally:
             for n in [met.name, *extra]:
                 with contextlib.suppress(Exception):

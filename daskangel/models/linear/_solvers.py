@@ -47,11 +47,11 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import DivergedError
 from ...psarray import PSArray
 from .._core._monitor import Monitor as _Monitor
 from .._core._order import round_share as _round_share
 from .._core._order import rows_per_round
+from .._core._rounds import check_finite_step
 from .._core._rows import pull, push
 from ._inplace import InPlaceData, prepare_in_place
 from ._kernels import SQ_HINGE, SQUARED, batch_keys, grad_rows
@@ -87,18 +87,6 @@ def step_cap(plan: Plan, max_sq: float) -> float:
     if L <= 0.0:
         return float("inf")
     return 1.0 / (L * (2.0 if plan.kind == SQ_HINGE else 1.0))
-
-
-def check_finite_step(loss: float, W: np.ndarray | None, epoch: int, eta: float) -> None:
-    """Raise :class:`~daskangel.errors.DivergedError` when a step left a non-finite
-    loss or weights (instead of pushing NaN to the servers)."""
-    if np.isfinite(loss) and (W is None or bool(np.isfinite(W).all())):
-        return
-    raise DivergedError(
-        f"learning_rate: training diverged in epoch {epoch + 1} (the loss or the weights "
-        f"became infinite or NaN at step size {eta:.3g}); lower learning_rate, or scale "
-        "the features (e.g. sklearn.preprocessing.StandardScaler)"
-    )
 
 
 class Monitor(_Monitor):
