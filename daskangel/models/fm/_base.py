@@ -8,8 +8,11 @@ linear weights too: one seeded draw per entry, whatever the partitioning),
 and a server-side optimiser keeps its state in matrices co-partitioned with it.
 ``fit`` turns the input into a persisted Dataset (``_core._input``), runs one
 :class:`~._solvers.FMTask` per partition with ``angel.train``, finishes the
-per-epoch metrics rows into ``history_`` and leaves the model on the servers;
-predicting pulls it once (cached until the next fit).
+per-epoch metrics rows into ``history_`` and leaves the model on the servers
+with a float64 copy pulled at the end of the fit, which predicting reads (so
+``predict`` changes nothing in the estimator).  A fit whose loss or model turns
+non-finite raises :class:`~daskangel.errors.DivergedError` and leaves the
+estimator unfitted.
 
 State shapes: ``_arrays = {"weights": name, "state": {slot: name}, "rule": name}``;
 ``_w`` is the pulled float64 copy or ``None``.
@@ -34,7 +37,7 @@ from ...context import PSContext
 from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import as_sync
 from ...train import train
-from .._core import EpochEstimator, Prepared, PSEstimator, as_dataset, check_finite
+from .._core import EpochEstimator, Prepared, PSEstimator, as_dataset, check_finite, diverged
 from .._core._epochs import finish, row_width
 from ._params import check_params, make_plan, rule_of
 from ._predict import margins_of
@@ -82,7 +85,7 @@ class FMModel(EpochEstimator):
     def _make_arrays(self, ps: PSContext, n_features: int) -> None:
         name = f"{type(self).__name__.lower()}-{uuid.uuid4().hex[:8]}"
         shape = (n_features + 1, self._width())
-        dtype = self.dtype or "float32"
+        dtype = self.dtype or "float64"  # sums in arrival order: rounding at 1e-16, not 1e-7
         init = getattr(self, "_w", None)
         if init is not None and init.shape == shape:
             w = ps.from_array(f"{name}.w", init, dtype=dtype)
@@ -142,7 +145,7 @@ class FMModel(EpochEstimator):
         if n != 2:
             raise InvalidArgumentError(
                 f"y: Only binary classification is supported. {type(self).__name__} needs "
-                f"samples of exactly 2 classes, got {n}"
+                f"samples of exactly 2 classes, got {n} class{'' if n == 1 else 'es'}"
             )
         self.classes_ = np.asarray(classes)
 
@@ -169,17 +172,23 @@ class FMModel(EpochEstimator):
         n_fields = 0 if fields is None else int(fields.max(initial=0)) + 1
         plan = make_plan(self, data, n_features, epochs, fields, n_fields, self._bound())
         met = ps.zeros(plan.metrics, (max(plan.epochs, 1), row_width(plan.nbins)), "float64")
+        made = [met.name]
         try:
-            res = train(
-                ps, FMTask(plan), ds, sync=as_sync(self.sync), epochs=plan.epochs * plan.rounds,
-                progress=self.progress, unit="epoch", clocks_per_unit=plan.rounds,
-            )  # fmt: skip
+            if plan.acc:
+                made.append(ps.zeros_like(ps.get_array(plan.weights), plan.acc, "float64").name)
+            per = plan.clock_rounds.clocks_per_epoch
+            with diverged(self):
+                res = train(
+                    ps, FMTask(plan), ds, sync=as_sync(self.sync), epochs=plan.epochs * per,
+                    progress=self.progress, unit="epoch", clocks_per_unit=per,
+                )  # fmt: skip
             done = min(int(r["epochs"]) for r in res.results) if res.results else 0
             done = min(done, plan.epochs)
             rows = np.asarray(met.get()) if done else np.zeros((0, 1))
         finally:
-            with contextlib.suppress(Exception):
-                ps.drop(met.name)
+            for n in made:
+                with contextlib.suppress(Exception):
+                    ps.drop(n)
         self._record(rows[: max(done, 0)], plan, res.job)
         self.t_ = int(getattr(self, "t_", 0)) + done
         self.n_iter_ = done

@@ -32,6 +32,12 @@ from ._fields import field_map
 __all__ = ["FFMClassifier", "FMClassifier", "FMRegressor"]
 
 COMMON_DOC = """
+    .. warning:: Two fits with one ``random_state`` give the same model under
+       BSP (the default) only.  Under SSP / ASP a task may read rows other
+       tasks changed in the same clock, and the server-side optimisers
+       (``'adam'``, ``'adagrad'``, ``'ftrl'``, ``'sgd'``) step as each task's
+       gradient arrives, so their state depends on the order of arrival.
+
     Parameters
     ----------
     n_factors
@@ -40,7 +46,8 @@ COMMON_DOC = """
         ``'ma-sgd'`` (default): local SGD passes whose deltas are averaged on
         the PS; ``'adam'``, ``'adagrad'``, ``'ftrl'``, ``'sgd'``: minibatch
         gradients pushed to that server-side optimiser (the batch's rows
-        pulled, pruned).
+        pulled, pruned); under BSP the tasks' gradients of a clock are summed
+        and stepped once (a synchronous step of ``n_tasks * batch_size`` rows).
     learning_rate, power_t
         Step size of the optimiser (FTRL: its alpha); MA-SGD's local SGD step
         in epoch ``t`` is ``learning_rate / (1 + t) ** power_t``.
@@ -65,11 +72,14 @@ COMMON_DOC = """
         ``n_iter_no_change`` epochs.  On census holding 10 % out costs the
         test log-loss 0.004 (``benchmarks/RESULTS.md``).
     dtype
-        The model's dtype on the PS (default float32).
+        The model's dtype on the PS (default float64: the servers' arrival-order
+        sums then round at 1e-16, so two fits with one ``random_state`` agree;
+        float32 halves the PS memory).
     n_tasks
         Training tasks (default: one per worker thread).
     random_state, warm_start, progress, client, ps
-        Seed of the initial factors, splits and shuffles; continue from the
+        Seed of the initial factors, splits and shuffles (under BSP two fits
+        with one seed give the same model); continue from the
         current model on ``fit``; a progress bar of epochs with the latest
         metrics (``"auto"``: shown in a terminal or Jupyter, not in batch logs;
         ``True`` / ``False``); the Dask client (default: the current one); an
@@ -78,7 +88,7 @@ COMMON_DOC = """
     Attributes
     ----------
     w0_, coef_, factors_
-        Bias, linear weights, factor matrix (pulled from the PS on first use).
+        Bias, linear weights, factor matrix (of the copy pulled at the end of the fit).
     classes_, n_features_in_, n_iter_, t_
         Classes, features, epochs of the last fit, epochs in total.
     history_

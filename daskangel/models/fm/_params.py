@@ -93,6 +93,7 @@ def make_plan(
     solver = self.solver
     batch = self.batch_size or (1 if solver == "ma-sgd" else 256)
     early = early_stopping_on(self)
+    bsp = as_sync(self.sync).staleness == 0
     plan = Plan(
         weights=self._arrays["weights"],
         metrics=f"{self._arrays['weights']}.m{uuid.uuid4().hex[:6]}",
@@ -125,6 +126,10 @@ def make_plan(
         nbins=int(config.get("daskangel.models.auc-bins")),
         hot=0,
         optimizer=optimizer,
+        read_barrier=bsp,
+        acc=f"{self._arrays['weights']}.acc{uuid.uuid4().hex[:6]}"
+        if bsp and solver != "ma-sgd"
+        else "",
     )
     if rows:
         rounds = max(1, -(-max(rows) // per_round(plan)))

@@ -29,6 +29,7 @@ from ...data._batch import CSRBatch
 from ...errors import InvalidArgumentError
 from .._core._cache import PREPARED
 from .._core._order import epoch_order
+from .._core._rounds import Rounds
 from .._core._rows import split_rows
 from ._kernels import LOGISTIC, SQUARED, eval_rows, local_sgd
 
@@ -68,6 +69,13 @@ class Plan:
     nbins: int
     hot: int = 0
     optimizer: Any = None  # BoundOptimizer (server-side solvers)
+    read_barrier: bool = False  # BSP: two clocks a round (see _core._rounds)
+    acc: str = ""  # PS array of the summed gradients (server-side solvers under BSP)
+
+    @property
+    def clock_rounds(self) -> Rounds:
+        """The fit's rounds and clocks a round (two with the read barrier)."""
+        return Rounds(self.rounds, 2 if self.read_barrier else 1)
 
     @property
     def binary(self) -> bool:
