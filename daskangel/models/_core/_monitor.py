@@ -8,7 +8,9 @@ the clock rule, so all tasks read the same figures) feed ``ctx.report`` and
 early stopping.  The fit's plan gives the fields of :class:`EpochPlan`.
 :meth:`Monitor.end_round` closes a round (the epoch's training loss, the
 clock) and :meth:`Monitor.finish` evaluates the last epoch and makes the task's
-result, the same for every family.
+result, the same for every family.  A family whose rows hold other sums (LDA's
+held-out log-likelihood and tokens per sweep) passes ``finish_row`` (a summed
+row to its metrics) and the name of its x axis (``x="sweep"``).
 
 Example
 -------
@@ -64,10 +66,19 @@ class EpochPlan(Protocol):
 class Monitor:
     """Validation sums into the metrics array; finished epochs into reports and stops."""
 
-    def __init__(self, ctx: Any, plan: EpochPlan, evaluate: Evaluate) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        plan: EpochPlan,
+        evaluate: Evaluate,
+        finish_row: Callable[[np.ndarray], dict[str, float]] | None = None,
+        x: str = "epoch",
+    ) -> None:
         self.ctx = ctx
         self.plan = plan
         self._evaluate = evaluate
+        self._finish_row = finish_row
+        self._x = x
         self.met = ctx.array(plan.metrics)
         self.history: list[dict[str, float]] = []  # finished epochs, from the metrics array
         s = ctx.staleness(plan.metrics)
@@ -101,9 +112,12 @@ class Monitor:
             return False
         rows = np.asarray(self.met.get(rows=np.arange(first, last + 1)))
         for r in rows:
-            m = finish(r, p.task, binary=p.binary, logloss=p.logloss, nbins=p.nbins)
+            if self._finish_row is not None:
+                m = self._finish_row(r)
+            else:
+                m = finish(r, p.task, binary=p.binary, logloss=p.logloss, nbins=p.nbins)
             self.history.append(m)
-        self.ctx.report(epoch=p.epoch0 + last + 1, **self.history[-1])
+        self.ctx.report(**{self._x: p.epoch0 + last + 1}, **self.history[-1])
         if p.tol is None:
             return False
         return should_stop(self.history, p.monitor, p.tol, p.patience)
