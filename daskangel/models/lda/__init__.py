@@ -11,7 +11,9 @@
 | ``_vb`` | compiled SVI kernels: fast digamma, E-step, lazy sparse lambda update |
 | ``_svi`` | the MA-SVI training task (MA-LDA: local SVI steps, models averaged on the PS) |
 | ``_svi_fit`` | MA-SVI arrays, plan and the rebase of lambda's scale after a fit |
-| ``_history`` | ``history_`` rows per sweep |
+| ``_recover`` | topic assignments in the snapshots, a task's restart after a failure |
+| ``_history`` | ``history_`` rows per sweep, the live figures of the dashboard |
+| ``_synthetic`` | corpora with planted topics (tests, benchmarks, the notebook) |
 | ``_eval`` | document-completion scoring and folding in |
 | ``_apply`` | transform / score on any input |
 
@@ -28,5 +30,6 @@ from __future__ import annotations
 from ._docs import heldout_mask
 from ._estimator import LDA
 from ._eval import completion_log_likelihood
+from ._synthetic import planted_counts
 
-__all__ = ["LDA", "completion_log_likelihood", "heldout_mask"]
+__all__ = ["LDA", "completion_log_likelihood", "heldout_mask", "planted_counts"]

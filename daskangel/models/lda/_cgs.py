@@ -38,6 +38,7 @@ Example
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +47,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from ... import config
+from .._core._monitor import Monitor
 from ._docs import TaskDocs, task_docs
 from ._eval import completion_sums, phi_rows
+from ._history import SweepPlan, sweep_metrics
+from ._recover import restore_z, write_z
 from ._sampler import build_alias, init_topics, sample_words, word_deltas
 
 __all__ = ["CGSTask", "Plan", "evaluate_docs"]
@@ -59,7 +63,7 @@ class Plan:
 
     nwk: str  # PS array (V, K) int32
     nk: str  # PS array (1, K) int64
-    metrics: str  # PS array (sweeps + 1, 3) float64
+    metrics: str  # PS array (sweeps + 1, METRIC_COLS) float64 (``._history``)
     model: str  # uid keying the worker-side token state
     n_words: int  # V
     n_topics: int  # K
@@ -72,6 +76,11 @@ class Plan:
     val_fraction: float
     evaluate_every: int  # 0: only the final model
     fold_in: int  # fixed-point iterations of the evaluation
+    z: str | None = None  # PS array of the assignments (clock snapshots on), ``._recover``
+    z_offsets: tuple[int, ...] = ()  # start of partition i's tokens in ``z``
+    snap_every: int = 0  # clocks between snapshots (0: none)
+    recovery: str = "continue"  # the context's recovery mode
+    z_fresh: bool = True  # ``z`` was made for this fit (holds nothing of a previous one)
 
 
 def evaluate_docs(
@@ -107,15 +116,29 @@ class CGSTask:
         K, V = p.n_topics, p.n_words
         nwk, nka, met = ctx.array(p.nwk), ctx.array(p.nk), ctx.array(p.metrics)
         tm = {"pull_sample": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
+        zarr = ctx.array(p.z) if p.z is not None else None
+        zoff = p.z_offsets[part.index] if p.z is not None else 0
+        # a second start in this job, or a start past clock 0: restarted after a failure
+        restart = c.job == ctx.job or ctx.iteration > 0
+        c.job = ctx.job
+        if c.z is not None and p.z_fresh and ctx.iteration == 0 and not restart:
+            c.zps = None  # a new z array: write every token
+        if restart and ctx.iteration == 0 and p.sweep0 > 0 and p.z_fresh:
+            zarr = None  # z holds nothing from before this fit: the tokens cannot come back
+        if restart and not (ctx.iteration == 0 and p.sweep0 == 0):
+            restore_z(ctx, zarr, c, zoff, K, p.recovery)  # the snapshot's assignments
+        elif ctx.iteration == 0 and (c.z is None or restart):
+            c.z = np.empty(c.n_tokens, np.int32)
+            c.zps = None
+            c.ndk = np.zeros((c.n_docs, K), np.int32)
+            counts = init_topics(c.z, c.tdoc, c.wptr, c.ndk, K, p.seed + 1000 * part.index)
+            ri, ci, vi = word_deltas(c.keys, counts, K)
+            if ri.size:
+                nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))
+            nka.increment(counts.sum(axis=0, dtype=np.int64), rows=0)
         if ctx.iteration == 0:
-            if c.z is None:
-                c.z = np.empty(c.n_tokens, np.int32)
-                c.ndk = np.zeros((c.n_docs, K), np.int32)
-                counts = init_topics(c.z, c.tdoc, c.wptr, c.ndk, K, p.seed + 1000 * part.index)
-                ri, ci, vi = word_deltas(c.keys, counts, K)
-                if ri.size:
-                    nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))
-                nka.increment(counts.sum(axis=0, dtype=np.int64), rows=0)
+            if zarr is not None:
+                write_z(zarr, c, zoff)
             ctx.clock()
         # held-out words: their slot among the captured rows, -1 for others
         vkeys = np.unique(docs.val_words)
@@ -130,6 +153,11 @@ class CGSTask:
         bounds = np.searchsorted(c.keys, (np.arange(G + 1) * V) // G)
         plain_nk = nka.plain
         rows_src = nwk.plain if G > 1 else nwk
+        exit_at = config.get("daskangel.lda.exit-at-sweep")
+        # finished sweeps' figures (every task's sums) to the dashboard, as every family's
+        n_tasks = ctx.n_tasks
+        mon = Monitor(ctx, SweepPlan(p.metrics, p.sweep0 - 1), lambda _: None,
+                      finish_row=lambda r: sweep_metrics(r, n_tasks), x="sweep")  # fmt: skip
         while ctx.iteration <= p.sweeps:
             s = ctx.iteration  # this clock's sweep (1-based)
             t0 = time.perf_counter()
@@ -168,6 +196,8 @@ class CGSTask:
                     if ri.size:
                         nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))
                     push += time.perf_counter() - t1
+                    if exit_at is not None and s == int(exit_at):
+                        _exit_once(ctx)  # the test hook: die in the middle of the sweep
                 nka.increment(nk - nk0, rows=0)
                 if G > 1:  # the next member samples these rows next round: push them now
                     t1 = time.perf_counter()
@@ -176,24 +206,43 @@ class CGSTask:
             t1 = time.perf_counter()
             tm["pull_sample"] += t1 - t0 - push
             tm["push"] += push
+            met.increment(np.array([float(c.n_tokens), t1 - t0]), rows=s, cols=np.arange(3, 5))
             ev = 0.0
             if capture is not None:
                 assert nk_eval is not None
                 ll, n = evaluate_docs(docs, vwords, capture, nk_eval, p)
                 ev = time.perf_counter() - t1
-                met.increment(np.array([ll, n, ev]), rows=s - 1)
+                met.increment(np.array([ll, n, ev]), rows=s - 1, cols=np.arange(3))
             tm["eval"] += ev
+            if zarr is not None and ((s + 1) % p.snap_every == 0 or s == p.sweeps):
+                write_z(zarr, c, zoff)  # in the snapshot at clock s + 1 (and kept for the next fit)
             ctx.report(eval_s=ev, tokens=int(c.n_tokens))
             t2 = time.perf_counter()
             ctx.clock()
             tm["clock"] += time.perf_counter() - t2
+            mon.stop(ctx.iteration)
         if has_val and ctx.iteration == p.sweeps + 1:
             t0 = time.perf_counter()
             ctx.flush()
             rows = np.asarray(nwk.get(rows=c.keys[vkeys]))
             ll, n = evaluate_docs(docs, vwords, rows, _nk_now(nka), p)
-            met.increment(np.array([ll, n, time.perf_counter() - t0]), rows=p.sweeps)
+            met.increment(
+                np.array([ll, n, time.perf_counter() - t0]), rows=p.sweeps, cols=np.arange(3)
+            )
         return {"tokens": c.n_tokens, "docs": docs.n_train_docs, "sampled": sampled, "timings": tm}
+
+
+def _exit_once(ctx: Any) -> None:
+    """``daskangel.lda.exit-at-sweep``: exit the process unless ``exit-marker`` exists."""
+    marker = config.get("daskangel.lda.exit-marker")
+    if marker is None:
+        return
+    try:
+        os.close(os.open(str(marker), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    ctx.flush()
+    os._exit(1)
 
 
 def _nk_now(nka: Any) -> np.ndarray:

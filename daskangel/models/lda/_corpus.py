@@ -90,6 +90,8 @@ class Corpus:
     dtok: np.ndarray  # (n_tokens,) int64 word-major position of each doc-major token
     z: np.ndarray | None = None  # (n_tokens,) int32 topics, once initialised
     ndk: np.ndarray | None = None  # (n_docs, K) int32
+    zps: np.ndarray | None = None  # z as last written to the PS (snapshots, ``._recover``)
+    job: str | None = None  # the training job that last ran on these tokens
 
     @property
     def n_tokens(self) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import tempfile
 import uuid
 from typing import Any, ClassVar
 
@@ -39,8 +40,9 @@ from .._core import Prepared, PSEstimator, as_unlabelled
 from ._apply import score_of, theta_of
 from ._cgs import CGSTask, Plan
 from ._docs import forget
-from ._history import sweep_records
+from ._history import METRIC_COLS, sweep_records
 from ._params import check_params, layout, priors, validate_dataset
+from ._recover import make_z, token_offsets
 from ._svi_fit import make_svi_arrays, run_svi
 
 __all__ = ["LDA"]
@@ -92,6 +94,13 @@ class LDA(TransformerMixin, PSEstimator):
     mean_change_tol, max_doc_update_iter
         ``'ma-svi'``: the E-step of a document stops when its topic parameters
         change by less than this on average, or after that many iterations.
+    snapshot, snapshot_every
+        With ``snapshot_every`` (clocks, i.e. sweeps) the model's own PS context
+        snapshots to ``snapshot`` (an fsspec URL; a temporary directory by
+        default, which suits a LocalCluster) with ``recovery="rollback"``: the
+        counts and (``'cgs'``) the topic assignments are in every snapshot, so a
+        fit that loses a worker goes back to the newest one and finishes with
+        exact counts (``sum_w n_wk = n_k``, ``sum_k n_k`` = training tokens).
     random_state
         Seed (``None``: a fresh one).
     progress
@@ -133,6 +142,8 @@ class LDA(TransformerMixin, PSEstimator):
         learning_decay: float = 0.7,
         mean_change_tol: float = 1e-3,
         max_doc_update_iter: int = 100,
+        snapshot: str | None = None,
+        snapshot_every: int | None = None,
         random_state: int | None = None,
         warm_start: bool = False,
         progress: bool | str = "auto",
@@ -142,6 +153,12 @@ class LDA(TransformerMixin, PSEstimator):
         self._keep_params(locals())
 
     # -- the PS side --------------------------------------------------------------------
+
+    def _context_options(self) -> dict[str, Any]:
+        if self.snapshot_every is None:
+            return {}
+        url = self.snapshot or tempfile.mkdtemp(prefix="daskangel-lda-snap-")
+        return {"snapshot": url, "snapshot_every": self.snapshot_every, "recovery": "rollback"}
 
     def _pull(self) -> np.ndarray | None:
         return self._pulled("_nwk", self._fetch)  # type: ignore[no-any-return]
@@ -235,7 +252,7 @@ class LDA(TransformerMixin, PSEstimator):
                     f"{self.n_features_in_} words as input"
                 )
             V = self.n_features_in_
-        validate_dataset(ds, V)  # before anything on the PS changes
+        sizes = validate_dataset(ds, V)  # before anything on the PS changes
         K = int(self.n_topics)
         alpha, beta = priors(self)
         groups, group_size = layout(self, len(ds.partitions))
@@ -253,8 +270,8 @@ class LDA(TransformerMixin, PSEstimator):
             self.n_train_tokens_ = tokens
             self._record(res, rows, sweeps, sweep0, sp.rounds)
             return self._done(sweep0, sweeps, res)
-        met = ps.zeros(f"{self._arrays['nwk']}.metrics-{uuid.uuid4().hex[:6]}", (sweeps + 1, 3),
-                       "float64")  # fmt: skip
+        met = ps.zeros(f"{self._arrays['nwk']}.metrics-{uuid.uuid4().hex[:6]}",
+                       (sweeps + 1, METRIC_COLS), "float64")  # fmt: skip
         plan = Plan(
             nwk=self._arrays["nwk"], nk=self._arrays["nk"], metrics=met.name, model=self._uid,
             n_words=V, n_topics=K, alpha=alpha, beta=beta, mh_steps=int(self.mh_steps),
@@ -262,6 +279,7 @@ class LDA(TransformerMixin, PSEstimator):
             val_fraction=float(self.validation_fraction),
             evaluate_every=int(self.evaluate_every),
             fold_in=int(config.get("daskangel.lda.fold-in-iters")),
+            **self._z_plan(ps, sizes),
         )  # fmt: skip
         try:
             res = train(
@@ -276,6 +294,26 @@ class LDA(TransformerMixin, PSEstimator):
         self.n_train_tokens_ = int(ps.get_array(plan.nk).get().sum())
         self._record(res, rows, sweeps, sweep0, 1)
         return self._done(sweep0, sweeps, res)
+
+    def _z_plan(self, ps: PSContext, sizes: list[tuple[int, int]]) -> dict[str, Any]:
+        """The plan's fields keeping the assignments in the snapshots (``._recover``):
+        with clock snapshots, the ``z`` array of this data's layout (kept between fits
+        on the same data, made anew otherwise)."""
+        every = int(getattr(ps, "snapshot_every_clocks", None) or 0)
+        recovery = str(getattr(ps, "recovery", "continue"))
+        if not every:
+            return {"recovery": recovery}
+        offsets = token_offsets(sizes)
+        layout = tuple(int(o) for o in offsets)
+        fresh = self._arrays.get("z") is None or getattr(self, "_z_layout", None) != layout
+        if fresh:
+            if self._arrays.get("z") is not None:
+                with contextlib.suppress(Exception):
+                    ps.drop(self._arrays["z"])
+            self._arrays["z"] = make_z(ps, f"{self._arrays['nwk']}.z", int(offsets[-1]))
+            self._z_layout = layout
+        return {"z": self._arrays["z"], "z_offsets": layout[:-1], "snap_every": every,
+                "recovery": recovery, "z_fresh": fresh}  # fmt: skip
 
     def _done(self, sweep0: int, sweeps: int, res: Any) -> LDA:
         self.t_ = sweep0 + sweeps

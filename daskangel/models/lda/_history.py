@@ -16,11 +16,48 @@ Example
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["sweep_records"]
+__all__ = ["SweepPlan", "sweep_metrics", "sweep_records"]
+
+# a CGS metrics row: [held-out LL sum, tokens scored, eval seconds, tokens sampled,
+# sampling seconds summed over the tasks]; row i: the model after i sweeps
+METRIC_COLS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPlan:
+    """What :class:`.._core.Monitor` reads of a CGS fit (its rows are sweeps, one clock each;
+    ``epoch0 = sweep0 - 1`` since row ``i`` is the model after ``i`` sweeps)."""
+
+    metrics: str
+    epoch0: int
+    rounds: int = 1
+    nbins: int = 0
+    task: str = "lda"
+    binary: bool = False
+    logloss: bool = False
+    tol: float | None = None
+    monitor: str = ""
+    patience: int = 0
+
+
+def sweep_metrics(row: np.ndarray, n_tasks: int) -> dict[str, float]:
+    """A finished metrics row as the dashboard's live figures (held-out LL per token,
+    tokens/s over the tasks: their tokens over their mean sampling time).
+
+    >>> sweep_metrics(np.array([-70.0, 10, 0.1, 1000, 2.0]), 2)
+    {'heldout_ll': -7.0, 'tokens_per_s': 1000.0}
+    """
+    out = {}
+    if row[1] > 0:
+        out["heldout_ll"] = float(row[0] / row[1])
+    if row.shape[0] >= METRIC_COLS and row[4] > 0:
+        out["tokens_per_s"] = float(row[3] * n_tasks / row[4])
+    return out
 
 
 def sweep_records(

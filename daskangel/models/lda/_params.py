@@ -70,6 +70,8 @@ def check_params(est: Any) -> None:
         raise InvalidArgumentError(f"validation_fraction: expected a float in [0, 1), got {f!r}")
     if est.groups is not None:
         _int("groups", est.groups, 1)
+    if est.snapshot_every is not None:
+        _int("snapshot_every", est.snapshot_every, 1)
     as_sync(est.sync)
     if est.solver == "ma-svi":
         _svi_params(est)
@@ -133,8 +135,8 @@ def _check_part(part: Any, n_words: int) -> tuple[int, int]:
     return rows.n_rows, int(np.asarray(rows.data, np.float64).sum())
 
 
-def validate_dataset(ds: Any, n_words: int) -> int:
-    """Check every partition's counts on its worker; return the number of tokens.
+def validate_dataset(ds: Any, n_words: int) -> list[tuple[int, int]]:
+    """Check every partition's counts on its worker; return ``(rows, tokens)`` per partition.
 
     Raises :class:`InvalidArgumentError` naming ``X`` for a negative, fractional
     or non-finite count or a word id ``>= n_words``.
@@ -144,4 +146,4 @@ def validate_dataset(ds: Any, n_words: int) -> int:
         out = ds.client.gather(futs)
     finally:
         ds.client.cancel(futs)
-    return sum(t for _, t in out)
+    return [(int(r), int(t)) for r, t in out]

@@ -41,8 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from .._core._monitor import Monitor
 from ._docs import STATES, _lock, _mask, _take, fingerprint
 from ._eval import completion_sums
+from ._history import SweepPlan, sweep_metrics
 from ._vb import batch_words, estep, expected_log_rows, sgd_update
 
 __all__ = ["SVIDocs", "SVIPlan", "SVITask", "log_scales", "prepare_svi"]
@@ -54,7 +56,7 @@ class SVIPlan:
 
     lam: str  # PS array (V, K) float64: mu
     lamsum: str  # PS array (1, K) float64: musum
-    metrics: str  # PS array (passes + 1, 3) float64
+    metrics: str  # PS array (passes + 1, METRIC_COLS) float64 (``._history``)
     model: str  # uid keying the worker-side state
     n_words: int
     n_topics: int
@@ -192,6 +194,9 @@ class SVITask:
         e_iters = 0
         chunks: list[np.ndarray] = []
         stamp = 0
+        # finished passes' figures (every task's sums) to the dashboard, as for CGS
+        mon = Monitor(ctx, SweepPlan(p.metrics, p.pass0 - 1, rounds=R), lambda _: None,
+                      finish_row=lambda row: sweep_metrics(row, m), x="sweep")  # fmt: skip
         while ctx.iteration <= p.passes * R:
             c = ctx.iteration - 1
             ps_i, r = divmod(c, R)
@@ -217,7 +222,7 @@ class SVITask:
             if evaluate:
                 ll, n = _score(docs, vrows, vslot, mu, musum, logs[ps_i * n_b], p)
                 ev = time.perf_counter() - t1
-                met.increment(np.array([ll, n, ev]), rows=ps_i)
+                met.increment(np.array([ll, n, ev]), rows=ps_i, cols=np.arange(3))
                 tm["eval"] += ev
             t1 = time.perf_counter()
             for j, bw in zip(steps, bws, strict=True):
@@ -240,15 +245,20 @@ class SVITask:
             lsum.increment((musum - ms0) / m, rows=0)
             tm["push"] += time.perf_counter() - t2
             tokens = sum(int(docs.counts[_entries(docs.indptr, chunks[j])].sum()) for j in steps)
+            met.increment(np.array([float(tokens), time.perf_counter() - t0 - ev]),
+                          rows=ps_i + 1, cols=np.arange(3, 5))  # fmt: skip
             ctx.report(eval_s=ev, tokens=tokens)
             ctx.clock()
+            mon.stop(ctx.iteration)
         if has_val and ctx.iteration == p.passes * R + 1:
             t0 = time.perf_counter()
             ctx.flush()
             mu[vrows] = np.asarray(lam.get(rows=docs.keys[vrows]), np.float64)
             musum = np.asarray(lsum.get(rows=0), np.float64).reshape(K)
             ll, n = _score(docs, vrows, vslot, mu, musum, logs[-1], p)
-            met.increment(np.array([ll, n, time.perf_counter() - t0]), rows=p.passes)
+            met.increment(
+                np.array([ll, n, time.perf_counter() - t0]), rows=p.passes, cols=np.arange(3)
+            )
         return {"tokens": docs.n_tokens, "docs": docs.n_docs, "estep_iters": e_iters,
                 "timings": tm}  # fmt: skip
 

@@ -30,6 +30,7 @@ from ...errors import InvalidArgumentError
 from ...ops import Scale, Sum
 from ...scheduler._clock_rule import as_sync
 from ...train import train
+from ._history import METRIC_COLS
 from ._svi import SVIPlan, SVITask, prepare_svi
 
 __all__ = ["make_svi_arrays", "run_svi", "steps_and_scale"]
@@ -85,8 +86,8 @@ def run_svi(est: Any, ps: Any, ds: Any, V: int, K: int, alpha: float, eta: float
         [d for d, _ in counts], int(est.batch_size), passes, step0,
         float(est.learning_offset), float(est.learning_decay),
     )  # fmt: skip
-    met = ps.zeros(f"{est._arrays['lam']}.metrics-{uuid.uuid4().hex[:6]}", (passes + 1, 3),
-                   "float64")  # fmt: skip
+    met = ps.zeros(f"{est._arrays['lam']}.metrics-{uuid.uuid4().hex[:6]}",
+                   (passes + 1, METRIC_COLS), "float64")  # fmt: skip
     plan = SVIPlan(
         lam=est._arrays["lam"], lamsum=est._arrays["lamsum"], metrics=met.name, model=est._uid,
         n_words=V, n_topics=K, alpha=alpha, eta=eta, seed=seed, passes=passes, pass0=pass0,
