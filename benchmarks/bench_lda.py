@@ -64,11 +64,21 @@ FILES = {
 }
 
 
-def read_docword(path: str) -> sp.csr_matrix:
-    """A UCI docword file as a (D, W) count matrix."""
+def read_docword(path: str, max_docs: int | None = None) -> sp.csr_matrix:
+    """A UCI docword file as a (D, W) count matrix (its first ``max_docs`` documents:
+    the file is sorted by document, so only their lines are read)."""
     with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
         D, W, _ = (int(f.readline()) for _ in range(3))
-        a = np.loadtxt(f, dtype=np.int64, ndmin=2)
+        if max_docs is None:
+            a = np.loadtxt(f, dtype=np.int64, ndmin=2)
+        else:
+            D = min(D, max_docs)
+            lines = []
+            for line in f:
+                if int(line.split(maxsplit=1)[0]) > D:
+                    break
+                lines.append(line)
+            a = np.loadtxt(lines, dtype=np.int64, ndmin=2).reshape(-1, 3)
     return sp.csr_matrix((a[:, 2], (a[:, 0] - 1, a[:, 1] - 1)), shape=(D, W))
 
 
@@ -149,17 +159,20 @@ def run_tomotopy(Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int, sweeps: int, ev
     mdl.train(0, workers=2)
     ids = np.array([int(w) for w in mdl.used_vocabs], np.int64)
     tokens = int(Xtr.sum())
-    curve, spent = [], 0.0
+    curve, spent, rates = [], 0.0, []
     for s in range(every, sweeps + 1, every):
         t = time.perf_counter()
         mdl.train(every, workers=2)
-        spent += time.perf_counter() - t
+        dt = time.perf_counter() - t
+        spent += dt
+        rates.append(tokens * every / max(dt, 1e-9))
         phi = np.full((K, Xtr.shape[1]), 1e-12)
         for k in range(K):
             phi[k, ids] = mdl.get_topic_word_dist(k)
         ll, n = completion_log_likelihood(Xte, phi, 0.1, seed=seed)
         curve.append((s, ll / n, spent))
-    return {"curve": curve, "tps": tokens * sweeps / spent, "tokens": tokens}
+    # tokens/s: the median over the chunks of ``every`` sweeps (as daskangel's median per sweep)
+    return {"curve": curve, "tps": float(np.median(rates)), "tokens": tokens}
 
 
 def run_sklearn(Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int, passes: int = 10,
@@ -252,10 +265,11 @@ def compare_svi(X: sp.csr_matrix, Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int
               f"{t / on['time']:.2f}")  # fmt: skip
 
 
-def staleness(X: sp.csr_matrix, K: int, sweeps: int, every: int, png: str | None) -> None:
-    print(f"\n== staleness: BSP vs SSP(1) vs SSP(3), K={K}, {sweeps} sweeps")
+def staleness(X: sp.csr_matrix, K: int, sweeps: int, every: int, png: str | None,
+              syncs: tuple[str, ...] = ("bsp", "ssp:1", "ssp:3")) -> None:  # fmt: skip
+    print(f"\n== staleness: {' vs '.join(syncs)}, K={K}, {sweeps} sweeps")
     curves = {}
-    for sync in ("bsp", "ssp:1", "ssp:3"):
+    for sync in syncs:
         r = run_daskangel(X, K, sweeps, every, sync=sync)
         curves[sync] = r["curve"]
         _s, ll, t = r["curve"][-1]
@@ -264,11 +278,13 @@ def staleness(X: sp.csr_matrix, K: int, sweeps: int, every: int, png: str | None
         _plot(curves, png, per_sweep=False)
 
 
-def fig10(X: sp.csr_matrix, K: int, sweeps: int, every: int, png: str | None) -> None:
+def fig10(X: sp.csr_matrix, K: int, sweeps: int, every: int, png: str | None,
+          only: tuple[str, ...] = ("data", "model", "hybrid")) -> None:  # fmt: skip
     """Angel's Fig. 10: data vs model vs hybrid parallelism, 4 tasks on the 2 workers."""
     print(f"\n== Angel Fig. 10: data (4 groups x 1) vs model (1 x 4) vs hybrid (2 x 2), "
           f"K={K}, {sweeps} sweeps")  # fmt: skip
-    modes = {"data": {}, "model": {}, "hybrid": {"groups": 2}}
+    modes: dict[str, dict[str, Any]] = {"data": {}, "model": {}, "hybrid": {"groups": 2}}
+    modes = {k: v for k, v in modes.items() if k in only}
     curves = {}
     print(f"{'mode':>7} {'LL':>9} {'train s':>8} {'s/sweep':>8} {'M tok/s':>8}")
     for mode, extra in modes.items():
@@ -310,7 +326,8 @@ def _plot(curves: dict[str, list[tuple[int, float, float]]], png: str, per_sweep
     print(f"wrote {png}")
 
 
-def synthetic(n_tokens: int, V: int, K: int, sweeps: int, seed: int) -> None:
+def synthetic(n_tokens: int, V: int, K: int, sweeps: int, seed: int,
+              ks: tuple[int, ...] | None = None) -> None:  # fmt: skip
     doc_len = 1000
     n_docs = max(1, n_tokens // doc_len)
     t = time.perf_counter()
@@ -319,7 +336,7 @@ def synthetic(n_tokens: int, V: int, K: int, sweeps: int, seed: int) -> None:
           f"K={K} (generated in {time.perf_counter() - t:.1f} s, seed {seed})")  # fmt: skip
     from daskangel.models import LDA
 
-    for k in (20, K):
+    for k in ks or (20, K):
         m = LDA(n_topics=k, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=sweeps,
                 evaluate_every=0, validation_fraction=0.0, random_state=seed, n_tasks=2,
                 progress=False)  # fmt: skip
@@ -335,6 +352,38 @@ def _peak_rss() -> int:
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def smoke(data: str) -> None:
+    """Tiny runs of every code path (< 25 s on a quiet machine): the first 300 KOS
+    documents side by side with the peers when the data set is there (each missing
+    one named, skipped), else a planted corpus; on a tiny planted corpus one run
+    each of SSP, model and hybrid parallelism (data parallel BSP ran above) and the
+    synthetic section at K=50, 2 sweeps (1 for the synthetic one)."""
+    t0 = time.perf_counter()
+    X = None
+    for name in FILES:
+        folder, fname = FILES[name]
+        path = os.path.join(data, folder, fname)
+        if not os.path.exists(path):
+            print(f"{name}: {path} is missing (see ../shared/data/README.md); skipped")
+        elif name == "kos":
+            X = read_docword(path, max_docs=300)
+            X = X[:, np.unique(X.indices)]  # the words these documents use
+        else:
+            print(f"{name}: read by full runs only (the smoke run takes a slice of KOS)")
+    svi = {"passes": 2, "batch": 64}
+    if X is not None:
+        compare("smoke (KOS, first 300 documents)", X, 10, 4, 2, peers=True, svi=svi)
+    else:
+        compare("smoke (planted)", planted(300, 400, 5, 60, seed=0), 5, 4, 2, peers=True, svi=svi)
+    print(f"[smoke] compare done at {time.perf_counter() - t0:.1f} s")
+    P = planted(200, 300, 5, 40, seed=1)
+    staleness(P, 5, 2, 1, None, syncs=("ssp:1",))
+    fig10(P, 5, 2, 1, None, only=("model", "hybrid"))
+    print(f"[smoke] staleness and Fig. 10 done at {time.perf_counter() - t0:.1f} s")
+    synthetic(20_000, 1_000, 50, 1, seed=0, ks=(50,))
+    print(f"[smoke] done in {time.perf_counter() - t0:.1f} s")
 
 
 def main() -> None:
@@ -357,17 +406,8 @@ def main() -> None:
     a = ap.parse_args()
     lc, client = cluster()
     try:
-        if a.smoke:  # a planted corpus; say which real sets a full run would miss
-            for name in a.datasets.split(","):
-                folder, fname = FILES[name]
-                path = os.path.join(a.data, folder, fname)
-                if not os.path.exists(path):
-                    print(f"{name}: {path} is missing (see benchmarks/README.md); skipped")
-            X = planted(400, 500, 5, 80, seed=0)
-            compare("smoke (planted)", X, 5, 6, 2, peers=True, svi={"passes": 2, "batch": 64})
-            staleness(X, 5, 4, 2, None)
-            fig10(X, 5, 4, 2, None)
-            synthetic(40_000, 2_000, 50, 2, seed=0)
+        if a.smoke:
+            smoke(a.data)
             return
         for name in a.datasets.split(","):
             folder, fname = FILES[name]
