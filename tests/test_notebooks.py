@@ -6,6 +6,7 @@ other cell runs as shipped, and its outputs are checked.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -46,3 +47,23 @@ def test_quickstart_notebook_runs_and_learns(tmp_path: Path) -> None:
     assert 0.6 < trained <= planted + 0.02  # it learned, and not beyond what the data allows
     assert "reloaded model predicts the same: True" in out
     assert "Array" in out  # predict_proba on a dask array gave a dask array
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_topics_notebook_runs(tmp_path: Path) -> None:
+    """02-topics on KOS when the shared data is there (else its planted stand-in), 10 sweeps."""
+    nb = nbformat.read(NOTEBOOKS / "02-topics.ipynb", as_version=4)
+    [params] = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    data = os.environ.get("DASKANGEL_DATA") or str(NOTEBOOKS.parents[1] / "shared" / "data")
+    params.source = f"DATA = {data!r}\nN_TOPICS = 10\nSWEEPS = 10\nEVERY = 5\nSEED = 0"
+    NotebookClient(
+        nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    out = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
+    m = re.search(r"held-out log-likelihood per token after 10 sweeps: (-\d+\.\d+)", out)
+    assert m is not None, out
+    assert -12.0 < float(m.group(1)) < -1.0
+    assert "topic 9" in out and "rows sum to 1: True" in out
+    pngs = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(pngs) == 1  # the held-out log-likelihood per sweep
