@@ -13,10 +13,13 @@ rate 0.1 on the same rows, at most 255 bins a feature, no early stopping:
 * **daskangel** ``GBDTClassifier`` on a 2-worker LocalCluster (processes, one
   thread each: two training tasks), ``min_samples_leaf=20``,
   ``min_child_weight=1e-3``, ``reg_lambda=0``;
-* **lightgbm** ``LGBMClassifier`` (2 threads), ``num_leaves=2**depth``,
-  ``min_child_samples=20``, ``min_child_weight=1e-3``, ``reg_lambda=0``;
-* **xgboost** ``XGBClassifier(tree_method="hist")`` (2 threads), its defaults
-  otherwise (``min_child_weight=1``, ``reg_lambda=1``);
+* **lightgbm** ``lgb.train`` (2 threads), ``num_leaves=2**depth``,
+  ``min_data_in_leaf=20``, ``min_sum_hessian_in_leaf=1e-3``, ``lambda_l2=0``
+  (``LGBMClassifier``'s parameters through the native API, so its ``Dataset``
+  is built and timed before the boosting);
+* **xgboost** ``xgb.train(tree_method="hist")`` (2 threads) on a
+  ``QuantileDMatrix``, its defaults otherwise (``min_child_weight=1``,
+  ``reg_lambda=1``);
 * **sklearn** ``HistGradientBoostingClassifier`` (its threads), ``max_leaf_nodes=None``,
   ``min_samples_leaf=20``, ``l2_regularization=0``;
 * **lightgbm.dask** / **xgboost.dask** (``DaskLGBMClassifier``,
@@ -35,7 +38,10 @@ peers and as Dask blocks on the workers for daskangel and the Dask peers.
 Figures: test accuracy, AUC (binary), log-loss, training AUC; fit wall
 seconds per tree (the fit includes spreading the rows to the workers,
 sketching, binning; LightGBM's and XGBoost's include building their
-Dataset / DMatrix); peak RSS of each process that ran the fit (the driver for
+Dataset / DMatrix); ``med tree s``: the median wall time of one boosting round
+(daskangel: the lead task's rounds, ``round_seconds``; LightGBM / XGBoost: a
+callback after every iteration; the others: fit / trees) and its ratio to
+LightGBM's; for daskangel the lead task's seconds per tree by phase; peak RSS of each process that ran the fit (the driver for
 single-process peers, each worker for the Dask ones), sampled every 50 ms; for
 daskangel also its bytes per tree level: pushed to the PS, moved by the split
 psf, against pulling the level's histograms (``pull``: the summed histogram of
