@@ -10,6 +10,7 @@ by a test is awaited while its nanny restarts it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,8 +29,15 @@ def resize(cluster: LocalCluster, c: Client, n: int = 3) -> None:
     restart its worker (forgetting it would start a fourth)."""
     live = {str(w.get("name")) for w in workers_info(c).values()}
     for name, nanny in list(cluster.workers.items()):
-        if str(name) not in live and getattr(nanny, "status", None) != Status.running:
-            del cluster.workers[name]
+        if str(name) in live:
+            continue
+        if getattr(nanny, "status", None) == Status.running:
+            # restarting its killed worker, or about to close with its retired one
+            with contextlib.suppress(TimeoutError):
+                c.wait_for_workers(n, timeout=30)
+            if getattr(nanny, "status", None) == Status.running:
+                continue
+        del cluster.workers[name]
     cluster.scale(n)
     c.wait_for_workers(n, timeout=120)
 

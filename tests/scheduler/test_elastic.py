@@ -24,7 +24,7 @@ import daskangel as angel
 from daskangel._compat import workers_info
 from daskangel.errors import HandoffError, ServerLostError, SnapshotError
 from tests.conftest import kill_worker, make_cluster
-from tests.scheduler.conftest import join_rebalanced, resize
+from tests.scheduler.conftest import join_rebalanced
 
 FAST = {
     "daskangel.client.connect-timeout": "2s",
@@ -144,11 +144,13 @@ def test_scale_down_and_up(cluster3: Any) -> None:
         total = np.arange(1200.0) + 1 + len(acked)
         np.testing.assert_array_equal(w.get(), total)
         assert ps.rebalance()["blocks"] == 0  # already even
-        # on join: a holder retires (4 + 4 + 4 -> 6 + 6), a worker joins, and
+        # on join: a holder leaves (4 + 4 + 4 -> 6 + 6), a worker joins, and
         # blocks move to it (-> 4 + 4 + 4) while increments go on
         with _writing(w) as acked:
-            c.retire_workers([sorted(new)[0]])
-            resize(cluster, c)
+            cluster.scale(2)
+            cluster.sync(cluster._correct_state)
+            cluster.scale(3)
+            c.wait_for_workers(3, timeout=120)
             joined = c.run_on_scheduler(join_rebalanced)
         ps.refresh()
         assert joined and _per_server(w) == [4, 4, 4], (joined, _per_server(w))
