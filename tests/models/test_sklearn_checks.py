@@ -195,20 +195,6 @@ EXCLUDED: list[tuple[str, tuple[str, ...], str]] = [
         for est, checks in FM_UNSCALED.items()
         for c in checks
     ],
-    *[
-        (
-            c,
-            ("MiniBatchKMeans",),
-            "defect: two fits with one random_state differ (the tasks' "
-            "mini-batch pushes race their reads, fixed for the linear models)",
-        )
-        for c in (
-            "check_fit_idempotent",
-            "check_pipeline_consistency",
-            "check_transformer_data_not_an_array",
-            "check_transformer_general",
-        )
-    ],
 ]
 
 

@@ -112,11 +112,13 @@ def fit_minibatch(
     plan = MBPlan(
         centers=C.name, metrics=met.name, n_clusters=k, n_features=d, epochs=epochs,
         steps=steps, batch=batch, n_tasks=n_tasks, seed=int(seed),
+        barrier=sync.staleness == 0,
     )  # fmt: skip
     try:
         t0 = time.perf_counter()
-        res = train(ps, MiniBatchTask(plan), ds, sync=sync, epochs=epochs * steps,
-                    progress=progress, unit="epoch", clocks_per_unit=steps)  # fmt: skip
+        per = steps * plan.clocks_per_step
+        res = train(ps, MiniBatchTask(plan), ds, sync=sync, epochs=epochs * per,
+                    progress=progress, unit="epoch", clocks_per_unit=per)  # fmt: skip
         seconds = time.perf_counter() - t0
         rows = np.asarray(met.get())
         final = np.asarray(C.get(), np.float64)[:, :d]

@@ -19,6 +19,12 @@ old.
 Each step adds the batch's inertia (before the update) to its epoch's metrics
 row ``[inertia sum, rows]``.
 
+Under BSP a step takes two clocks: the pull, a *read barrier* (a clock), then
+the assignment and the push, then the step's clock.  Without the barrier a task
+still pulling could read a faster task's push of the same step, and two fits
+with one ``random_state`` differed.  Under SSP or ASP a step is one clock and a
+fit depends on the tasks' timing.
+
 Example
 -------
 >>> import numpy as np
@@ -48,10 +54,15 @@ class Plan:
     n_clusters: int
     n_features: int
     epochs: int
-    steps: int  # clocks per epoch
+    steps: int  # steps per epoch (a step is two clocks with ``barrier``, else one)
     batch: int  # rows per task per step
     n_tasks: int
     seed: int
+    barrier: bool = True  # BSP: a read barrier between each step's pull and push
+
+    @property
+    def clocks_per_step(self) -> int:
+        return 2 if self.barrier else 1
 
 
 def sculley_delta(
@@ -80,8 +91,11 @@ class MiniBatchTask:
         two = np.arange(2)
         done = 0
         order, order_epoch = np.zeros(0, np.int64), -1
-        while ctx.iteration < p.epochs * p.steps:
-            epoch, step = divmod(ctx.iteration, p.steps)
+        per = p.clocks_per_step
+        while ctx.iteration < p.epochs * p.steps * per:
+            sc, phase = divmod(ctx.iteration, per)  # phase 1: resumed past its read barrier
+            epoch, step = divmod(sc, p.steps)
+            barrier = per == 2 and phase == 0
             if n:
                 if epoch != order_epoch:
                     rng = np.random.default_rng([p.seed & 0xFFFFFFFF, 61, epoch, int(part.index)])
@@ -91,6 +105,8 @@ class MiniBatchTask:
                 sub = rows.take(idx)
                 cols = np.concatenate([sub.keys, [d]])
                 got = np.asarray(C.get(cols=cols), np.float64)
+                if barrier:
+                    ctx.clock()  # the read barrier: every task has its centres before any push
                 cen, v = got[:, :-1], got[:, -1]
                 out = sub.assign(cen, accumulate=True)
                 delta = sculley_delta(cen, out.sums, out.counts, v, p.n_tasks)
@@ -98,5 +114,7 @@ class MiniBatchTask:
                 M.increment(np.array([out.inertia, float(sub.n)]), rows=epoch, cols=two)
                 done += sub.n
                 ctx.report(batch_inertia=out.inertia / sub.n if sub.n else 0.0)
+            elif barrier:
+                ctx.clock()  # no rows: the read barrier all the same
             ctx.clock()
         return {"index": int(part.index), "rows_seen": done}

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from distributed import Client
+from sklearn.base import clone
 from sklearn.cluster import KMeans as SkKMeans
 from sklearn.datasets import make_blobs
 
@@ -72,6 +73,10 @@ def test_minibatch_close_to_lloyd(client: Client, blobs: Any, sync: str) -> None
     assert (mb.predict(X) == mb.labels_).mean() >= 0.995
     assert list(mb.history_.iteration) == [1, 2, 3] and mb.n_iter_ == 3
     assert mb.cluster_sizes_.sum() == pytest.approx(3 * 4000, rel=0.05)  # rows absorbed
+    if sync == "bsp":  # a read barrier per step: one random_state, one model
+        again = clone(mb).fit(X)
+        np.testing.assert_allclose(again.cluster_centers_, mb.cluster_centers_, rtol=1e-12)
+        assert list(again.history_.inertia) == pytest.approx(list(mb.history_.inertia), rel=1e-12)
 
 
 def test_minibatch_on_dask_keeps_labels_distributed(client: Client, blobs: Any) -> None:
