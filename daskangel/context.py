@@ -541,7 +541,9 @@ class PSContext:
         (after workers joined, say), online: gets and increments made meanwhile
         wait for a moving block and are neither lost nor applied twice.
 
-        Returns ``{"blocks", "bytes", "seconds"}`` moved.  Raises
+        Returns ``{"blocks", "bytes", "seconds"}`` moved, and ``"deferred"``: True
+        when a rebuild of lost blocks was running or due, and nothing moved (call
+        again after it).  Raises
         :class:`~daskangel.errors.InvalidStateError` while another rebalance or a
         hand-off of leaving workers runs.  With ``daskangel.ps.rebalance-on-join``
         (the default) a context running servers on every worker rebalances by

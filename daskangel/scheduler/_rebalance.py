@@ -17,7 +17,9 @@ refused, and a failure is retried (``daskangel.recovery.retry-interval``,
 Example
 -------
 ``await scheduler.daskangel_rebalance(ctx="c1")`` returns ``{"blocks", "bytes",
-"seconds"}`` moved.
+"seconds"}`` moved and ``"deferred"``: True when a rebuild of lost blocks was
+running or due, so nothing moved (the plan is made under the context's lock,
+which a rebuild holds, so arrays placed alike are never split by one).
 """
 
 from __future__ import annotations
@@ -83,18 +85,21 @@ class Rebalancer:
         """The move itself; waits for a running move (hand-off or rebalance)."""
         start = time.perf_counter()
         moved = {"blocks": 0, "bytes": 0}
-        async with self._lock:
-            plan = self._balance_plan(ctx)
+        async with self._lock, self.snapshots._lock(ctx):
+            # planned under the context's lock, which a rebuild holds: a plan made
+            # while a rebuild places blocks array by array would split arrays placed
+            # alike (an optimiser's state from its weights) once the rebuild is done
+            deferred = self._rebuilding(ctx)
+            plan = {} if deferred else self._balance_plan(ctx)
             if plan:
-                async with self.snapshots._lock(ctx):
-                    await self._move_ctx(ctx, plan, moved)
+                await self._move_ctx(ctx, plan, moved)
         seconds = time.perf_counter() - start
         if moved["blocks"]:
             self.stats["blocks"] += moved["blocks"]
             self.stats["bytes"] += moved["bytes"]
             self.stats["seconds"] += seconds
             self.stats["moves"] += 1
-        return {**moved, "seconds": seconds}
+        return {**moved, "seconds": seconds, "deferred": deferred}
 
     # -- on join -----------------------------------------------------------------------
 
@@ -163,6 +168,9 @@ class Rebalancer:
                 continue
             try:
                 done = await self._rebalance(ctx)
+                if done["deferred"]:  # a rebuild began meanwhile: after it
+                    await asyncio.sleep(interval)
+                    continue
             except Exception as e:  # noqa: BLE001 - retried, then logged
                 logger.warning(
                     "daskangel: rebalancing %s after workers joined failed (attempt %d of %d): %r",
