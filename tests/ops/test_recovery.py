@@ -10,6 +10,7 @@ from distributed import Client
 import daskangel as angel
 from daskangel import ops
 from tests.conftest import kill_worker, make_cluster
+from tests.scheduler.conftest import join_rebalanced
 
 
 @pytest.mark.slow
@@ -37,6 +38,12 @@ def test_optimizer_state_moves_with_its_weights(tmp_path):
         got = [a.get() for a in opt.arrays]  # waits for the rebuild
         for g, x in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, x)
+        # the nanny's replacement joins and the rebalance on join moves blocks onto
+        # it, array by array: the layouts are compared once that has settled (each
+        # handle caches its own, so a read mid-move would compare two moments)
+        client.wait_for_workers(3, timeout=120)
+        client.run_on_scheduler(join_rebalanced)
+        ps.refresh()
         layouts = {tuple(b.server for b in a.blocks) for a in opt.arrays}
         assert len(layouts) == 1  # every block of w, m, v, t on the same server
         assert victim not in {s.address for s in layouts.pop()}
