@@ -23,11 +23,14 @@ this script from the centres it returns (float64, exact distances).
   scipy array: the time is end to end (spreading the rows, init, iterations,
   labels).  ``predict`` is compared with ``labels_`` row by row.
 
-``--synthetic``: a seeded dense set (``--rows`` x 100, k=100, Gaussian blobs)
-and a seeded sparse power-law set (``--rows`` x ``--sparse-features``, 20
-entries a row), generated on the workers as dask arrays; 10 Lloyd iterations
-from the same given centres (``tol=0``), time per iteration against
-scikit-learn with 2 threads on the same rows, peak RSS per worker.
+``--synthetic``: a seeded dense set (``--rows`` x 100, k=100, Gaussian blobs,
+float32), made chunk by chunk on the driver for scikit-learn and from the same
+seeded chunks on the workers (a dask array) for daskangel, and a seeded sparse
+power-law set (``--sparse-rows`` x ``--sparse-features``, 20 entries a row);
+10 Lloyd iterations from the same given centres (``tol=0``), time per
+iteration against scikit-learn with 2 threads on the same rows (scikit-learn
+first, ``copy_x=False``; the driver's copy is dropped before daskangel runs),
+peak RSS per worker.
 """
 
 from __future__ import annotations
@@ -145,6 +148,7 @@ def run_ours(X: Any, k: int, minibatch: bool, **kw: Any) -> dict[str, Any]:
     from daskangel.models import KMeans, MiniBatchKMeans
 
     est = (MiniBatchKMeans if minibatch else KMeans)(n_clusters=k, random_state=0, **kw)
+    n_init = int(kw.get("n_init", 1))
     t = time.perf_counter()
     est.fit(X)
     dt = time.perf_counter() - t
@@ -152,7 +156,7 @@ def run_ours(X: Any, k: int, minibatch: bool, **kw: Any) -> dict[str, Any]:
     agree = float((np.asarray(est.predict(X)) == labels).mean())
     C = est.cluster_centers_
     out = {
-        "system": f"daskangel {type(est).__name__}",
+        "system": f"daskangel {type(est).__name__}" + (f"(n_init={n_init})" if n_init > 1 else ""),
         "seconds": dt,
         "inertia": inertia(X, C),
         "n_iter": int(est.n_iter_),
@@ -186,6 +190,7 @@ def compare(
     n_init: int,
     minibatch_kw: dict[str, Any],
     peers: bool = True,
+    n_inits: tuple[int, ...] = (1,),
 ) -> None:
     print(
         f"{name}: {X.shape[0]} x {X.shape[1]}{' sparse' if sp.issparse(X) else ''}, k={k}",
@@ -194,23 +199,43 @@ def compare(
     rows = [run_sklearn(X, k, n_init)]
     if peers:
         rows.append(run_daskml(client, X, k))
-    rows.append(run_ours(X, k, False))
+    for n_init in n_inits:
+        rows.append(run_ours(X, k, False, n_init=n_init))
     rows.append(run_ours(X, k, True, **minibatch_kw))
     table(name, rows, rows[0]["inertia"])
     print(f"  peak RSS per worker: {peak_rss_mib(client):.0f} MiB")
 
 
-def synthetic(client: Any, rows: int, d_sparse: int, k: int, iters: int) -> None:
-    """Time per Lloyd iteration on seeded dense and sparse sets (module docstring)."""
-    from sklearn.cluster import KMeans as SkKMeans
-    from threadpoolctl import threadpool_limits
+def dense_chunk(i: int, rows: int, k: int, d: int = 100) -> np.ndarray:
+    """Rows ``[i * rows, (i + 1) * rows)`` of the seeded dense set: Gaussian blobs
+    around ``k`` centres (the same rows wherever they are made)."""
+    centres = np.random.default_rng(0).normal(0, 4, (k, d))
+    rng = np.random.default_rng([0, i])
+    X = rng.standard_normal((rows, d), dtype=np.float32)
+    X += centres[rng.integers(0, k, rows)].astype(np.float32)
+    return X
 
-    from daskangel.models import KMeans
 
-    rng = np.random.default_rng(0)
-    dense_c = rng.normal(0, 4, (k, 100))
-    Xd = (dense_c[rng.integers(0, k, rows)] + rng.normal(size=(rows, 100))).astype(np.float32)
-    # power-law columns: feature f drawn with probability ~ 1 / (f + 1)
+def dense_set(rows: int, k: int, chunk: int = 500_000) -> tuple[np.ndarray, Any]:
+    """The seeded dense set on the driver (for scikit-learn) and as a dask array made
+    on the workers from the same chunks (for daskangel): the driver never ships it."""
+    import dask
+    import dask.array as da
+
+    sizes = [min(chunk, rows - s) for s in range(0, rows, chunk)]
+    local = np.empty((rows, 100), np.float32)
+    for i, (s, m) in enumerate(zip(range(0, rows, chunk), sizes, strict=True)):
+        local[s : s + m] = dense_chunk(i, m, k)
+    parts = [
+        da.from_delayed(dask.delayed(dense_chunk)(i, m, k), (m, 100), np.float32)
+        for i, m in enumerate(sizes)
+    ]
+    return local, da.concatenate(parts)
+
+
+def sparse_set(rows: int, d_sparse: int) -> sp.csr_matrix:
+    """The seeded power-law set: feature f drawn with probability ~ 1 / (f + 1), 20 a row."""
+    rng = np.random.default_rng(1)
     nnz_row = 20
     p = 1.0 / np.arange(1, d_sparse + 1)
     cols = rng.choice(d_sparse, size=rows * nnz_row, p=p / p.sum())
@@ -219,23 +244,60 @@ def synthetic(client: Any, rows: int, d_sparse: int, k: int, iters: int) -> None
         shape=(rows, d_sparse),
     )
     Xs.sum_duplicates()
-    pair: list[tuple[str, Any]] = [("dense", Xd), ("sparse", Xs)]
-    for name, X in pair:
-        init = np.asarray(X[:k].toarray() if sp.issparse(X) else X[:k], np.float64)
-        with threadpool_limits(2):
-            t = time.perf_counter()
-            sk = SkKMeans(n_clusters=k, init=init, n_init=1, max_iter=iters, tol=0.0).fit(X)
-            sk_it = (time.perf_counter() - t) / max(int(sk.n_iter_), 1)
-        km = KMeans(n_clusters=k, init=init, max_iter=iters, tol=0.0).fit(X)
-        ours_it = float(km.history_.time.iloc[-1]) / max(km.n_iter_, 1)
-        print(
-            f"synthetic {name} {X.shape[0]} x {X.shape[1]}, k={k}: per Lloyd iteration "
-            f"daskangel {ours_it * 1e3:.1f} ms ({km.n_iter_} its), scikit-learn (2 threads) "
-            f"{sk_it * 1e3:.1f} ms ({sk.n_iter_} its), ratio {ours_it / sk_it:.2f}; "
-            f"peak RSS per worker {peak_rss_mib(client):.0f} MiB",
-            flush=True,
-        )
-        km.close()
+    return Xs
+
+
+def sk_per_iteration(X: Any, init: np.ndarray, iters: int) -> tuple[float, int]:
+    """scikit-learn (2 threads): seconds per Lloyd iteration from ``init`` (``tol=0``)."""
+    from sklearn.cluster import KMeans as SkKMeans
+    from threadpoolctl import threadpool_limits
+
+    k = init.shape[0]
+    with threadpool_limits(2):
+        t = time.perf_counter()
+        sk = SkKMeans(n_clusters=k, init=init, n_init=1, max_iter=iters, tol=0.0, copy_x=False)
+        sk.fit(X)
+        n = max(int(sk.n_iter_), 1)
+        return (time.perf_counter() - t) / n, n
+
+
+def ours_per_iteration(X: Any, init: np.ndarray, iters: int) -> tuple[float, int, float]:
+    """daskangel: seconds per Lloyd iteration (from its history), iterations, fit seconds."""
+    from daskangel.models import KMeans
+
+    t = time.perf_counter()
+    km = KMeans(n_clusters=init.shape[0], init=init, max_iter=iters, tol=0.0).fit(X)
+    fit_s = time.perf_counter() - t
+    n = max(int(km.n_iter_), 1)
+    per = float(km.history_.time.iloc[-1]) / n
+    km.close()
+    return per, n, fit_s
+
+
+def report(client: Any, name: str, shape: tuple[int, int], k: int, sk: Any, ours: Any) -> None:
+    print(
+        f"synthetic {name} {shape[0]} x {shape[1]}, k={k}: per Lloyd iteration "
+        f"daskangel {ours[0] * 1e3:.1f} ms ({ours[1]} its; fit {ours[2]:.1f} s with the "
+        f"data's spreading and preparation), scikit-learn (2 threads) {sk[0] * 1e3:.1f} ms "
+        f"({sk[1]} its), ratio {ours[0] / sk[0]:.2f}; peak RSS per worker "
+        f"{peak_rss_mib(client):.0f} MiB",
+        flush=True,
+    )
+
+
+def synthetic(client: Any, rows: int, sparse_rows: int, d_sparse: int, k: int, iters: int) -> None:
+    """Time per Lloyd iteration on seeded dense and sparse sets (module docstring)."""
+    if rows:
+        local, Xd = dense_set(rows, k)
+        init = np.asarray(local[:k], np.float64)
+        sk = sk_per_iteration(local, init, iters)
+        del local  # scikit-learn's copy goes before daskangel's workers fill up
+        report(client, "dense", (rows, 100), k, sk, ours_per_iteration(Xd, init, iters))
+    if sparse_rows:
+        Xs = sparse_set(sparse_rows, d_sparse)
+        init = np.asarray(Xs[:k].toarray(), np.float64)
+        sk = sk_per_iteration(Xs, init, iters)
+        report(client, "sparse", Xs.shape, k, sk, ours_per_iteration(Xs, init, iters))
 
 
 def main() -> None:
@@ -245,8 +307,10 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny generated blobs, < 60 s")
     ap.add_argument("--datasets", default="jester,20news")
     ap.add_argument("--k", type=int, default=20)
+    ap.add_argument("--n-init", default="1,3", help="daskangel KMeans runs, one row each")
     ap.add_argument("--synthetic", action="store_true")
-    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rows", type=int, default=1_000_000, help="dense synthetic rows")
+    ap.add_argument("--sparse-rows", type=int, default=None, help="default: --rows; 0 skips")
     ap.add_argument("--sparse-features", type=int, default=100_000)
     args = ap.parse_args()
     from distributed import Client, LocalCluster
@@ -258,26 +322,26 @@ def main() -> None:
         Client(cl) as client,
     ):
         if args.smoke:
-            from sklearn.datasets import make_blobs
-
-            # dask-ml is left out: on the shared 2 cores it alone can outlast the smoke budget
-            X, _ = make_blobs(n_samples=2000, n_features=10, centers=5, random_state=0)
-            compare(client, "smoke blobs", X, 5, 3, {"max_iter": 3}, peers=False)
-            synthetic(client, 1000, 500, 4, 2)
-            # the real-data path on a slice, so the readers cannot rot either
+            # dask-ml is left out: on the shared 2 cores it alone can outlast the smoke budget.
+            # With the data: a jester slice (the reader and the dense path end to end);
+            # without it: the tiny synthetic sets (dense and sparse per-iteration paths).
             J = read_jester(data_root())
             if J is not None:
                 compare(client, "smoke jester[:2000]", J[:2000], 5, 3, {"max_iter": 3}, peers=False)
+            else:
+                synthetic(client, 1000, 1000, 500, 4, 2)
             return
         if args.synthetic:
-            synthetic(client, args.rows, args.sparse_features, 100, 10)
+            sparse_rows = args.rows if args.sparse_rows is None else args.sparse_rows
+            synthetic(client, args.rows, sparse_rows, args.sparse_features, 100, 10)
             return
         root = data_root()
         for name in args.datasets.split(","):
             X = read_jester(root) if name == "jester" else read_20news_tfidf(root)
             if X is None:
                 continue
-            compare(client, name, X, args.k, 3, {"max_iter": 30})
+            n_inits = tuple(int(v) for v in args.n_init.split(","))
+            compare(client, name, X, args.k, 3, {"max_iter": 30}, n_inits=n_inits)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from typing import Any, ClassVar
 
 import numpy as np
@@ -66,6 +67,13 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
         Runs from different starting centres; the one with the lowest inertia is kept.
     n_tasks
         Training tasks (default: one per worker thread).
+    snapshot, snapshot_every
+        With ``snapshot_every`` (clocks: Lloyd iterations, or mini-batch steps)
+        the model's own PS context snapshots to ``snapshot`` (an fsspec URL; a
+        temporary directory by default, which suits a LocalCluster) with
+        ``recovery="rollback"``: a fit that loses a worker goes back to the newest
+        snapshot (every task and the accumulators) and ends as the fit without
+        the failure would (Lloyd: the same centres to rounding).
     random_state
         Seed (``None``: a fresh one).
     progress
@@ -92,6 +100,8 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
         batch_size: int = 1024,
         n_init: int = 1,
         n_tasks: int | None = None,
+        snapshot: str | None = None,
+        snapshot_every: int | None = None,
         random_state: int | None = None,
         progress: bool = False,
         client: Any = None,
@@ -100,6 +110,13 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
         self._keep_params(locals())
 
     # -- the PS side --------------------------------------------------------------------
+
+    def _context_options(self) -> dict[str, Any]:
+        every = getattr(self, "snapshot_every", None)
+        if every is None:
+            return {}
+        url = getattr(self, "snapshot", None) or tempfile.mkdtemp(prefix="daskangel-kmeans-snap-")
+        return {"snapshot": url, "snapshot_every": int(every), "recovery": "rollback"}
 
     def _pull(self) -> np.ndarray | None:
         return self._pulled("_centers", self._fetch)  # type: ignore[no-any-return]

@@ -1,10 +1,12 @@
 """Compiled assignment kernels: nearest centre, squared distance, per-cluster sums.
 
 The squared distance of a row ``x`` to a centre ``c`` is taken in the
-``||x||^2 - 2 x.c + ||c||^2`` form.  Dense rows get ``x.c`` for a block of rows
-from one BLAS product (:func:`assign_dense_blocks`, ``daskangel.kmeans.block-rows``
-rows at a time); CSR rows accumulate it entry by entry against the transposed
-centres (:func:`assign_csr`), so sparse rows are never densified.  Both kernels
+``||x||^2 - 2 x.c + ||c||^2`` form.  Dense rows get ``x.c`` for a chunk of
+rows from one BLAS product made inside the compiled kernel (:func:`assign_dense`,
+``daskangel.kmeans.block-rows`` rows at a time into a buffer that stays in
+cache, no Python between chunks); CSR rows accumulate it entry by entry
+against the transposed centres (:func:`assign_csr`), so sparse rows are never
+densified.  Both kernels
 then pick the nearest centre, keep the distance (clipped at 0: the form can go
 slightly negative in floating point) and, when asked, add the row to its
 cluster's sum and count (float64) for the centre update.
@@ -32,8 +34,8 @@ __all__ = [
     "Assigned",
     "assign_csr",
     "assign_csr_rows",
+    "assign_dense",
     "assign_dense_blocks",
-    "pick_dense",
     "row_norms",
 ]
 
@@ -50,29 +52,44 @@ class Assigned:
 
 
 @njit(nogil=True, cache=True)
-def pick_dense(X, D, xnorm, cnorm, labels, dist, sums, counts, accumulate):  # type: ignore[no-untyped-def]
-    """Nearest centre of each row of a block from ``D = X @ C.T``; returns the inertia."""
-    b, k = D.shape
-    d = X.shape[1]
+def assign_dense(X, xnorm, CT, cnorm, chunk, labels, dist, sums, counts, accumulate):  # type: ignore[no-untyped-def]
+    """Nearest centre of every dense row; returns the inertia.
+
+    ``chunk`` rows at a time: ``D = X_chunk @ CT`` (one BLAS product into a
+    reused ``(chunk, k)`` buffer that stays in cache), then for each row the
+    nearest centre from ``cnorm - 2 D`` and, when ``accumulate``, the row added
+    to its cluster's sum while it is still in cache (scikit-learn's Lloyd
+    chunks work the same way).
+    """
+    n, d = X.shape
+    k = CT.shape[1]
+    b = max(1, min(chunk, n))
+    D = np.empty((b, k), X.dtype)
     total = 0.0
-    for i in range(b):
-        best = np.inf
-        bj = 0
-        for j in range(k):
-            v = cnorm[j] - 2.0 * D[i, j]
-            if v < best:
-                best = v
-                bj = j
-        dd = xnorm[i] + best
-        if dd < 0.0:
-            dd = 0.0
-        labels[i] = bj
-        dist[i] = dd
-        total += dd
-        if accumulate:
-            counts[bj] += 1.0
-            for c in range(d):
-                sums[bj, c] += X[i, c]
+    for s in range(0, n, b):
+        e = min(n, s + b)
+        m = e - s
+        Dv = D[:m]
+        np.dot(X[s:e], CT, Dv)
+        for i in range(m):
+            r = s + i
+            best = np.inf
+            bj = 0
+            for j in range(k):
+                v = cnorm[j] - 2.0 * Dv[i, j]
+                if v < best:
+                    best = v
+                    bj = j
+            dd = xnorm[r] + best
+            if dd < 0.0:
+                dd = 0.0
+            labels[r] = bj
+            dist[r] = dd
+            total += dd
+            if accumulate:
+                counts[bj] += 1.0
+                for c in range(d):
+                    sums[bj, c] += X[r, c]
     return total
 
 
@@ -122,22 +139,16 @@ def assign_dense_blocks(
     """Assign dense rows ``X`` to centres ``C`` (k, d), a block of rows at a time."""
     n, d = X.shape
     k = C.shape[0]
-    Cx = np.ascontiguousarray(C, dtype=X.dtype)
-    CT = Cx.T
-    cnorm = (C.astype(np.float64) ** 2).sum(axis=1)
+    X = np.ascontiguousarray(X)
+    CT = np.ascontiguousarray(np.asarray(C).T, dtype=X.dtype)
+    cnorm = (np.asarray(C, np.float64) ** 2).sum(axis=1)
     labels = np.empty(n, np.int32)
     dist = np.empty(n, np.float64)
     sums = np.zeros((k, d), np.float64)
     counts = np.zeros(k, np.float64)
-    step = max(1, int(config.get("daskangel.kmeans.block-rows")))
-    total = 0.0
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        D = X[s:e] @ CT
-        total += pick_dense(
-            X[s:e], D, xnorm[s:e], cnorm, labels[s:e], dist[s:e],
-            sums, counts, accumulate,
-        )  # fmt: skip
+    chunk = max(1, int(config.get("daskangel.kmeans.block-rows")))
+    total = assign_dense(X, np.asarray(xnorm, np.float64), CT, cnorm, chunk, labels, dist,
+                         sums, counts, accumulate)  # fmt: skip
     return Assigned(labels, dist, float(total), sums, counts)
 
 

@@ -33,7 +33,7 @@ class MiniBatchKMeans(KMeans):
 
     Parameters
     ----------
-    n_clusters, init, n_init, n_tasks, random_state, progress, client, ps
+    n_clusters, init, n_init, n_tasks, snapshot, snapshot_every, random_state, progress, client, ps
         As :class:`KMeans`.
     max_iter
         Epochs (passes over every task's rows).
@@ -53,6 +53,8 @@ class MiniBatchKMeans(KMeans):
         sync: Any = "bsp",
         n_init: int = 1,
         n_tasks: int | None = None,
+        snapshot: str | None = None,
+        snapshot_every: int | None = None,
         random_state: int | None = None,
         progress: bool = False,
         client: Any = None,

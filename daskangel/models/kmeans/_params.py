@@ -37,6 +37,8 @@ def check_params(est: Any) -> None:
     _int("batch_size", est.batch_size, 1)
     if est.n_tasks is not None:
         _int("n_tasks", est.n_tasks, 1)
+    if getattr(est, "snapshot_every", None) is not None:
+        _int("snapshot_every", est.snapshot_every, 1)
     tol = getattr(est, "tol", 0.0)
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating)) or not tol >= 0:
         raise InvalidArgumentError(f"tol: expected a number >= 0, got {tol!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import dask
 import numpy as np
 import pytest
 from distributed import Client
@@ -38,7 +39,8 @@ def test_dense_kernel_matches_brute_force() -> None:
     rng = np.random.default_rng(0)
     X = rng.normal(size=(1000, 5)).astype(np.float32)
     C = rng.normal(size=(7, 5))
-    out = assign_dense_blocks(X, row_norms(X), C, True)
+    with dask.config.set({"daskangel.kmeans.block-rows": 300}):  # 3 chunks and a partial one
+        out = assign_dense_blocks(X, row_norms(X), C, True)
     d2 = ((X.astype(np.float64)[:, None, :] - C[None]) ** 2).sum(-1)
     assert (out.labels == d2.argmin(1)).mean() > 0.999
     assert out.inertia == pytest.approx(d2.min(1).sum(), rel=1e-5)
@@ -70,10 +72,16 @@ def test_farthest_and_share() -> None:
 # -- on the cluster -------------------------------------------------------------------------
 
 
-def test_blobs_match_sklearn_inertia(client: Client, blobs: Any) -> None:
+@pytest.fixture(scope="module")
+def fitted(client: Client, blobs: Any) -> KMeans:
+    """One k-means|| + Lloyd fit the tests below read (and the last one refits)."""
+    return KMeans(n_clusters=6, random_state=0).fit(blobs[0])
+
+
+def test_blobs_match_sklearn_inertia(fitted: KMeans, blobs: Any) -> None:
     X, _ = blobs
     sk = SkKMeans(n_clusters=6, n_init=3, random_state=0).fit(X)
-    km = KMeans(n_clusters=6, random_state=0).fit(X)
+    km = fitted
     C = km.cluster_centers_
     assert C.shape == (6, 8)
     ours = _inertia(X, C)
@@ -118,9 +126,9 @@ def test_empty_cluster_reseeded_from_farthest(client: Client) -> None:
     assert km.history_.reseeded.iloc[0] == 1
 
 
-def test_save_load_predicts_the_same(client: Client, blobs: Any, tmp_path: Path) -> None:
+def test_save_load_predicts_the_same(fitted: KMeans, blobs: Any, tmp_path: Path) -> None:
     X, _ = blobs
-    km = KMeans(n_clusters=4, random_state=0, max_iter=20).fit(X)
+    km = fitted
     km.save(str(tmp_path / "km"))
     back = load(str(tmp_path / "km"))
     np.testing.assert_array_equal(back.cluster_centers_, km.cluster_centers_)
@@ -144,10 +152,14 @@ def test_bad_input_is_refused(client: Client, kwargs: Any, X: Any, match: str) -
         KMeans(**kwargs).fit(X)
 
 
-def test_bad_input_leaves_a_fitted_model(client: Client, blobs: Any) -> None:
+def test_bad_input_leaves_a_fitted_model(fitted: KMeans, blobs: Any) -> None:
     X, _ = blobs
-    km = KMeans(n_clusters=3, random_state=0, max_iter=5).fit(X)
-    before = km.cluster_centers_.copy()
-    with pytest.raises(InvalidArgumentError):
-        km.set_params(init=np.zeros((2, 8))).fit(X)
-    np.testing.assert_array_equal(km.cluster_centers_, before)
+    before = fitted.cluster_centers_.copy()
+    labels = fitted.predict(X)
+    try:
+        with pytest.raises(InvalidArgumentError):
+            fitted.set_params(init=np.zeros((2, 8))).fit(X)
+    finally:
+        fitted.set_params(init="k-means||")
+    np.testing.assert_array_equal(fitted.cluster_centers_, before)
+    np.testing.assert_array_equal(fitted.predict(X), labels)

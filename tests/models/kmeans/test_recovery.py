@@ -1,0 +1,51 @@
+"""A worker process killed in the middle of a Lloyd fit (snapshots on): the fit goes back
+to the newest snapshot and converges to the model of the fit without the failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client
+from sklearn.datasets import make_blobs
+
+from daskangel.models import KMeans
+from tests.conftest import make_cluster
+from tests.scheduler.test_recovery import FAST
+
+
+def _arm(iteration: int, marker: str) -> None:
+    dask.config.set(
+        {"daskangel.kmeans.exit-at-iteration": iteration, "daskangel.kmeans.exit-marker": marker}
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_worker_killed_mid_fit_converges_as_without(tmp_path: Path) -> None:
+    X, _ = make_blobs(n_samples=3000, n_features=4, centers=6, cluster_std=2.0, random_state=5)
+    init = X[:6].copy()  # a poor start: several iterations to converge
+    kw: dict[str, Any] = dict(n_clusters=6, init=init, max_iter=100, n_tasks=2, snapshot_every=2)
+    with (
+        dask.config.set(FAST),
+        make_cluster(n_workers=2, threads=1) as cluster,
+        Client(cluster) as c,
+    ):
+        ref = KMeans(snapshot=str(tmp_path / "ref"), **kw).fit(X)
+        assert 5 <= ref.n_iter_ < 100  # converged, after the iteration that kills
+        # the first task to push iteration 3 kills its worker (and the PS server on it)
+        marker = tmp_path / "killed"
+        c.run(_arm, 3, str(marker))
+        km = KMeans(snapshot=str(tmp_path / "km"), **kw).fit(X)
+        assert marker.exists()
+        res: Any = km.train_result_
+        assert res.rollbacks == 1, res
+        assert km.n_iter_ == ref.n_iter_
+        assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-9)
+        np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=1e-9)
+        assert (np.asarray(km.labels_) == np.asarray(ref.labels_)).all()
+        km.close()
+        ref.close()
