@@ -225,6 +225,27 @@ def _proba(raw: Any, n_classes: int) -> np.ndarray:
     return np.stack([1 - raw, raw], axis=1) if n_classes == 2 and raw.ndim == 1 else raw
 
 
+def _native(
+    name: str, build: Callable[[], Any], boost: Callable[[Any, Callable[[], None]], Any]
+) -> tuple[Run, Any]:
+    """Time a native API's fit: ``build()`` its data set, then ``boost(data, tick)``
+    (``tick()`` after every round: ``per_tree``); the data set is dropped after."""
+    r = Run(name)
+    ticks: list[float] = []
+    with PeakRSS([os.getpid()]) as m:
+        t = time.perf_counter()
+        data = build()
+        t1 = time.perf_counter()
+        ticks.append(t1)
+        model = boost(data, lambda: ticks.append(time.perf_counter()))
+        r.seconds = time.perf_counter() - t
+        r.extra["boost"] = time.perf_counter() - t1
+        del data
+    r.extra["per_tree"] = np.diff(ticks)
+    r.peak = m.peak
+    return r, model
+
+
 def fit_lightgbm(p: Problem, a: Any, client: Any) -> Run:
     """LightGBM's native API: its Dataset (bins) timed apart from the boosting."""
     import lightgbm as lgb
@@ -239,21 +260,15 @@ def fit_lightgbm(p: Problem, a: Any, client: Any) -> Run:
     }  # fmt: skip
     if p.n_classes > 2:
         params["num_class"] = p.n_classes
-    r = Run("lightgbm")
-    with PeakRSS([os.getpid()]) as m:
-        t = time.perf_counter()
+
+    def build() -> Any:
         ds = lgb.Dataset(p.Xtr, p.ytr, params={"max_bin": kw["max_bin"], "verbose": -1})
-        ds.construct()
-        t1 = time.perf_counter()
-        ticks = [time.perf_counter()]
-        booster = lgb.train(
-            params, ds, num_boost_round=a.trees,
-            callbacks=[lambda env: ticks.append(time.perf_counter())],
-        )  # fmt: skip
-        r.seconds = time.perf_counter() - t
-        r.extra["boost"] = time.perf_counter() - t1
-    r.extra["per_tree"] = np.diff(ticks)
-    r.peak = m.peak
+        return ds.construct()
+
+    def boost(ds: Any, tick: Callable[[], None]) -> Any:
+        return lgb.train(params, ds, num_boost_round=a.trees, callbacks=[lambda env: tick()])
+
+    r, booster = _native("lightgbm", build, boost)
     big = p.shape[0] > 2_000_000
     tr = None if p.n_classes != 2 or big else _proba(booster.predict(p.Xtr), 2)
     r.scores = _score(p, _proba(booster.predict(p.Xte), p.n_classes), tr)
@@ -272,24 +287,19 @@ def fit_xgboost(p: Problem, a: Any, client: Any) -> Run:
     }  # fmt: skip
     if p.n_classes > 2:
         params["num_class"] = p.n_classes
-    r = Run("xgboost")
-    with PeakRSS([os.getpid()]) as m:
-        t = time.perf_counter()
-        dm = xgb.QuantileDMatrix(p.Xtr, p.ytr, max_bin=kw["max_bin"], nthread=kw["n_jobs"])
-        t1 = time.perf_counter()
-        ticks = [time.perf_counter()]
 
+    def build() -> Any:
+        return xgb.QuantileDMatrix(p.Xtr, p.ytr, max_bin=kw["max_bin"], nthread=kw["n_jobs"])
+
+    def boost(dm: Any, tick: Callable[[], None]) -> Any:
         class Tick(xgb.callback.TrainingCallback):
             def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
-                ticks.append(time.perf_counter())
+                tick()
                 return False
 
-        booster = xgb.train(params, dm, num_boost_round=a.trees, callbacks=[Tick()])
-        r.seconds = time.perf_counter() - t
-        r.extra["boost"] = time.perf_counter() - t1
-    r.extra["per_tree"] = np.diff(ticks)
-    r.peak = m.peak
-    del dm
+        return xgb.train(params, dm, num_boost_round=a.trees, callbacks=[Tick()])
+
+    r, booster = _native("xgboost", build, boost)
     big = p.shape[0] > 2_000_000
     tr = None if p.n_classes != 2 or big else _proba(booster.predict(xgb.DMatrix(p.Xtr)), 2)
     r.scores = _score(p, _proba(booster.predict(xgb.DMatrix(p.Xte)), p.n_classes), tr)

@@ -32,6 +32,7 @@ __all__ = [
     "helper",
     "is_sorted",
     "is_strictly_sorted",
+    "lower_bound",
     "merge_update",
     "reduce_sorted",
     "scatter_coo",
@@ -124,6 +125,27 @@ def reduce_sorted(keys, vals, add):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
+def lower_bound(a, lo, hi, q):  # type: ignore[no-untyped-def]
+    """First position ``p`` in ``[lo, hi)`` with ``a[p] >= q`` (``hi`` if none): a
+    binary search of the sorted ``a[lo:hi]``, ``lo + np.searchsorted(a[lo:hi], q)``.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> a = np.array([1, 3, 3, 7, 9])
+    >>> lower_bound(a, 1, 4, 3), lower_bound(a, 1, 4, 8), lower_bound(a, 0, 5, 0)
+    (1, 4, 0)
+    """
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < q:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(nogil=True, cache=True)
 def gallop_find(store, n, q, lo):  # type: ignore[no-untyped-def]
     """First position ``p >= lo`` in ``store[:n]`` with ``store[p] >= q``."""
     step = 1
@@ -132,15 +154,7 @@ def gallop_find(store, n, q, lo):  # type: ignore[no-untyped-def]
         lo = hi + 1
         hi = lo + step
         step <<= 1
-    if hi > n:
-        hi = n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if store[mid] < q:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return lower_bound(store, lo, min(hi, n), q)
 
 
 @njit(nogil=True, cache=True)

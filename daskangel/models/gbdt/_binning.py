@@ -10,7 +10,9 @@ A task bins its partition once (:func:`bin_rows`) into one of two layouts:
 
 * :class:`DenseBins`: a ``(n_rows, n_features)`` ``uint8`` (``uint16`` when a
   feature has more than 255 bins) matrix of bin codes, :data:`missing code
-  <MISSING8>` for a missing value;
+  <MISSING8>` for a missing value, kept twice: by rows (a histogram reads a
+  row's codes side by side) and by features (a row partition reads one
+  feature's codes: 4-5x faster than striding over the rows);
 * :class:`SparseBins`: CSR whose entries are global histogram rows
   (``offsets[f] + bin``, int32), missing entries left out.
 
@@ -36,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
+
+from ...psarray._kernels import lower_bound
 
 __all__ = ["MISSING8", "MISSING16", "BinSpec", "DenseBins", "SparseBins", "bin_rows"]
 
@@ -100,10 +104,12 @@ class BinSpec:
 
 @dataclass(frozen=True, slots=True)
 class DenseBins:
-    """Bin codes as an ``(n_rows, n_features)`` matrix (``missing`` = no value)."""
+    """Bin codes as an ``(n_rows, n_features)`` matrix (``missing`` = no value) and
+    its column-major copy ``cols`` (``(n_features, n_rows)``)."""
 
     codes: np.ndarray
     missing: int
+    cols: np.ndarray
 
     @property
     def n_rows(self) -> int:
@@ -111,7 +117,7 @@ class DenseBins:
 
     @property
     def nbytes(self) -> int:
-        return int(self.codes.nbytes)
+        return int(self.codes.nbytes + self.cols.nbytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +139,7 @@ class SparseBins:
 @njit(nogil=True, cache=True)
 def _bin_of(cuts, a, b, x):  # type: ignore[no-untyped-def]
     """``#{cuts[a:b] < x}`` (``np.searchsorted(cuts[a:b], x)``, a binary search)."""
-    lo = a
-    hi = b
-    while lo < hi:
-        m = (lo + hi) >> 1
-        if cuts[m] < x:
-            lo = m + 1
-        else:
-            hi = m
-    return lo - a
+    return lower_bound(cuts, a, b, x) - a
 
 
 @njit(nogil=True, cache=True)
@@ -214,7 +212,7 @@ def bin_rows(
             indptr, indices, data, rows, spec.cut_ptr, spec.cuts, spec.n_bins,
             zero_is_value, missing, codes,
         )  # fmt: skip
-        return DenseBins(codes, missing)
+        return DenseBins(codes, missing, np.ascontiguousarray(codes.T))
     ptr, hrows = _bin_sparse(
         indptr, indices, data, rows, spec.cut_ptr, spec.cuts, spec.n_bins, spec.offsets
     )

@@ -29,8 +29,9 @@ Example
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
+
+from ...psarray._kernels import lower_bound
 
 __all__ = [
     "add_leaf_values",
@@ -77,63 +78,56 @@ def hist_sparse(indptr, hrows, order, a, b, g, h, out):  # type: ignore[no-untyp
 @njit(nogil=True, cache=True)
 def _sparse_bin(indptr, hrows, r, lo, hi):  # type: ignore[no-untyped-def]
     """Histogram row of row ``r``'s entry in ``[lo, hi)`` (a feature), or -1 if absent."""
-    a = indptr[r]
-    b = indptr[r + 1]
-    while a < b:  # first entry >= lo
-        m = (a + b) >> 1
-        if hrows[m] < lo:
-            a = m + 1
-        else:
-            b = m
+    a = lower_bound(hrows, indptr[r], indptr[r + 1], lo)  # first entry >= lo
     if a < indptr[r + 1] and hrows[a] < hi:
         return hrows[a] - lo
     return -1
 
 
 @njit(nogil=True, cache=True)
-def _partition(order, a, n, go, buf):  # type: ignore[no-untyped-def]
-    """Stable in-place partition of ``order[a:a+n]`` by ``go`` (True first); left size."""
-    nl = 0
-    nr = 0
-    for i in range(n):
-        if go[i]:
-            order[a + nl] = order[a + i]
-            nl += 1
-        else:
-            buf[nr] = order[a + i]
-            nr += 1
+def _cut(order, a, c, nl, nr, buf, start, count, lc, rc):  # type: ignore[no-untyped-def]
+    """Close a node's partition: the ``nr`` right rows from ``buf`` after the left ones."""
     for i in range(nr):  # loops, not slice copies: those add seconds of compilation
         order[a + nl + i] = buf[i]
-    return nl
+    start[lc] = a
+    count[lc] = nl
+    start[rc] = a + nl
+    count[rc] = c - nl
 
 
 @njit(nogil=True, cache=True)
-def split_dense(codes, missing, order, start, count, nodes, feat, tbin, mleft, left, right):  # type: ignore[no-untyped-def]
-    """Cut each node of ``nodes`` into its children ``left`` / ``right`` (arrays by split)."""
-    buf = np.empty(order.shape[0], order.dtype)
-    go = np.empty(order.shape[0], np.bool_)
+def split_dense(cols, missing, order, start, count, nodes, feat, tbin, mleft, left, right, buf):  # type: ignore[no-untyped-def]
+    """Cut each node of ``nodes`` into its children ``left`` / ``right`` (arrays by split).
+
+    ``cols``: the column-major codes (a node's rows read one feature's codes);
+    the partition is stable and branch-free (every row is written to both
+    sides, the side's end moves by the test), ``buf`` holds the right rows.
+    """
     for s in range(nodes.shape[0]):
         n = nodes[s]
         a = start[n]
         c = count[n]
-        f = feat[s]
+        col = cols[feat[s]]
+        t = tbin[s]
+        ml = mleft[s]
+        nl = 0
+        nr = 0
         for i in range(c):
-            code = codes[order[a + i], f]
-            go[i] = mleft[s] if code == missing else code <= tbin[s]
-        nl = _partition(order, a, c, go, buf)
-        start[left[s]] = a
-        count[left[s]] = nl
-        start[right[s]] = a + nl
-        count[right[s]] = c - nl
+            r = order[a + i]
+            code = col[r]
+            go = ml if code == missing else code <= t
+            order[a + nl] = r
+            buf[nr] = r
+            nl += go
+            nr += 1 - go
+        _cut(order, a, c, nl, nr, buf, start, count, left[s], right[s])
 
 
 @njit(nogil=True, cache=True)
 def split_sparse(  # type: ignore[no-untyped-def]
-    indptr, hrows, offsets, order, start, count, nodes, feat, tbin, mleft, left, right
+    indptr, hrows, offsets, order, start, count, nodes, feat, tbin, mleft, left, right, buf
 ):
     """:func:`split_dense` for CSR bin rows (binary search of the split feature)."""
-    buf = np.empty(order.shape[0], order.dtype)
-    go = np.empty(order.shape[0], np.bool_)
     for s in range(nodes.shape[0]):
         n = nodes[s]
         a = start[n]
@@ -141,14 +135,19 @@ def split_sparse(  # type: ignore[no-untyped-def]
         f = feat[s]
         lo = offsets[f]
         hi = offsets[f + 1]
+        t = tbin[s]
+        ml = mleft[s]
+        nl = 0
+        nr = 0
         for i in range(c):
-            b = _sparse_bin(indptr, hrows, order[a + i], lo, hi)
-            go[i] = mleft[s] if b < 0 else b <= tbin[s]
-        nl = _partition(order, a, c, go, buf)
-        start[left[s]] = a
-        count[left[s]] = nl
-        start[right[s]] = a + nl
-        count[right[s]] = c - nl
+            r = order[a + i]
+            b = _sparse_bin(indptr, hrows, r, lo, hi)
+            go = ml if b < 0 else b <= t
+            order[a + nl] = r
+            buf[nr] = r
+            nl += go
+            nr += 1 - go
+        _cut(order, a, c, nl, nr, buf, start, count, left[s], right[s])
 
 
 @njit(nogil=True, cache=True)

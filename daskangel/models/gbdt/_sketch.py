@@ -117,6 +117,22 @@ def _gather(indptr, indices, data, rows, n_features, sample):  # type: ignore[no
 
 
 @njit(nogil=True, cache=True)
+def _runs(vals, wts, a, b, weighted, buf_v, buf_w):  # type: ignore[no-untyped-def]
+    """The distinct values of sorted ``vals[a:b]`` into ``buf_v`` with their summed
+    weights (``wts``, or 1 a value unless ``weighted``) into ``buf_w``; their number."""
+    m = 0
+    for i in range(a, b):
+        w = wts[i] if weighted else 1.0
+        if m > 0 and buf_v[m - 1] == vals[i]:
+            buf_w[m - 1] += w
+        else:
+            buf_v[m] = vals[i]
+            buf_w[m] = w
+            m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
 def _summarise(ptr, vals, count, stored, n_rows, zero_is_value, S):  # type: ignore[no-untyped-def]
     """Per feature of sorted ``vals`` segments: distinct values, weights, pruned to ``S``."""
     F = ptr.shape[0] - 1
@@ -132,15 +148,7 @@ def _summarise(ptr, vals, count, stored, n_rows, zero_is_value, S):  # type: ign
     for f in range(F):
         a = ptr[f]
         b = ptr[f + 1]
-        m = 0
-        for i in range(a, b):
-            x = vals[i]
-            if m > 0 and buf_v[m - 1] == x:
-                buf_w[m - 1] += 1.0
-            else:
-                buf_v[m] = x
-                buf_w[m] = 1.0
-                m += 1
+        m = _runs(vals, vals, a, b, False, buf_v, buf_w)
         if b - a < count[f]:  # sampled: each pick weighs count / sample
             scale = count[f] / (b - a)
             for i in range(m):
@@ -249,15 +257,11 @@ def cuts_from_points(feat, vals, wts, n_features, max_bins):  # type: ignore[no-
     i = 0
     o = 0
     for f in range(n_features):
-        m = 0
-        while i < n and feat[i] == f:
-            if m > 0 and buf_v[m - 1] == vals[i]:
-                buf_w[m - 1] += wts[i]
-            else:
-                buf_v[m] = vals[i]
-                buf_w[m] = wts[i]
-                m += 1
-            i += 1
+        e = i
+        while e < n and feat[e] == f:
+            e += 1
+        m = _runs(vals, wts, i, e, True, buf_v, buf_w)
+        i = e
         if m > 0:
             c = cuts_of(buf_v[:m], buf_w[:m], max_bins)
             for j in range(c.shape[0]):

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from ...psarray._kernels import lower_bound
 from ._grower import NODE_FIELDS
 
 __all__ = ["NF", "importances", "margins", "predict_csr", "predict_dense", "to_json"]
@@ -59,14 +60,7 @@ def predict_csr(indptr, indices, data, unstored_missing, T, K, t0, t1, out):  # 
             n = 0
             while T[t, n, 0] >= 0:
                 f = int(T[t, n, 0])
-                a = a0
-                b = b0
-                while a < b:
-                    m = (a + b) >> 1
-                    if indices[m] < f:
-                        a = m + 1
-                    else:
-                        b = m
+                a = lower_bound(indices, a0, b0, f)
                 if a < b0 and indices[a] == f:
                     x = float(data[a])
                 else:

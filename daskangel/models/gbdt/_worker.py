@@ -37,7 +37,7 @@ from ._hist import (
     walk_dense,
     walk_sparse,
 )
-from ._losses import N_STATS, eval_sums, gradients, loss_sum
+from ._losses import N_STATS, eval_sums, gradients, gradients_loss
 from ._plan import Plan
 from ._rows import Rows
 from ._sketch import prune
@@ -57,11 +57,13 @@ class RowState:
         self.g = np.zeros((K, nt))
         self.h = np.zeros((K, nt))
         self.order = np.empty((K, nt), np.int32)
+        self.buf = np.empty(nt, np.int32)  # the right rows of a node being cut
         self.start = np.zeros((K, plan.max_nodes), np.int64)
         self.count = np.zeros((K, plan.max_nodes), np.int64)
         self.unsampled = np.zeros(0, np.int64)
         self.tmp = np.zeros((plan.spec.n_total, 3))
         self.val_rows = np.arange(nt, n, dtype=np.int64)
+        self.fresh = False  # g, h are the gradients at the current margins (finish made them)
 
     # -- a round ------------------------------------------------------------------------
 
@@ -69,7 +71,9 @@ class RowState:
         """Gradients, this round's sample, every sampled row in the root; root totals."""
         p, r = self.plan, self.rows
         nt = r.n_train
-        gradients(p.loss, self.margin, r.y, 0, nt, p.delta, self.g, self.h)
+        if not self.fresh:
+            gradients(p.loss, self.margin, r.y, 0, nt, p.delta, self.g, self.h)
+        self.fresh = False
         if p.subsample < 1.0:
             rng = np.random.default_rng([int(p.seed) & 0xFFFFFFFF, 104729, int(it), int(index)])
             keep = rng.random(nt) < p.subsample
@@ -103,11 +107,11 @@ class RowState:
             order = self.order[k, : self.ns]
             args = (s[:, 1], s[:, 2], s[:, 3], s[:, 4].astype(np.bool_), s[:, 5], s[:, 6])
             if isinstance(b, DenseBins):
-                split_dense(b.codes, b.missing, order, self.start[k], self.count[k], *args)
+                split_dense(b.cols, b.missing, order, self.start[k], self.count[k], *args, self.buf)
             else:
                 split_sparse(
                     b.indptr, b.hrows, self.plan.spec.offsets, order, self.start[k],
-                    self.count[k], *args,
+                    self.count[k], *args, self.buf,
                 )  # fmt: skip
 
     def histograms(self, build: list[list[int]]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -183,7 +187,9 @@ class RowState:
                         right, value, self.margin[k],
                     )  # fmt: skip
         nt = r.n_train
-        train = loss_sum(p.loss, self.margin, r.y, 0, nt, p.delta)
+        # the next round's gradients with the loss: one pass, one exp a row
+        train = gradients_loss(p.loss, self.margin, r.y, 0, nt, p.delta, self.g, self.h)
+        self.fresh = True
         stats = np.zeros(N_STATS)
         neg = np.zeros(p.nbins)
         pos = np.zeros(p.nbins)
