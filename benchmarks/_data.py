@@ -4,7 +4,7 @@
 project root (``/work/shared/data`` as a last resort, for a worktree nested
 deeper).  A benchmark never fails for a missing data set: it prints a line
 naming the missing file (``have``) and skips that section.  ``--smoke`` runs
-(``tests/test_benchmarks.py``) are checked both with and without the data.
+(``tests/test_benchmarks.py``) take the data sets where the machine has them.
 
 Example
 -------
