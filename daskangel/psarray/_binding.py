@@ -147,6 +147,7 @@ class Binding:
         cost: dict[int, int],
         extra: dict[str, Any],
         into: dict[int, tuple[int, np.ndarray | None]] | None = None,
+        resend: bool = True,
     ) -> dict[int, Any]:
         """Send each block's part to its server, one message per server, concurrently.
 
@@ -160,7 +161,13 @@ class Binding:
         metadata is refreshed and that server's parts are resent once to wherever
         the blocks live now.  A server that rejects a stale block applied none of
         the parts, and writes carry a tag the server uses to apply them only once,
-        so resending is safe.
+        so resending is safe.  A block being handed to another server is waited
+        for.  With ``resend=False`` nothing is resent: a moving block raises
+        :class:`BlockMovingError` at once and a moved one :class:`StaleLayoutError`
+        once the new routing is known (a two-phase prepare is redone whole under a
+        new transaction: it must not hold blocks while waiting for a move that may
+        wait for them, and parts resent under its transaction to a server that
+        prepared it already would be taken for a repeat and skipped).
         """
         check_wire_config()  # a bad framing key fails here, before any message leaves
         loop = asyncio.get_running_loop()
@@ -214,6 +221,10 @@ class Binding:
                     "made for the old one (shape or dtype may differ); its metadata is now "
                     "refreshed here: make the request again"
                 )
+            if moving and not resend and fresh.generation == meta.generation:
+                raise BlockMovingError(
+                    f"array {name!r}: blocks {stale[:10]} are being moved to another server"
+                )
             if (unreachable or moving) and fresh.generation == meta.generation and remaining > 0:
                 # the scheduler has not noticed yet (a lost server), or the blocks are
                 # being handed to another server: wait for the new routing
@@ -228,6 +239,10 @@ class Binding:
                     f"array {name!r}: PS server {s} is unreachable ({err!r}) and its "
                     "blocks were not moved within daskangel.client.recovery-wait"
                 ) from err
+            if not resend:
+                raise StaleLayoutError(
+                    f"array {name!r}: blocks {stale[:10]} moved; make the request again"
+                )
             meta = fresh
 
     async def _watched(

@@ -27,6 +27,11 @@ finds its blocks held by another update, all abort and the prepares are redone
 one server at a time in a fixed order, each waiting for the blocks to be free
 (ordered locking, so two updates never deadlock).
 
+Co-partitioning is checked on this process's cached layouts; when they differ
+(one array's refreshed after a move of the group, another's not) they are
+fetched again first: the scheduler moves co-partitioned arrays as one group and
+switches their routing at once, so the fresh ones agree.
+
 Example
 -------
 >>> from daskangel.psarray._layout import BlockPartitioner
@@ -40,18 +45,21 @@ Example
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import config
 from ..errors import (
     BlockBusyError,
     InvalidTypeError,
     NotCoPartitionedError,
     PSFError,
     ShapeMismatchError,
+    StaleLayoutError,
 )
 from ._meta import ArrayMeta
 
@@ -83,6 +91,14 @@ def check_copartitioned(metas: list[ArrayMeta]) -> None:
                 f"{_describe(m)}\nmake the second with ps.zeros_like({first.name!r}) "
                 "or ps.full_like(...)"
             )
+
+
+def _copartitioned(metas: list[ArrayMeta]) -> bool:
+    try:
+        check_copartitioned(metas)
+    except NotCoPartitionedError:
+        return False
+    return True
 
 
 def _default_cost(metas: list[ArrayMeta], block: int) -> int:
@@ -119,6 +135,13 @@ async def run_psf(
             f"func: expected a psf (an ops.GetFunc or ops.UpdateFunc), got {type(func).__name__}"
         )
     metas = [await binding.meta(n) for n in names]
+    for _ in range(3):
+        if len(metas) == 1 or _copartitioned(metas):
+            break
+        # layouts cached or fetched at different moments (a move of the group in
+        # between; a resend refreshes the first array's only): fetch them again,
+        # the registry switches a group's routing at once
+        metas = [await binding.meta(n, refresh=True) for n in names]
     check_copartitioned(metas)
     if hasattr(func, "check"):
         func.check(metas)
@@ -173,26 +196,69 @@ async def _two_phase(
     meta: ArrayMeta,
     servers: list[Any],
 ) -> None:
-    txn = uuid.uuid4().hex
+    """Prepare on every server, then commit; prepared again from the start, under a
+    new transaction, when a block turns out to be moving or moved (see :func:`_prepare`)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.get_seconds("daskangel.client.recovery-wait")
     bare = {b: {"block": b} for b in parts}
-    try:
+    while True:
+        txn = uuid.uuid4().hex
         try:
-            await binding.call_blocks(
-                name, "psf_prepare", parts, cost, {**extra, "txn": txn, "txn_wait": False}
-            )
-        except BlockBusyError:
-            # another update holds some of the blocks: free ours, then take the
-            # servers one at a time in a fixed order, waiting for each
+            await _prepare(binding, name, parts, cost, extra, txn, meta, servers)
+            break
+        except StaleLayoutError:
+            # a block is being handed to another server (that move waits for the blocks
+            # this transaction holds: hold none while waiting for the routing), or it
+            # moved: everything is released and prepared again where the blocks are
             await _abort(binding, name, bare, txn)
-            for s in servers:
-                mine = {b: p for b, p in parts.items() if meta.servers[b] == s}
-                await binding.call_blocks(
-                    name, "psf_prepare", mine, cost, {**extra, "txn": txn, "txn_wait": True}
-                )
-    except BaseException:
-        await _abort(binding, name, bare, txn)
-        raise
+            fresh = await binding.meta(name)
+            remaining = deadline - loop.time()
+            if fresh.uid != meta.uid or remaining <= 0:  # dropped and made again: no retry
+                raise
+            meta = await binding._wait(name, meta.generation, remaining)
+            servers = sorted({meta.servers[b] for b in parts})
+        except BaseException:
+            await _abort(binding, name, bare, txn)
+            raise
     await binding.call_blocks(name, "psf_commit", bare, {}, {"txn": txn})
+
+
+async def _prepare(
+    binding: Binding,
+    name: str,
+    parts: dict[int, dict[str, Any]],
+    cost: dict[int, int],
+    extra: dict[str, Any],
+    txn: str,
+    meta: ArrayMeta,
+    servers: list[Any],
+) -> None:
+    """Phase one of ``txn``; raises :class:`StaleLayoutError` (``BlockMovingError``
+    at once for a moving block) instead of resending (the caller aborts what was
+    prepared and starts again)."""
+    try:
+        await binding.call_blocks(
+            name,
+            "psf_prepare",
+            parts,
+            cost,
+            {**extra, "txn": txn, "txn_wait": False},
+            resend=False,
+        )
+    except BlockBusyError:
+        # another update holds some of the blocks: free ours, then take the
+        # servers one at a time in a fixed order, waiting for each
+        await _abort(binding, name, {b: {"block": b} for b in parts}, txn)
+        for s in servers:
+            mine = {b: p for b, p in parts.items() if meta.servers[b] == s}
+            await binding.call_blocks(
+                name,
+                "psf_prepare",
+                mine,
+                cost,
+                {**extra, "txn": txn, "txn_wait": True},
+                resend=False,
+            )
 
 
 async def _abort(binding: Binding, name: str, bare: dict[int, Any], txn: str) -> None:

@@ -21,10 +21,11 @@ leaving workers:
    when no server remains or the targets' memory would pass
    ``daskangel.server.max-memory-fraction``;
 2. under the context's snapshot lock (no snapshot is written meanwhile; a cut
-   begun by training moves with the blocks), each ``(array, source, target)``
-   group is handed over by the source (``psarray/_handoff_ops.py``: freeze,
-   copy, install) and the routing switched at once (generation + 1), waking
-   callers waiting to resend.
+   begun by training moves with the blocks), the arrays placed alike move as
+   one group (``_moves``): every source hands its blocks over
+   (``psarray/_handoff_ops.py``: freeze, copy, install), then the routing of
+   the whole group switches at once (generation + 1), waking callers waiting
+   to resend.
 
 Nothing is lost and no snapshot is read.  A failure puts the group's blocks
 back on the source, aborts the retirement (the error reaches the caller) and
@@ -40,7 +41,6 @@ Example
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -357,64 +357,3 @@ class HandoffService(Rebalancer):
                 f"{'; '.join(over)} (daskangel.server.max-memory-fraction); nothing was moved "
                 "or retired"
             )
-
-    async def _move_ctx(
-        self, ctx: str, arrays: dict[str, dict[int, ServerId]], moved: dict[str, int]
-    ) -> None:
-        st = self.snapshots.cuts.get(ctx) or {}
-        cut = st.get("cut") if st.get("pending") is not None else None
-        for name, targets in arrays.items():
-            m = self.registry.arrays.get(name)
-            if m is None:  # dropped meanwhile
-                continue
-            groups: dict[tuple[ServerId, ServerId], list[int]] = {}
-            for b, t in targets.items():
-                src = (m["servers"][b][0], int(m["servers"][b][1]))
-                groups.setdefault((src, t), []).append(b)
-            results = await asyncio.gather(
-                *(self._move(m, src, t, blocks, cut) for (src, t), blocks in groups.items()),
-                return_exceptions=True,
-            )
-            errors = [r for r in results if isinstance(r, BaseException)]
-            for r in results:
-                if not isinstance(r, BaseException):
-                    moved["blocks"] += r[0]
-                    moved["bytes"] += r[1]
-            if errors:
-                raise HandoffError(
-                    f"workers: handing the blocks of array {name!r} to other servers failed: "
-                    f"{errors[0]!r}; those blocks stay where they were"
-                ) from errors[0]
-
-    async def _move(
-        self, m: dict[str, Any], src: ServerId, target: ServerId, blocks: list[int], cut: Any
-    ) -> tuple[int, int]:
-        name = m["name"]
-        parts = [{"block": b} for b in blocks]
-        try:
-            nbytes = await self.registry.call(
-                src,
-                "handoff_send",
-                "handlers",
-                array=name,
-                parts=parts,
-                target=list(target),
-                cut=cut,
-            )
-        except BaseException:
-            # callers waiting for the new routing resend to the source, which has
-            # the blocks back; the target may hold a copy the routing never pointed to
-            if self.registry.arrays.get(name) is m:
-                m["generation"] += 1
-                self.registry.notify()
-            with contextlib.suppress(Exception):  # best effort
-                await self.registry.call(
-                    target, "handoff_discard", "handlers", array=name, parts=parts
-                )
-            raise
-        if self.registry.arrays.get(name) is m:
-            for b in blocks:
-                m["servers"][b] = [target[0], target[1]]
-            m["generation"] += 1
-            self.registry.notify()
-        return len(blocks), int(nbytes)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import ContextClosedError, InvalidStateError
+from ._moves import BlockMover
 from ._placement import balance_moves
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ logger = logging.getLogger(__name__)
 ServerId = tuple[str, int]
 
 
-class Rebalancer:
+class Rebalancer(BlockMover):
     """``daskangel_rebalance``: even out the bytes per server of a context."""
 
     registry: ArrayRegistry
@@ -58,11 +59,6 @@ class Rebalancer:
     _join_task: asyncio.Task[None] | None
 
     def _running(self, addr: str) -> bool:
-        raise NotImplementedError
-
-    async def _move_ctx(
-        self, ctx: str, arrays: dict[str, dict[int, ServerId]], moved: dict[str, int]
-    ) -> None:
         raise NotImplementedError
 
     async def rebalance(self, ctx: str) -> dict[str, Any]:

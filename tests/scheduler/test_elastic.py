@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 from distributed import Client
 
 import daskangel as angel
+from daskangel import ops
 from daskangel._compat import workers_info
 from daskangel.errors import HandoffError, ServerLostError, SnapshotError
 from tests.conftest import kill_worker, make_cluster
@@ -54,26 +55,8 @@ def test_retire_moves_blocks_and_keeps_acknowledged_writes(cluster3: Any, tmp_pa
         ps.snapshot()
         w.increment(np.ones(1200, "int64"))
         holder = w.blocks[0].server.address
-        stop = threading.Event()
-        acked: list[int] = []
-        errors: list[BaseException] = []
-
-        def writer() -> None:
-            try:
-                while not stop.is_set():
-                    w.increment(np.ones(1200, "int64"))
-                    acked.append(1)
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        t = threading.Thread(target=writer)
-        t.start()
-        try:
+        with _looping(lambda: w.increment(np.ones(1200, "int64"))) as acked:
             retired = c.retire_workers([holder])
-        finally:
-            stop.set()
-            t.join(60)
-        assert not errors, errors
         assert holder in retired
         np.testing.assert_array_equal(w.get(), np.full(1200, 2 + len(acked)))
         np.testing.assert_array_equal(s.get(rows=1, cols=[0, 5, 7, 10**9 - 1]), [1, 1, 0, 1])
@@ -84,19 +67,20 @@ def test_retire_moves_blocks_and_keeps_acknowledged_writes(cluster3: Any, tmp_pa
 
 
 @contextlib.contextmanager
-def _writing(w: angel.PSArray) -> Iterator[list[int]]:
-    """Increments of ones in a thread meanwhile; yields the list of those acknowledged."""
+def _looping(call: Callable[[], Any]) -> Iterator[list[int]]:
+    """``call()`` over and over in a thread meanwhile; yields the list of those that
+    returned (acknowledged), and raises what one raised."""
     stop, acked, errors = threading.Event(), [], []
 
-    def writer() -> None:
+    def loop() -> None:
         try:
             while not stop.is_set():
-                w.increment(np.ones(w.shape[0]))
+                call()
                 acked.append(1)
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    t = threading.Thread(target=writer)
+    t = threading.Thread(target=loop)
     t.start()
     try:
         yield acked
@@ -104,6 +88,11 @@ def _writing(w: angel.PSArray) -> Iterator[list[int]]:
         stop.set()
         t.join(60)
     assert not errors, errors
+
+
+def _writing(w: angel.PSArray) -> contextlib.AbstractContextManager[list[int]]:
+    """Increments of ones meanwhile; yields the list of those acknowledged."""
+    return _looping(lambda: w.increment(np.ones(w.shape[0])))
 
 
 @pytest.mark.timeout(240)
@@ -244,3 +233,33 @@ def test_one_worker_dies_writing_a_snapshot_and_its_replacement_rebuilds(
         ps.refresh()
         assert victim not in _holders(w)
         assert {x.address for x in ps.servers} == set(workers_info(c))
+
+
+async def _handoff(worker: str, dask_scheduler: Any) -> dict[str, Any]:
+    svc = dask_scheduler.plugins["daskangel"].handoff
+    out = dict(await svc.handoff([worker]))
+    svc.readmit([worker])  # its servers serve again: the rebalance moves blocks back
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_optimiser_steps_during_moves_see_their_group_whole(cluster3: Any) -> None:
+    """Adam steps (one two-phase psf over w, m, v, t) go on while a worker's blocks
+    are handed off and rebalanced back: the four arrays move as one group whose
+    routing switches at once, so no step fails or finds part of the group moved,
+    and each is applied once to every block (t counts them)."""
+    _cluster, c = cluster3
+    with dask.config.set({"daskangel.ps.rebalance-on-join": False}), angel.PSContext(c) as ps:
+        w = ps.zeros("w", (12 * 16384,), dtype="float64", block_shape=(16384,))
+        opt = ops.Adam(lr=0.1).attach(ps, w)
+        opt.step(np.ones(w.shape[0]))
+        worker = w.blocks[0].server.address
+        with _looping(lambda: opt.step(np.ones(w.shape[0]))) as acked:
+            out = c.run_on_scheduler(_handoff, worker)
+            back = ps.rebalance()
+        assert out["blocks"] == back["blocks"] == 4 * 4, (out, back)  # 4 blocks x 4 arrays
+        ps.refresh()
+        layouts = {tuple(b.server for b in a.blocks) for a in opt.arrays}
+        assert len(layouts) == 1 and _per_server(w) == [4, 4, 4]
+        np.testing.assert_array_equal(opt.state["t"].get(), np.full(w.shape[0], 1 + len(acked)))
+        assert len(acked) > 0
