@@ -50,6 +50,7 @@ __all__ = [
     "StaleLayoutError",
     "SyncError",
     "TaskFailedError",
+    "TaskMovedError",
     "UnknownNameError",
 ]
 
@@ -155,6 +156,11 @@ class SyncError(DaskAngelError, RuntimeError):
 
 class JobAbortedError(SyncError):
     """The training job was stopped (another task failed, or it was cancelled)."""
+
+
+class TaskMovedError(SyncError):
+    """A slow training task was stopped at a clock boundary to be restarted on
+    another worker (``daskangel.train.reschedule-slow``); the driver resubmits it."""
 
 
 class KeyListMissingError(DaskAngelError, LookupError):

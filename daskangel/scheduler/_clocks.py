@@ -23,18 +23,16 @@ From a task (through ``TaskContext``)::
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from .. import config
-from ..errors import JobAbortedError, SyncError
+from ..errors import SyncError
 from ._clock_rule import ClockTable
-from ._slow import record_busy, slow_flags, slowdowns
+from ._job import Job, reports_abort
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -42,171 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["ClockService", "Job", "reports_abort"]
 
 logger = logging.getLogger(__name__)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def reports_abort(fn: F) -> F:
-    """Make a handler answer ``{"aborted": message}`` when its job was stopped.
-
-    A stopped job is a normal outcome for the tasks still running, not a
-    scheduler error: answering (instead of raising) keeps it out of the
-    scheduler's error log.  The task side raises ``JobAbortedError`` from it.
-    """
-    if inspect.iscoroutinefunction(fn):
-
-        @functools.wraps(fn)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return await fn(*args, **kwargs)
-            except JobAbortedError as e:
-                return {"aborted": str(e)}
-
-        return async_wrapper  # type: ignore[return-value]
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except JobAbortedError as e:
-            return {"aborted": str(e)}
-
-    return wrapper  # type: ignore[return-value]
-
-
-class Job:
-    """Scheduler-side state of one training job."""
-
-    def __init__(
-        self,
-        job: str,
-        n_tasks: int,
-        groups: list[int],
-        staleness: int | None,
-        array_staleness: dict[str, int | None],
-        ctx: str | None,
-        epochs: int | None,
-        on_stop: list[Callable[[str], None]] | None = None,
-        start: list[int] | None = None,
-    ) -> None:
-        self.id = job
-        self.table = ClockTable(n_tasks, groups, start)
-        self.staleness = staleness
-        # {array_name: staleness or None}: per-array overrides of the job's protocol
-        self.array_staleness = array_staleness
-        self.ctx = ctx
-        self.epochs = epochs
-        self.status = "running"  # running | failed | aborted | done
-        self.error: dict[str, Any] | None = None
-        self.started = time.time()
-        self.finished: float | None = None
-        # [{"worker", "waited", "waits", "stats", "last", "status", "busy"}] per task;
-        # busy: seconds per clock not spent waiting, the last slow-window clocks
-        self.info: list[dict[str, Any]] = [
-            {
-                "worker": None,
-                "waited": 0.0,
-                "waits": 0,
-                "stats": {},
-                "last": None,
-                "status": "new",
-                "busy": [],
-            }
-            for _ in range(n_tasks)
-        ]
-        # per task: (perf_counter at its last tick or start, its waited then)
-        self._mark: list[tuple[float, float] | None] = [None] * n_tasks
-        # {min clock needed: event set once the slowest task reaches it}
-        self.floor_events: dict[int, asyncio.Event] = {}
-        # {(group, clock): event set once every member of the group reaches clock}
-        self.group_events: dict[tuple[int, int], asyncio.Event] = {}
-        # callbacks run with the job id when the job stops (wake group waiters, ...)
-        self.on_stop: list[Callable[[str], None]] = on_stop if on_stop is not None else []
-
-    def check_alive(self) -> None:
-        if self.status == "rollback":
-            raise JobAbortedError(
-                f"job {self.id!r} is rolling back to its last snapshot after a lost worker; "
-                "every task restarts from there"
-            )
-        if self.status in ("failed", "aborted"):
-            why = self.error or {}
-            who = (
-                f"task {why['task']} failed: {why['error']}" if "task" in why else why.get("error")
-            )
-            raise JobAbortedError(f"job {self.id!r} was stopped ({who})")
-
-    def wake(self) -> None:
-        """Set the events of every waiter whose condition now holds."""
-        t = self.table
-        m = t.min_clock
-        for f in [f for f in self.floor_events if m is None or f <= m]:
-            self.floor_events.pop(f).set()
-        for g, c in list(self.group_events):
-            gm = t.group_min(g)
-            if gm is None or gm >= c:
-                self.group_events.pop((g, c)).set()
-
-    def stop(self, status: str) -> None:
-        self.status = status
-        self.finished = time.time()
-        for ev in [*self.floor_events.values(), *self.group_events.values()]:
-            ev.set()
-        self.floor_events.clear()
-        self.group_events.clear()
-        for cb in self.on_stop:
-            cb(self.id)
-
-    def note_tick(self, task: int) -> None:
-        """Record the busy time of the clock ``task`` just finished."""
-        now = time.perf_counter()
-        info = self.info[task]
-        mark = self._mark[task]
-        if mark is not None:
-            window = int(config.get("daskangel.clock.slow-window"))
-            record_busy(info["busy"], now - mark[0] - (info["waited"] - mark[1]), window)
-        self._mark[task] = (now, info["waited"])
-
-    def note_start(self, task: int) -> None:
-        self._mark[task] = (time.perf_counter(), self.info[task]["waited"])
-
-    def state(self) -> dict[str, Any]:
-        """What a snapshot records of the job so that it can be resumed
-        (``train(..., resume=url)``): its shape and protocol, not its clocks
-        (the snapshot's own clock is where every task resumes)."""
-        return {
-            "job": self.id,
-            "n_tasks": self.table.n,
-            "groups": list(self.table.group_of),
-            "staleness": self.staleness,
-            "array_staleness": dict(self.array_staleness),
-            "epochs": self.epochs,
-        }
-
-    def summary(self) -> dict[str, Any]:
-        t = self.table
-        window = int(config.get("daskangel.clock.slow-window"))
-        slowdown = slowdowns([i["busy"] for i in self.info], window)
-        return {
-            "job": self.id,
-            "ctx": self.ctx,
-            "status": self.status,
-            "staleness": self.staleness,
-            "array_staleness": dict(self.array_staleness),
-            "n_tasks": t.n,
-            "groups": list(t.group_of),
-            "clocks": list(t.clocks),
-            "done": sorted(t.done),
-            "min": t.min_clock,
-            "max_lead": t.max_lead,
-            "epochs": self.epochs,
-            "error": self.error,
-            "started": self.started,
-            "finished": self.finished,
-            "tasks": [dict(i) for i in self.info],
-            "slowdown": slowdown,
-            "slow": slow_flags(slowdown, float(config.get("daskangel.clock.slow-factor"))),
-        }
 
 
 class ClockService:
@@ -235,6 +68,7 @@ class ClockService:
                 "daskangel_clock_table": self.table,
                 "daskangel_jobs": self.list_jobs,
                 "daskangel_task_resubmitted": self.task_resubmitted,
+                "daskangel_task_move": self.move,
             }
         )
 
@@ -311,6 +145,7 @@ class ClockService:
     def task_done(self, job: str, task: int, stats: dict[str, Any] | None = None) -> None:
         s = self.job(job)
         s.table.finish(task)
+        s.moving.pop(task, None)
         info = s.info[task]
         info.update(status="done", last=time.time())
         if stats:
@@ -371,6 +206,10 @@ class ClockService:
         s.wake()
         if self.snapshots is not None:
             await self.snapshots.on_tick(s, new)
+        why = s.moving.pop(task, None)
+        if why is not None:  # its writes of clocks < new are in: it restarts elsewhere
+            s.moved(task)
+            return {"clock": new, "min": s.table.min_clock, "ready": False, "moved": why}
         ready = s.table.ready(task, s.staleness)
         if ready:
             s.table.note_release(new)
@@ -463,6 +302,18 @@ class ClockService:
         s.table.check_task(task)
         s.info[task].update(status="restarting", worker=None)
 
+    def move(self, job: str, task: int, reason: str) -> bool:
+        """The driver asks to move a running ``task`` (``daskangel.train.reschedule-slow``):
+        its next tick answers ``"moved"`` and it ends there, its writes of the clocks
+        before in; the driver restarts it on another worker at that clock.  False
+        (nothing asked) when the task or the job is not running."""
+        s = self.job(job)
+        s.table.check_task(task)
+        if s.status != "running" or task in s.table.done or s.info[task]["status"] != "running":
+            return False
+        s.moving[task] = str(reason)
+        return True
+
     def running_jobs(self, ctx: str) -> list[Job]:
         return [s for s in self.jobs.values() if s.ctx == ctx and s.status == "running"]
 
@@ -484,6 +335,7 @@ class ClockService:
         s.table = ClockTable(s.table.n, list(s.table.group_of), [clock] * s.table.n)
         s.status = "running"
         s.error = None
+        s.moving.clear()
         for info in s.info:
             info.update(status="restarting", worker=None)
 

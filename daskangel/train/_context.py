@@ -38,6 +38,7 @@ from ..errors import (
     InvalidTypeError,
     JobAbortedError,
     SyncError,
+    TaskMovedError,
 )
 from ..psarray import KeySet, PSAgent, PSArray
 from ..psarray._binding import Binding
@@ -276,6 +277,9 @@ class TaskContext(GroupChannel):
 
         Returns the new clock.  Under SSP(s) this returns once the slowest task is
         at most ``s`` clocks behind (and, in a group, every member caught up).
+        A task the driver moves off a slow worker (``daskangel.train.reschedule-slow``)
+        ends here with :class:`~daskangel.errors.TaskMovedError` (``fn`` should let
+        it pass) and restarts on another worker at the new clock.
         """
         self._agent.flush()
         r = self._call(
@@ -287,6 +291,10 @@ class TaskContext(GroupChannel):
         )
         self._agent.observe_min(self.job, r["min"])
         waited = 0.0
+        if "moved" in r:  # to restart on another worker at the new clock
+            done, self._clock = self._clock, int(r["clock"])
+            self._record(done, waited)
+            raise TaskMovedError(f"task {self.task_id} moves to another worker: {r['moved']}")
         if not r["ready"]:
             w = self._wait_call("daskangel_clock_wait", job=self.job, task=self.task_id)
             self._agent.observe_min(self.job, w["min"])

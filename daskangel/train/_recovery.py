@@ -59,7 +59,9 @@ class _Job(Protocol):
     @property
     def n_tasks(self) -> int: ...
 
-    def submit_task(self, t: int, part: Any, worker: str | None, attempt: int = 0) -> Any: ...
+    def submit_task(
+        self, t: int, part: Any, worker: str | None, attempt: int = 0, loose: bool = False
+    ) -> Any: ...
 
 
 __all__ = ["Recovery"]
@@ -150,6 +152,14 @@ class Recovery:
         self.attempt[t] += 1
         self.where[t] = (part, worker)
         return tr.submit_task(t, part, worker, self.attempt[t])
+
+    def move(self, t: int, worker: str | None) -> Future:
+        """Resubmit task ``t``, which ended at a clock to leave a slow worker, on
+        ``worker`` (another one if that has gone meanwhile)."""
+        part, _ = self.where[t]
+        self.attempt[t] += 1
+        self.where[t] = (part, worker)
+        return self.trainer.submit_task(t, part, worker, self.attempt[t], loose=True)
 
     def _live(self) -> list[str]:
         """The live workers; while every worker is down (all restarting at once),

@@ -5,7 +5,8 @@ so a resubmitted task resumes), runs ``fn(ctx, partition)``, pushes what is left
 in the update buffer and tells the scheduler the task is done.  A failure is
 reported to the clock service, which stops the job: the other tasks get
 :class:`~daskangel.errors.JobAbortedError` at their next clock, read wait or
-group call and end cleanly.  The task's outcome is returned as a plain dict
+group call and end cleanly; a task moved off a slow worker ends at its clock
+with status ``"moved"``.  The task's outcome is returned as a plain dict
 (never raised), so the driver can name the task and show its traceback.
 
 Example
@@ -22,7 +23,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import JobAbortedError
+from ..errors import JobAbortedError, TaskMovedError
 from ..psarray import agent_of
 from ..psarray._binding import get_binding
 from ..psarray._taskclock import set_task_clock
@@ -53,6 +54,8 @@ def run_task(
         result = fn(ctx, partition)
         ctx._finish()
         out.update(status="ok", result=result)
+    except TaskMovedError as e:  # the driver restarts it on another worker
+        out.update(status="moved", error=str(e))
     except JobAbortedError as e:
         out.update(status="aborted", error=str(e))
     except BaseException as e:  # noqa: BLE001 - every failure is reported, none is lost

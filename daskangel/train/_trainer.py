@@ -30,44 +30,24 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, cast
 
 from distributed import Future
 
 from .. import config
-from ..errors import (
-    InvalidArgumentError,
-    InvalidStateError,
-    InvalidTypeError,
-    JobAbortedError,
-    TaskFailedError,
-)
+from ..errors import InvalidArgumentError, InvalidStateError, InvalidTypeError
 from ..scheduler._clock_rule import Sync, as_sync
 from ._context import TaskContext
 from ._placement import PLACEMENTS, assign, task_pieces
 from ._progress import Bar, resolve_progress
 from ._recovery import Recovery, _forget_job, wait_futures
-from ._resume import resume_from
+from ._reschedule import Rescheduler
+from ._result import TrainResult, make_result, mean_metrics, outcome, raise_failure
+from ._resume import resume_from, take_pending
 from ._runner import run_task
 from ._spec import TaskSpec
 
 __all__ = ["TrainResult", "Trainer", "train"]
-
-
-@dataclass(frozen=True, slots=True)
-class TrainResult:
-    """What a finished training job returns."""
-
-    job: str
-    results: list[Any]  # fn's return value, per task id
-    history: Any  # pandas.DataFrame: task, group, clock, time, waited, reported metrics
-    wall_time: float  # seconds from submission to the last task's end
-    clocks: list[int]  # final clock per task
-    max_lead: int  # largest (clock - slowest clock) any task was allowed to run at
-    waited: list[float]  # seconds each task spent waiting for slower tasks
-    restarts: int = 0  # tasks resubmitted after their worker was lost
-    rollbacks: int = 0  # times the job rolled back to a snapshot (recovery="rollback")
 
 
 def _check_int(name: str, v: Any, lo: int) -> int:
@@ -132,10 +112,12 @@ class Trainer:
         self.progress = resolve_progress(progress)
         self.unit = unit
         self.clocks_per_unit = _check_int("clocks_per_unit", clocks_per_unit, 1)
-        self.resume = resume
+        # resume=, or a model's fit(..., resume=url) around this job (_resume.resuming)
+        self.resume = resume if resume is not None else take_pending()
         self.job = name or f"train-{uuid.uuid4().hex[:10]}"
         self.futures: list[Future] = []
         self.recovery = Recovery(self)
+        self.mover = Rescheduler(self)
         self._t0 = 0.0
         self._scheduler: Any = cast(Any, self.client.scheduler)
 
@@ -194,8 +176,11 @@ class Trainer:
         self.futures = [self.submit_task(t, part, w) for t, (part, w) in enumerate(where)]
         return self
 
-    def submit_task(self, t: int, part: Any, worker: str | None, attempt: int = 0) -> Future:
-        """One pinned future running task ``t`` (``attempt`` > 0: a resubmission)."""
+    def submit_task(
+        self, t: int, part: Any, worker: str | None, attempt: int = 0, loose: bool = False
+    ) -> Future:
+        """One pinned future running task ``t`` (``attempt`` > 0: a resubmission;
+        ``loose``: another worker if ``worker`` has gone)."""
         key = f"daskangel-train-{self.job}-{t}" + (f"-r{attempt}" if attempt else "")
         f = self.client.submit(
             run_task,
@@ -204,7 +189,7 @@ class Trainer:
             part,
             key=key,
             workers=[worker] if worker else None,
-            allow_other_workers=worker is None,
+            allow_other_workers=worker is None or loose,
             pure=False,
         )
         self.recovery.task_of[f.key] = t
@@ -239,6 +224,7 @@ class Trainer:
                 if table["status"] == "rollback":
                     pending = self.recovery.rollback(pending)
                     outs.clear()
+                    self.mover.forget()
                     continue
                 pending |= self.recovery.resubmit_lost(table, pending)
                 for f in done:
@@ -246,6 +232,9 @@ class Trainer:
                     if not self.recovery.is_current(f):
                         continue  # superseded by a resubmission
                     out = self._outcome(f)
+                    if out["status"] == "moved":  # off a slow worker: restart it elsewhere
+                        pending.add(self.mover.restart(out))
+                        continue
                     outs[out["task"]] = out
                     if out["status"] == "error" and failure is None:
                         failure = out
@@ -257,10 +246,12 @@ class Trainer:
                             traceback=out.get("traceback", ""),
                         )
                 if bar is not None:
-                    bar.update(list(table["clocks"]), _mean_metrics(table))
+                    bar.update(list(table["clocks"]), mean_metrics(table))
                 if failure is not None and pending:
                     self._drain(pending, outs)
                     pending = set()
+                elif failure is None:
+                    self.mover.check(table)
         except BaseException:
             with contextlib.suppress(Exception):
                 self.stop("the driver was interrupted")
@@ -273,7 +264,7 @@ class Trainer:
         self.client.sync(self._scheduler.daskangel_job_close, job=self.job)
         with contextlib.suppress(Exception):  # housekeeping only: caches are bounded anyway
             self.client.run(_forget_job, self.job)
-        self._raise_failure(table, outs)
+        raise_failure(self.job, self.group_size, table, outs)
         return self._result(table, outs, wall)
 
     def _bar(self) -> Bar | None:
@@ -282,23 +273,7 @@ class Trainer:
         return Bar(self.epochs, self.unit, self.clocks_per_unit, f"train {self.job}")
 
     def _outcome(self, f: Future) -> dict[str, Any]:
-        t = self.recovery.task_of[f.key]
-        if f.status == "finished":
-            return cast(dict[str, Any], f.result())
-        if f.status == "cancelled":
-            return {"task": t, "status": "aborted", "error": "cancelled", "history": []}
-        import traceback as tbm
-
-        exc = f.exception() if f.status == "error" else None
-        tb = f.traceback() if f.status == "error" else None
-        return {
-            "task": t,
-            "status": "error",
-            "error": f"{type(exc).__name__}: {exc}" if exc is not None else f"future {f.status}",
-            "traceback": "".join(tbm.format_tb(tb)) if tb is not None else "",
-            "exception": exc,
-            "history": [],
-        }
+        return outcome(f, self.recovery.task_of[f.key])
 
     def _drain(self, pending: set[Future], outs: dict[int, dict[str, Any]]) -> None:
         """After a failure, give the other tasks ``stop-timeout`` to end, then cancel them."""
@@ -311,62 +286,19 @@ class Trainer:
                 out = self._outcome(f)
                 outs[out["task"]] = out
 
-    def _raise_failure(self, table: dict[str, Any], outs: dict[int, dict[str, Any]]) -> None:
-        """Raise the job's first task error (the one the scheduler recorded first)."""
-        err = table.get("error") or {}
-        first = err.get("task")
-        failed = {t: o for t, o in outs.items() if o["status"] == "error"}
-        if failed:
-            raise self._error(failed[first] if first in failed else failed[min(failed)])
-        if any(o["status"] != "ok" for o in outs.values()) or table["status"] in (
-            "failed",
-            "aborted",
-        ):
-            raise JobAbortedError(
-                f"job {self.job!r} was stopped: {err.get('error', 'unknown reason')}"
-            )
-
-    def _error(self, out: dict[str, Any]) -> TaskFailedError:
-        t = int(out["task"])
-        where = f"task {t} (group {t // self.group_size}, rank {t % self.group_size})"
-        msg = f"job {self.job!r}: {where} failed: {out.get('error')}"
-        tb = out.get("traceback")
-        if tb:
-            msg += f"\n\nRemote traceback of {where}:\n{tb}"
-        err = TaskFailedError(msg)
-        exc = out.get("exception")
-        if isinstance(exc, BaseException):
-            err.__cause__ = exc
-        return err
-
     def _result(
         self, table: dict[str, Any], outs: dict[int, dict[str, Any]], wall: float
     ) -> TrainResult:
-        import pandas as pd
-
-        rows = [r for t in sorted(outs) for r in outs[t]["history"]]
-        cols = ["task", "group", "clock", "time", "waited"]
-        hist = pd.DataFrame(rows, columns=list(dict.fromkeys(cols + [k for r in rows for k in r])))
-        return TrainResult(
-            job=self.job,
-            results=[outs[t].get("result") for t in range(self.n_tasks)],
-            history=hist,
-            wall_time=wall,
-            clocks=list(table["clocks"]),
-            max_lead=int(table["max_lead"]),
-            waited=[float(i["waited"]) for i in table["tasks"]],
+        return make_result(
+            self.job,
+            self.n_tasks,
+            table,
+            self.mover.with_history(outs),
+            wall,
             restarts=self.recovery.restarts,
             rollbacks=self.recovery.rollbacks,
+            moves=self.mover.moves,
         )
-
-
-def _mean_metrics(table: dict[str, Any]) -> dict[str, str]:
-    """Mean over tasks of the numeric metrics they reported last (for the bar)."""
-    sums: dict[str, list[float]] = {}
-    for info in table.get("tasks", []):
-        for k, v in ((info.get("stats") or {}).get("metrics") or {}).items():
-            sums.setdefault(k, []).append(float(v))
-    return {k: f"{sum(v) / len(v):.4g}" for k, v in sums.items()}
 
 
 def train(

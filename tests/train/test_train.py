@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+import dask
 import numpy as np
 import pandas as pd
 import pytest
@@ -177,3 +184,62 @@ def test_waiting_tasks_leave_the_thread_pool(ps, client):
     size = n_threads + 2
     res = angel.train(ps, _all_at_barrier, None, groups=1, group_size=size, progress=False)
     assert res.results == list(range(size))
+
+
+def _busy_step(ctx, part):
+    """Real work every clock (a few matrix products), then one increment of the
+    task's own row."""
+    w = ctx.array("w_slow")
+    a = np.random.default_rng(ctx.task_id).normal(size=(128, 128))
+    for _ in ctx.epochs():
+        for _ in range(8):
+            a = np.tanh(a @ a.T / 128.0)
+        w.increment(np.ones((1, 4), "int64"), rows=[ctx.task_id])
+        ctx.clock()
+    return ctx.worker
+
+
+@contextlib.contextmanager
+def _throttled(pid: int) -> Iterator[None]:
+    """Process ``pid`` runs a quarter of the time (SIGSTOP 90 ms, SIGCONT 30 ms), as a
+    machine whose CPU quota is spent: a worker really slower than the others."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            done.wait(0.09)
+            os.kill(pid, signal.SIGCONT)
+            done.wait(0.03)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join()
+        os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.timeout(120)
+def test_reschedule_slow_moves_a_throttled_workers_task(client):
+    """With daskangel.train.reschedule-slow, a task on a throttled worker is flagged
+    slow and restarted on the other worker at a clock boundary: the job completes
+    with every clock of every task applied exactly once."""
+    slow, fast = sorted(workers_info(client))  # task 0 runs on the first
+    pid = client.run(os.getpid, workers=[slow])[slow]
+    fast_keys = {"daskangel.train.reschedule-slow": True, "daskangel.clock.slow-window": 3}
+    with (
+        dask.config.set(fast_keys),
+        angel.PSContext(client, workers=[fast]) as ps,
+        _throttled(pid),
+    ):
+        w = ps.zeros("w_slow", (2, 4), dtype="int64")
+        tr = angel.Trainer(ps, _busy_step, groups=2, sync=angel.BSP(), epochs=12, progress=False)
+        res = tr.result()
+        np.testing.assert_array_equal(w.get(), np.full((2, 4), 12))
+        moved = tr.table()["tasks"][0]
+    assert res.moves == 1 and moved["moves"] == 1, (res, moved)
+    assert res.results == [fast, fast]  # task 0 finished on the fast worker
+    assert sorted(res.history.query("task == 0").clock) == list(range(12))
