@@ -317,8 +317,10 @@ class ArrayRegistry:
                 f"name: no array named {name!r}; known arrays: {sorted(self.arrays)[:20]}"
             ) from None
 
-    def list_arrays(self, ctx: str | None = None) -> list[str]:
-        return sorted(n for n, m in self.arrays.items() if ctx is None or m["ctx"] == ctx)
+    def list_arrays(self, ctx: str | None = None, created: bool = False) -> list[str]:
+        """Array names, sorted (``created``: in creation order)."""
+        names = [n for n, m in self.arrays.items() if ctx is None or m["ctx"] == ctx]
+        return names if created else sorted(names)
 
     # -- waiting for changes -------------------------------------------------
 

@@ -303,7 +303,10 @@ class SnapshotService:
                 "clock": clock,
                 "job": job,
                 # what train(..., resume=url) checks and continues from
-                "job_state": running.state() if running is not None else None,
+                # (with the arrays in creation order: a model's resumed fit matches its own)
+                "job_state": (
+                    {**running.state(), "arrays": list(metas)} if running is not None else None
+                ),
                 "created": datetime.datetime.now(datetime.UTC).isoformat(),
                 "arrays": {
                     n: {

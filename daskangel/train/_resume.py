@@ -11,6 +11,16 @@ groups, and registers the new job with every task at clock ``t``:
 clock (an order-independent BSP workload) therefore ends exactly as the run that
 was never interrupted.
 
+A model resumes the same way, ``model.fit(X, y, resume=url)``: the fit makes its
+arrays afresh under new names (``<family>-<uuid>.w`` ...) and runs its job
+inside :func:`resuming`, which hands ``url`` to that job's ``train()``.  The
+manifest lists the arrays the snapshot's context held in creation order
+(``job_state["arrays"]``); those of the snapshot missing here are matched, in
+that order, with those of this context missing from the snapshot (same shape,
+dtype and kind, else the resume is refused) and loaded under their names here
+(:func:`match_arrays`).  A deterministic fit therefore ends with the model the
+uninterrupted fit made.
+
 .. warning::
    What is not on the parameter server is not in the snapshot: a task's local
    state (its own optimiser state, a random generator not seeded by the clock)
@@ -28,12 +38,87 @@ daskangel.errors.InvalidArgumentError: resume: the snapshot ckpt was taken by a 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from .. import _snapshot_format as fmt
 from ..errors import InvalidArgumentError
 
-__all__ = ["check_state", "resume_from"]
+__all__ = ["check_state", "match_arrays", "resume_from", "resuming", "take_pending"]
+
+# the snapshot the next train() in this context resumes from (model.fit(resume=))
+_PENDING: ContextVar[str | None] = ContextVar("daskangel_resume", default=None)
+
+
+@contextlib.contextmanager
+def resuming(url: str | None) -> Iterator[None]:
+    """Within the block, the first ``train()`` given no ``resume=`` resumes from
+    ``url`` (what ``model.fit(..., resume=url)`` wraps its fit in); ``None``: no-op."""
+    if url is None:
+        yield
+        return
+    _check_url(url)
+    token = _PENDING.set(url)
+    try:
+        yield
+    finally:
+        _PENDING.reset(token)
+
+
+def take_pending() -> str | None:
+    """The URL of an enclosing :func:`resuming`, once (a second job starts afresh)."""
+    url = _PENDING.get()
+    if url is not None:
+        _PENDING.set(None)
+    return url
+
+
+def _check_url(url: Any) -> None:
+    if not isinstance(url, str) or not url:
+        raise InvalidArgumentError(f"resume: expected a snapshot URL (a str), got {url!r}")
+
+
+def _kind(info: dict[str, Any]) -> tuple[tuple[int, ...], str, bool]:
+    shape = info["shape"]
+    return (
+        (int(shape[1]),) if int(info.get("ndim", 2)) == 1 else tuple(int(x) for x in shape),
+        str(info["dtype"]),
+        bool(info["sparse"]),
+    )
+
+
+def match_arrays(
+    stored: list[str], kinds: dict[str, Any], here: list[str], here_kinds: dict[str, Any]
+) -> dict[str, str]:
+    """``{stored name: name here}`` for the stored arrays missing here, matched in
+    creation order with the arrays here missing from the snapshot.
+
+    ``stored`` / ``here``: names in creation order; ``kinds``: ``(shape, dtype,
+    sparse)`` per name.  Empty when nothing here is missing (every stored array
+    is loaded under its own name).  Raises :class:`InvalidArgumentError` when the
+    two lists differ in length or kind.
+
+    >>> match_arrays(["lr-a.w", "lr-a.m"], {"lr-a.w": 1, "lr-a.m": 2},
+    ...              ["lr-b.w", "lr-b.m"], {"lr-b.w": 1, "lr-b.m": 2})
+    {'lr-a.w': 'lr-b.w', 'lr-a.m': 'lr-b.m'}
+    """
+    have = set(here)
+    old = [n for n in stored if n not in have]
+    new = [n for n in here if n not in set(stored)]
+    if not old or not new:
+        return {}
+    if len(old) != len(new) or any(
+        kinds[a] != here_kinds[b] for a, b in zip(old, new, strict=True)
+    ):
+        raise InvalidArgumentError(
+            "resume: the snapshot's arrays "
+            f"{[(n, kinds[n]) for n in old]} do not match this job's "
+            f"{[(n, here_kinds[n]) for n in new]} (another model, other parameters or "
+            "other data than the run that took the snapshot)"
+        )
+    return dict(zip(old, new, strict=True))
 
 
 def check_state(state: dict[str, Any] | None, n_tasks: int, groups: list[int], url: str) -> None:
@@ -55,8 +140,7 @@ def resume_from(ps: Any, url: str, n_tasks: int, groups: list[int]) -> int:
     Nothing is loaded when the snapshot was not taken at a training clock or
     belongs to a job of another shape.
     """
-    if not isinstance(url, str) or not url:
-        raise InvalidArgumentError(f"resume: expected a snapshot URL (a str), got {url!r}")
+    _check_url(url)
     try:
         version, manifest = fmt.resolve(url)
     except (FileNotFoundError, KeyError) as e:
@@ -67,6 +151,11 @@ def resume_from(ps: Any, url: str, n_tasks: int, groups: list[int]) -> int:
             f"resume: the snapshot {version} was not taken at a training clock (ps.snapshot() "
             "or ps.save() outside training); take snapshots with PSContext(snapshot_every=N)"
         )
-    check_state(manifest.get("job_state"), n_tasks, groups, version)
-    ps.load(version)
+    state = manifest.get("job_state") or {}
+    check_state(state, n_tasks, groups, version)
+    stored = list(state.get("arrays") or manifest["arrays"])
+    kinds = {n: _kind(manifest["arrays"][n]) for n in stored}
+    here = list(ps.client.sync(ps._scheduler.daskangel_list, ctx=ps.id, created=True))
+    here_kinds = {n: _kind(ps.get_array(n).meta.to_dict()) for n in here if n not in kinds}
+    ps.load(version, rename=match_arrays(stored, kinds, here, {**kinds, **here_kinds}) or None)
     return int(clock)

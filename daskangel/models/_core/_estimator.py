@@ -153,6 +153,27 @@ class PSEstimator(BaseEstimator):
         """Keyword arguments of the :class:`PSContext` a model opens (snapshots ...)."""
         return {}
 
+    def _resuming(self, resume: str | None) -> contextlib.AbstractContextManager[None]:
+        """Around a fit: its training job continues from the snapshot ``resume``.
+
+        ``fit(X, y, resume=url)``: ``url`` is a snapshot directory (its newest
+        snapshot) or one version of it, written while an earlier fit of this model
+        ran in a context made with ``snapshot=url, snapshot_every=N`` (a model's
+        ``ps=``, or a family's ``snapshot`` parameters), on this cluster or a new
+        one.  The fit makes its arrays afresh, loads the snapshot's into them and
+        starts every task at the snapshot's clock
+        (:mod:`daskangel.train._resume`): a deterministic fit ends with the model
+        of the fit that was never interrupted.  ``None``: a fit from the start.
+
+        .. warning::
+           Only what is on the parameter server is resumed: the same data, the same
+           parameters and ``random_state``, and as many tasks are needed (a job of
+           another shape is refused).
+        """
+        from ...train._resume import resuming
+
+        return resuming(resume)
+
     def _n_tasks(self, client: Any) -> int:
         """``n_tasks=`` or one task per worker thread of the cluster."""
         n = getattr(self, "n_tasks", None)

@@ -50,16 +50,19 @@ class EpochEstimator(PSEstimator):
     def _fit(self, X: Any, y: Any, epochs: int, classes: Any) -> Any:
         raise NotImplementedError
 
-    def fit(self, X: Any, y: Any = None) -> Any:
+    def fit(self, X: Any, y: Any = None, *, resume: str | None = None) -> Any:
         """Train from scratch (or from the current model with ``warm_start=True``).
 
         ``X``: numpy, ``scipy.sparse``, pandas, dask array / dataframe, or a
-        daskangel Dataset (then ``y=None``: it carries its labels).
+        daskangel Dataset (then ``y=None``: it carries its labels).  ``resume``:
+        a snapshot taken during an earlier fit of this model with the same
+        parameters and data (see :meth:`PSEstimator._resuming`).
         """
         self._check_params()
         if not self.warm_start or not hasattr(self, "n_features_in_"):
             self._forget()
-        return self._fitted_copy(self._fit(X, y, self.max_iter, None))
+        with self._resuming(resume):
+            return self._fitted_copy(self._fit(X, y, self.max_iter, None))
 
     def _fitted_copy(self, est: Any) -> Any:
         """Pull what predicting needs at the end of a fit (scikit-learn's contract:
