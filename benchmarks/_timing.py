@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["median_time", "paired_median_times"]
+__all__ = ["median_time", "paired_median_times", "print_table"]
 
 
 def median_time(fn: Callable[[], Any], repeat: int, warmup: int = 0) -> float:
@@ -44,3 +44,12 @@ def paired_median_times(
             fns[name]()
             times[name].append(time.perf_counter() - t)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def print_table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Print ``rows`` under ``head`` as a text table, each column as wide as its widest cell."""
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    print(" | ".join(str(h).ljust(w) for h, w in zip(head, widths, strict=True)))
+    print("-|-".join("-" * w for w in widths))
+    for r in rows:
+        print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _timing import paired_median_times
+from _timing import paired_median_times, print_table
 from distributed import Client, LocalCluster, wait
 
 import daskangel as angel
@@ -284,12 +284,7 @@ def main() -> None:
             )
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    head = ("measurement", "daskangel", "comparison")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
-    print(" | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
-    print("-|-".join("-" * w for w in widths))
-    for r in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    print_table(("measurement", "daskangel", "comparison"), rows)
 
 
 if __name__ == "__main__":

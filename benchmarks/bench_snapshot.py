@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import zarr
-from _timing import median_time
+from _timing import median_time, print_table
 from distributed import Client, LocalCluster
 
 import daskangel as angel
@@ -133,12 +133,7 @@ def main() -> None:
             rows += training_slowdown(client, root, args.repeat, args.smoke)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    head = ("measurement", "daskangel", "comparison")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
-    print(" | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
-    print("-|-".join("-" * w for w in widths))
-    for r in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    print_table(("measurement", "daskangel", "comparison"), rows)
 
 
 if __name__ == "__main__":
