@@ -191,6 +191,7 @@ def compare(
     minibatch_kw: dict[str, Any],
     peers: bool = True,
     n_inits: tuple[int, ...] = (1,),
+    ours_kw: dict[str, Any] | None = None,
 ) -> None:
     print(
         f"{name}: {X.shape[0]} x {X.shape[1]}{' sparse' if sp.issparse(X) else ''}, k={k}",
@@ -200,7 +201,7 @@ def compare(
     if peers:
         rows.append(run_daskml(client, X, k))
     for n_init in n_inits:
-        rows.append(run_ours(X, k, False, n_init=n_init))
+        rows.append(run_ours(X, k, False, n_init=n_init, **(ours_kw or {})))
     rows.append(run_ours(X, k, True, **minibatch_kw))
     table(name, rows, rows[0]["inertia"])
     print(f"  peak RSS per worker: {peak_rss_mib(client):.0f} MiB")
@@ -327,7 +328,8 @@ def main() -> None:
             # without it: the tiny synthetic sets (dense and sparse per-iteration paths).
             J = read_jester(data_root())
             if J is not None:
-                compare(client, "smoke jester[:2000]", J[:2000], 5, 3, {"max_iter": 3}, peers=False)
+                compare(client, "smoke jester[:1000]", J[:1000], 5, 1, {"max_iter": 1},
+                        peers=False, ours_kw={"max_iter": 10})  # fmt: skip
             else:
                 synthetic(client, 1000, 1000, 500, 4, 2)
             return

@@ -56,7 +56,7 @@ def test_sparse_rows_stay_csr() -> None:
 def test_sparse_input_matches_sklearn(client: Client, sparse_blobs: Any) -> None:
     X = sparse_blobs
     sk = SkKMeans(n_clusters=5, n_init=3, random_state=0).fit(X)
-    km = KMeans(n_clusters=5, random_state=0, max_iter=30).fit(X)
+    km = KMeans(n_clusters=5, init="k-means++", random_state=0, max_iter=30).fit(X)
     assert _inertia(X, km.cluster_centers_) <= 1.01 * _inertia(X, sk.cluster_centers_)
     assert (km.predict(X) == km.labels_).mean() >= 0.995
     assert km.score(X) == pytest.approx(-_inertia(X, km.cluster_centers_), rel=1e-4)
@@ -67,7 +67,7 @@ def test_dask_array_gives_dask_labels(client: Client) -> None:
     centres = rng.normal(0, 8, (4, 6))
     Xn = (centres[rng.integers(0, 4, 2000)] + rng.normal(size=(2000, 6))).astype(np.float64)
     X = da.from_array(Xn, chunks=(500, 6))
-    km = KMeans(n_clusters=4, random_state=0).fit(X)
+    km = KMeans(n_clusters=4, init="k-means++", random_state=0).fit(X)
     assert isinstance(km.labels_, da.Array)
     lab = km.labels_.compute()
     pred = km.predict(X)

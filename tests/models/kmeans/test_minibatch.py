@@ -59,7 +59,7 @@ def test_take_keeps_only_the_batch_columns() -> None:
 def test_minibatch_close_to_lloyd(client: Client, blobs: Any, sync: str) -> None:
     X = blobs
     sk = SkKMeans(n_clusters=8, n_init=3, random_state=0).fit(X)
-    mb = MiniBatchKMeans(n_clusters=8, batch_size=400, max_iter=3, sync=sync,
+    mb = MiniBatchKMeans(n_clusters=8, init="k-means++", batch_size=400, max_iter=3, sync=sync,
                          random_state=0).fit(X)  # fmt: skip
     assert _inertia(X, mb.cluster_centers_) <= 1.05 * _inertia(X, sk.cluster_centers_)
     assert mb.inertia_ == pytest.approx(_inertia(X, mb.cluster_centers_), rel=1e-4)
@@ -74,7 +74,8 @@ def test_minibatch_close_to_lloyd(client: Client, blobs: Any, sync: str) -> None
 
 def test_minibatch_on_dask_keeps_labels_distributed(client: Client, blobs: Any) -> None:
     X = da.from_array(blobs, chunks=(1000, 6))
-    mb = MiniBatchKMeans(n_clusters=8, batch_size=500, max_iter=2, random_state=0).fit(X)
+    mb = MiniBatchKMeans(n_clusters=8, init="k-means++", batch_size=500, max_iter=2,
+                         random_state=0).fit(X)  # fmt: skip
     assert isinstance(mb.labels_, da.Array)
     assert (mb.labels_.compute() == mb.predict(blobs)).mean() >= 0.995
 

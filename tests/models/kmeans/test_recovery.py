@@ -26,7 +26,7 @@ def _arm(iteration: int, marker: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_worker_killed_mid_fit_converges_as_without(tmp_path: Path) -> None:
-    X, _ = make_blobs(n_samples=3000, n_features=4, centers=6, cluster_std=2.0, random_state=5)
+    X, _ = make_blobs(n_samples=1000, n_features=4, centers=6, cluster_std=2.0, random_state=5)
     init = X[:6].copy()  # a poor start: several iterations to converge
     kw: dict[str, Any] = dict(n_clusters=6, init=init, max_iter=100, n_tasks=2, snapshot_every=2)
     with (
