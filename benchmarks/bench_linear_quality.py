@@ -4,7 +4,7 @@ Run::
 
     python benchmarks/bench_linear_quality.py                       # every dataset, lbfgs + ma-sgd
     python benchmarks/bench_linear_quality.py --datasets a9a,dna --solvers lbfgs --repeat 3
-    python benchmarks/bench_linear_quality.py --smoke   # dna + a seeded set, few iterations
+    python benchmarks/bench_linear_quality.py --smoke   # dna + seeded sets, few iterations
 
 Data comes from ``../shared/data/`` (``--data`` to point elsewhere; see its
 README).  A dataset whose files are absent is skipped with a message saying
@@ -26,6 +26,9 @@ Datasets and features (the same scipy CSR matrices go to both libraries):
 * **synthetic** (``--smoke`` only; needs no data): a seeded binary
   ``make_classification`` set, 2,000 / 500 rows x 40 features, so a smoke run
   fits something even where ``../shared/data`` is absent.
+* **zipf** (generated, no data; issue 14 section 4.3): power-law sparse rows with
+  a planted logistic model, daskangel's defaults against Vowpal Wabbit's one
+  pass on test log-loss and time (:mod:`_zipfvw`; ``--zipf-rows``).
 
 Reference (``sklearn``): binary sets
 ``LogisticRegression(solver='liblinear', C=1)``; dna
@@ -40,6 +43,8 @@ row).  Solvers:
 * ``lbfgs``: full-batch L-BFGS on the PS (the natural match: it minimises that
   objective exactly; its intercept is regularised like liblinear's),
   ``tol=1e-6``;
+* ``defaults``: the estimator with its defaults (ma-sgd, 10 epochs, early
+  stopping on a 10 % validation split): what a new user gets;
 * ``ma-sgd``: model averaging over the tasks, local per-row SGD with lazy L2
   and tail averaging (``average=True``, the default), 30 epochs,
   ``learning_rate=0.5`` decaying as ``1/sqrt(1 + epoch)`` (one setting for
@@ -75,6 +80,7 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _data import data_root
 from _data import have as _need
+from _zipfvw import print_zipf, zipf_section
 
 DEFAULT_DATA = data_root()
 
@@ -218,6 +224,8 @@ def angel_estimator(p: Problem, solver: str, smoke: bool = False) -> Any:
     from daskangel import models
 
     cls = models.SoftmaxRegression if p.multiclass else models.LogisticRegression
+    if solver == "defaults":  # what a new user gets (issue 14 section 4.4)
+        return cls(max_iter=2) if smoke else cls()
     alpha = 1.0 / p.Xtr.shape[0]  # liblinear's C=1 objective divided by C n
     if solver in ("lbfgs", "owlqn"):
         return cls(
@@ -258,8 +266,11 @@ def _fmt(x: float, pct: bool) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="the shared data folder")
-    ap.add_argument("--datasets", default="a9a,w8a,news20,dna")
-    ap.add_argument("--solvers", default="lbfgs,ma-sgd")
+    ap.add_argument("--datasets", default="a9a,w8a,news20,dna,zipf")
+    ap.add_argument("--zipf-rows", type=int, default=1_000_000, help="training rows of zipf")
+    ap.add_argument(
+        "--solvers", default="lbfgs,ma-sgd,defaults", help="defaults: the estimator's own"
+    )
     ap.add_argument("--repeat", type=int, default=1, help="runs per fit (median time)")
     ap.add_argument(
         "--seeds", type=int, default=1, help="fit with random_state 0..N-1 (a row each)"
@@ -277,7 +288,9 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.smoke:
-        args.datasets, args.repeat, args.seeds = "dna,synthetic", 1, 1
+        args.datasets, args.repeat, args.seeds = "dna,synthetic,zipf", 1, 1
+        args.solvers = "ma-sgd,defaults"  # (lbfgs: the same code with other arguments)
+        args.zipf_rows = 20_000
     import dask
     import yaml
 
@@ -292,6 +305,8 @@ def main() -> None:
     dask.config.set(overrides)
     root = Path(args.data)
     names = [n for n in args.datasets.split(",") if n]
+    zipf = "zipf" in names
+    names = [n for n in names if n != "zipf"]
     for n in names:
         if n not in LOADERS:
             ap.error(f"--datasets: unknown dataset {n!r} (expected some of {sorted(LOADERS)})")
@@ -311,7 +326,7 @@ def main() -> None:
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
-        Client(cluster),
+        Client(cluster) as client,
     ):
         for name in names:
             print(f"loading {name} ...", flush=True)
@@ -334,12 +349,17 @@ def main() -> None:
                     f"{d_auc:>7}  {'pass' if ok else 'FAIL'}"
                 )
                 print("  " + rows[-1], flush=True)
+        if zipf:
+            print("zipf (generated) ...", flush=True)
+            zrows = zipf_section(client, args.zipf_rows, args.repeat, args.smoke)
     print()
     print(header)
     print("\n".join(rows))
     if args.seeds > 1:
         for (name, solver), d in deltas.items():
             print(f"{name} {solver}: mean d acc over {len(d)} seeds {statistics.mean(d):+.2f}")
+    if zipf:
+        print_zipf(zrows)
     print(
         "\ntargets: binary |d acc| <= 0.30 points and |d AUC| <= 0.003; dna |d acc| <= 1 point"
         f"\nload average at end: {os.getloadavg()[0]:.2f}"
