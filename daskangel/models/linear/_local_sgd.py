@@ -379,8 +379,7 @@ def sgd_pairs(  # type: ignore[no-untyped-def]  # pragma: no cover
     return loss
 
 
-@njit(nogil=True, cache=True)
-def local_sgd(  # type: ignore[no-untyped-def]  # pragma: no cover
+def local_sgd(  # type: ignore[no-untyped-def]
     indptr, indices, data, y, order, W, kind, eps, has_bias, eta, alpha, l1, batch, average
 ):
     """Local minibatch SGD over ``order`` (MA-SGD's inner loop), in place on ``W``.
@@ -390,6 +389,10 @@ def local_sgd(  # type: ignore[no-untyped-def]  # pragma: no cover
     regularisation is lazy (:func:`_local_sgd_lazy`).  With ``average`` (L2
     only) ``W`` ends as the mean of the iterates after the steps of the second
     half of the pass (tail-averaged SGD).  Returns ``(loss sum, steps)``.
+
+    A Python dispatch, not a compiled one: a compiled dispatcher compiled all
+    three kernels for every argument types it met (on a cold numba cache 20-60 s
+    each, in every test run on a fresh clone), where a fit needs one.
     """
     if l1 == 0.0 and batch == 1 and W.shape[1] == 1 and kind != SOFTMAX:
         return _local_sgd_scaled1(
