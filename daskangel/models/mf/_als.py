@@ -10,7 +10,8 @@ iteration is two clocks, under BSP:
    writes them to the PS;
 2. *items*: it pulls the user rows its items were rated by, solves its item
    rows and writes them; it adds the epoch's training error (explicit) or
-   weighted loss (implicit) to the fit's metrics row.
+   weighted loss (implicit) to the fit's metrics row.  After each clock the
+   iterations every task has finished are reported (:func:`~._plan.monitor`).
 
 Implicit feedback needs the Gram matrix of the fixed side: every task writes
 the Gram of the rows it solved into its own block of a ``(2 * epochs + 1,
@@ -37,7 +38,7 @@ from .._core import PREPARED
 from ._als_kernels import als_rows, cg_rows, gram, implicit_loss
 from ._kernels import sse
 from ._parts import RatingsPart
-from ._plan import METRICS_WIDTH, Plan
+from ._plan import METRICS_WIDTH, Plan, monitor
 from ._prep import prepare
 from ._sgd import evaluate, pull_users, write_users
 from ._transpose import item_parts
@@ -129,6 +130,7 @@ class _Run:
         self.users, self.items = ctx.array(p.users), ctx.array(p.items)
         self.grams = ctx.array(p.gram) if p.gram else None
         self.P = pull_users(self.users, up, p.n_factors + 1)
+        self.mon = monitor(ctx, p, 2)  # finished iterations to the dashboard
         self.tm = {"prep": time.perf_counter() - t0, "pull": 0.0, "solve": 0.0, "push": 0.0,
                    "eval": 0.0, "clock": 0.0}  # fmt: skip
 
@@ -212,6 +214,9 @@ class _Run:
             ctx.clock()
             self.tm["clock"] += time.perf_counter() - t0
             c = ctx.iteration
+            t0 = time.perf_counter()
+            self.mon.stop(c)
+            self.tm["eval"] += time.perf_counter() - t0
         if total and c >= total:
             self._evaluate(p.epochs - 1)
         return {"epochs": c // 2, "timings": self.tm, "ratings": int(self.us.r.shape[0])}

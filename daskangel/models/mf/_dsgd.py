@@ -53,6 +53,10 @@ class DSGDTask:
 
 
 class _Strata(_Run):
+    @property
+    def rounds(self) -> int:
+        return self.plan.n_blocks
+
     def __init__(self, plan: Plan, ctx: Any, part: RatingsPart) -> None:
         super().__init__(plan, ctx, part)
         d = self.d
@@ -83,13 +87,9 @@ class _Strata(_Run):
             if rows.shape[0]:
                 sse_sum += self.step(rows)
                 n_seen += rows.shape[0]
-                ctx.report(train_rmse=float(np.sqrt(sse_sum / n_seen)))
             if sub == S - 1:
                 self.end_epoch(epoch, sse_sum, n_seen)
-            t1 = time.perf_counter()
-            ctx.clock()
-            tm["clock"] += time.perf_counter() - t1
-            c = ctx.iteration
+            c = self.clock()
         if total and c >= total:
             t1 = time.perf_counter()
             evaluate(ctx, p, d, self.P, self.items, p.epochs - 1, fresh=True)

@@ -14,6 +14,9 @@ the sync protocol; :func:`finish` turns a row into RMSEs.
 * ``loss`` (implicit feedback): the weighted loss of the epoch per rating.
 
 Validation and evaluation predictions are clipped to the training ratings' range.
+The tasks read the rows every task has finished and report them (``ctx.report``:
+the progress bar, ``ps.status()`` and the dashboard) through the shared
+:class:`~daskangel.models._core.Monitor` (:func:`monitor`).
 
 Example
 -------
@@ -29,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["METRICS_WIDTH", "Plan", "finish"]
+from .._core import Monitor
+
+__all__ = ["METRICS_WIDTH", "Plan", "finish", "monitor"]
 
 METRICS_WIDTH = 7
 
@@ -73,6 +78,29 @@ class Plan:
     n_tasks: int = 0
     n_users: int = 0
     n_items: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorPlan:
+    """What :class:`.._core.Monitor` reads of a fit (``rounds``: clocks per epoch)."""
+
+    metrics: str
+    epoch0: int
+    rounds: int
+    nbins: int = 0
+    task: str = "mf"
+    binary: bool = False
+    logloss: bool = False
+    tol: float | None = None
+    monitor: str = ""
+    patience: int = 0
+
+
+def monitor(ctx: Any, plan: Plan, rounds: int) -> Monitor:
+    """The task's monitor: ``mon.stop(ctx.iteration)`` after a clock reports the epochs
+    every task has finished (``epoch``, ``train_rmse`` ...) to the dashboard."""
+    mp = MonitorPlan(plan.metrics, plan.epoch0, max(1, int(rounds)))
+    return Monitor(ctx, mp, lambda _: None, finish_row=finish)
 
 
 def finish(row: np.ndarray) -> dict[str, float]:

@@ -21,7 +21,9 @@ ratings (an epoch visits them in a fresh seeded order), and
 At the end of each epoch a task writes its users' rows back to the PS (so a
 snapshot holds them, a resubmitted task resumes from them, and the fitted model
 can predict); at the start of the next one it evaluates the model on its
-validation and evaluation ratings (see :mod:`._plan`).
+validation and evaluation ratings (see :mod:`._plan`).  After every clock the
+epochs all tasks have finished go to ``ctx.report`` (the progress bar and the
+dashboard show ``epoch``, ``train_rmse``, ``val_rmse`` ...; :func:`~._plan.monitor`).
 
 Example
 -------
@@ -38,7 +40,7 @@ import numpy as np
 from .._core import epoch_order
 from ._kernels import grad_block, group_by_slot, sgd_block, sse, touched_slots
 from ._parts import RatingsPart
-from ._plan import METRICS_WIDTH, Plan
+from ._plan import METRICS_WIDTH, Plan, monitor
 from ._prep import TaskData, prepare
 
 __all__ = ["SGDTask", "evaluate", "pull_users"]
@@ -95,6 +97,11 @@ class SGDTask:
 class _Run:
     """One task's fit: its data, its users' rows and its scratch copies of item rows."""
 
+    @property
+    def rounds(self) -> int:
+        """Clocks per epoch."""
+        return self.plan.rounds
+
     def __init__(self, plan: Plan, ctx: Any, part: RatingsPart) -> None:
         p = self.plan = plan
         self.ctx, self.part = ctx, part
@@ -116,6 +123,7 @@ class _Run:
         self.Q0 = np.zeros((nk, width), np.float32)
         self.mark = np.full(nk, -1, np.int64)
         self.stamp = 0
+        self.mon = monitor(ctx, p, self.rounds)
         self.tm["prep"] = time.perf_counter() - t0
 
     def run(self) -> dict[str, Any]:
@@ -140,18 +148,25 @@ class _Run:
             if rows.shape[0]:
                 sse_sum += self.minibatch(rows)
                 n_seen += rows.shape[0]
-                ctx.report(train_rmse=float(np.sqrt(sse_sum / n_seen)))
             if rnd == p.rounds - 1:
                 self.end_epoch(epoch, sse_sum, n_seen)
-            t1 = time.perf_counter()
-            ctx.clock()
-            tm["clock"] += time.perf_counter() - t1
-            c = ctx.iteration
+            c = self.clock()
         if total and c >= total:
             t1 = time.perf_counter()
             evaluate(ctx, p, d, self.P, self.items, p.epochs - 1, fresh=True)
             tm["eval"] += time.perf_counter() - t1
         return {"epochs": c // p.rounds if p.rounds else 0, "timings": tm, "ratings": d.n_train}
+
+    def clock(self) -> int:
+        """The clock, then the epochs every task has finished to the dashboard."""
+        t1 = time.perf_counter()
+        self.ctx.clock()
+        self.tm["clock"] += time.perf_counter() - t1
+        c = int(self.ctx.iteration)
+        t1 = time.perf_counter()
+        self.mon.stop(c)
+        self.tm["eval"] += time.perf_counter() - t1
+        return c
 
     def end_epoch(self, epoch: int, sse_sum: float, n_seen: int) -> None:
         """Users' rows back to the PS; the epoch's training sums into its metrics row."""

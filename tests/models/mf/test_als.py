@@ -91,6 +91,8 @@ def test_explicit_als_learns_the_planted_factors(fitted: MatrixFactorization, da
     assert h.train_rmse.iloc[-1] < h.train_rmse.iloc[0]
     assert (np.diff(h.train_rmse.to_numpy()) <= 1e-4).all()  # exact solves never go up
     assert h.eval_rmse.iloc[-1] == pytest.approx(rmse, rel=1e-4)
+    rep = fitted.train_result_.history.dropna(subset=["epoch"]).drop_duplicates("epoch")
+    assert rep.epoch.astype(int).tolist() == list(range(1, 8))  # reported to the dashboard
     assert len(fitted.recommend([train.user.iloc[0]], n=3)) == 3
 
 

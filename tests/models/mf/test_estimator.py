@@ -54,6 +54,12 @@ def test_sgd_learns_the_planted_factors(fitted: MatrixFactorization, data: Any) 
     assert fitted.user_factors_.shape == (fitted.n_users_, 8)
     assert fitted.item_factors_.shape == (fitted.n_items_, 8)
     assert fitted.user_biases_.shape == (fitted.n_users_,)
+    # the tasks reported every epoch all had finished (the dashboard's figures): the same
+    # as history_ (the last one is reported by nobody: no clock follows it)
+    rep = fitted.train_result_.history.dropna(subset=["epoch"]).drop_duplicates("epoch")
+    assert rep.epoch.astype(int).tolist() == list(range(1, 40))
+    want = h.set_index("epoch").loc[rep.epoch.astype(int), ["train_rmse", "eval_rmse"]]
+    np.testing.assert_allclose(rep[["train_rmse", "eval_rmse"]], want, rtol=1e-9)
 
 
 def test_predict_in_input_order_and_unknowns_never_nan(
