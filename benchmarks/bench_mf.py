@@ -5,7 +5,8 @@ Run::
     python benchmarks/bench_mf.py                          # every section below
     python benchmarks/bench_mf.py --sections explicit --datasets ml-latest-small
     python benchmarks/bench_mf.py --sections synthetic --synthetic-ratings 20000000
-    python benchmarks/bench_mf.py --smoke                  # tiny planted stand-ins, < 60 s
+    python benchmarks/bench_mf.py --smoke                  # tiny: 12,000 MovieLens ratings, or
+                                                           # without the data a tiny synthetic set
 
 Data: ``../shared/data/ml-latest-small/ratings.csv`` and
 ``../shared/data/jester/jester-data-1.zip`` (``$DASKANGEL_DATA`` to point
@@ -87,34 +88,11 @@ def planted(
     n_users: int, n_items: int, n_ratings: int, seed: int, rank: int = 10, lo: float = 1.0,
     hi: float = 5.0,
 ) -> pd.DataFrame:  # fmt: skip
-    """Power-law popularity and activity, a planted biased rank-``rank`` model plus noise,
-    ratings clipped to ``[lo, hi]``; duplicate pairs dropped (the first kept)."""
-    rng = np.random.default_rng(seed)
-    ipop = 1.0 / np.arange(1, n_items + 1) ** 0.9
-    uact = 1.0 / np.arange(1, n_users + 1) ** 0.6
-    ipop = rng.permutation(ipop / ipop.sum())
-    uact = rng.permutation(uact / uact.sum())
-    P = rng.normal(scale=0.5, size=(n_users, rank)).astype(np.float32)
-    Q = rng.normal(scale=0.5, size=(n_items, rank)).astype(np.float32)
-    bu = rng.normal(scale=0.3, size=n_users).astype(np.float32)
-    bi = rng.normal(scale=0.4, size=n_items).astype(np.float32)
-    mid = 0.5 * (lo + hi) + 0.1
-    us, its, rs = [], [], []
-    step = 5_000_000
-    for s in range(0, n_ratings, step):
-        m = min(step, n_ratings - s)
-        u = rng.choice(n_users, size=m, p=uact).astype(np.int32)
-        i = rng.choice(n_items, size=m, p=ipop).astype(np.int32)
-        r = mid + bu[u] + bi[i] + np.einsum("ij,ij->i", P[u], Q[i])
-        r += rng.normal(scale=0.4, size=m).astype(np.float32)
-        us.append(u)
-        its.append(i)
-        rs.append(np.clip(r, lo, hi).astype(np.float32))
-    u, i, r = np.concatenate(us), np.concatenate(its), np.concatenate(rs)
-    key = u.astype(np.int64) * n_items + i
-    _, first = np.unique(key, return_index=True)
-    first.sort()
-    return pd.DataFrame({"user": u[first], "item": i[first], "rating": r[first]})
+    """Power-law popularity and activity, a planted biased rank-``rank`` model plus noise
+    (:func:`daskangel.models.mf.planted_ratings`)."""
+    from daskangel.models.mf import planted_ratings
+
+    return planted_ratings(n_users, n_items, n_ratings, seed=seed, rank=rank, lo=lo, hi=hi)
 
 
 def split(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -481,19 +459,15 @@ def main() -> None:
                 df = readers[name](root)
                 if name == "ml-latest-small":
                     ml = df
-                if df is None and a.smoke:  # the code path runs without the data
-                    name, df = "planted stand-in", planted(300, 200, 12_000, seed=0)
-                if df is None:
-                    continue
-                explicit(name, df.iloc[:12_000] if a.smoke else df, a)
+                if df is not None:
+                    explicit(name, df.iloc[:12_000] if a.smoke else df, a)
         if "implicit" in sections:
             if ml is None:
                 ml = read_movielens(root)
-            if ml is None and a.smoke:
-                ml = planted(300, 200, 12_000, seed=0).assign(rating=lambda d: d.rating.round())
             if ml is not None:
                 implicit_section(ml.iloc[:12_000] if a.smoke else ml, a)
-        if "synthetic" in sections:
+        # --smoke: the data sections when the data is there, else the synthetic one
+        if "synthetic" in sections and not (a.smoke and ml is not None):
             synthetic(a)
     finally:
         close_clusters()

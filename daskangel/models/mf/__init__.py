@@ -13,10 +13,12 @@ with server-side SGD / AdaGrad / AdaRevision), ALS-WR and implicit-feedback ALS.
 | ``_als`` | ALS-WR and implicit ALS (batched row solves) |
 | ``_recommend`` | top-n recommendations and similar items on the workers |
 | ``_arrays``, ``_kernels`` | the PS arrays of a model; compiled inner loops |
+| ``_synthetic`` | ratings with a planted low-rank structure (tests, benchmarks, the notebook) |
 """
 
 from __future__ import annotations
 
 from ._estimator import MatrixFactorization
+from ._synthetic import planted_ratings
 
-__all__ = ["MatrixFactorization"]
+__all__ = ["MatrixFactorization", "planted_ratings"]
