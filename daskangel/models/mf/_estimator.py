@@ -97,8 +97,11 @@ class MatrixFactorization(PSEstimator):
     snapshot, snapshot_every
         With ``snapshot_every`` (clocks, or a duration like ``"30s"``) the
         model's own PS context snapshots to ``snapshot`` (an fsspec URL; a
-        temporary directory by default, which suits a LocalCluster): a lost
-        worker's blocks and tasks are rebuilt and the fit goes on.
+        temporary directory by default, which suits a LocalCluster) with
+        ``recovery="rollback"``: a fit that loses a worker goes back to the
+        newest snapshot (every array, every task) and replays from there, so
+        under BSP it ends with the model of a fit without the fault.  Users'
+        rows are written to the PS before every snapshot taken by clocks.
     n_tasks
         Training tasks (default: one per worker thread).
     random_state
@@ -233,7 +236,7 @@ class MatrixFactorization(PSEstimator):
         if self.snapshot_every is None:
             return {}
         url = self.snapshot or tempfile.mkdtemp(prefix="daskangel-mf-snap-")
-        return {"snapshot": url, "snapshot_every": self.snapshot_every}
+        return {"snapshot": url, "snapshot_every": self.snapshot_every, "recovery": "rollback"}
 
     @property
     def reg_(self) -> float:

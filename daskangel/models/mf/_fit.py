@@ -13,6 +13,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import numbers
 import uuid
 from typing import Any
 
@@ -53,6 +54,7 @@ def make_plan(est: Any, ing: Ingested, epochs: int, metrics: str) -> Plan:
         lr_bias=lr if est.biases and est.feedback == "explicit" else 0.0,
         reg_bias=reg,
         rounds=int(est.clocks_per_epoch),
+        snap_every=_snap_clocks(est.snapshot_every),
         batch=int(est.batch_size or config.get("daskangel.models.mf.batch-size")),
         pull_rows=int(config.get("daskangel.models.mf.pull-rows")),
         user_state=a["user_state"],
@@ -64,6 +66,13 @@ def make_plan(est: Any, ing: Ingested, epochs: int, metrics: str) -> Plan:
         n_users=len(ing.umap),
         n_items=len(ing.imap),
     )
+
+
+def _snap_clocks(every: Any) -> int:
+    """Clocks between two snapshots (0: none, or on a timer)."""
+    if isinstance(every, numbers.Integral) and not isinstance(every, bool):
+        return max(0, int(every))
+    return 0
 
 
 def run_fit(est: Any, ps: PSContext, ing: Ingested, epochs: int) -> tuple[TrainResult, np.ndarray]:

@@ -61,6 +61,7 @@ class Plan:
     lr_bias: float = 0.01
     reg_bias: float = 0.05
     rounds: int = 1  # clocks per epoch
+    snap_every: int = 0  # clocks between snapshots (users' rows are written before each)
     batch: int = 0  # ratings per optimiser step (adagrad, adarevision); 0: a whole clock
     pull_rows: int = 4096  # rows per pipelined pull
     user_state: str | None = None  # PS array: users' AdaGrad accumulators

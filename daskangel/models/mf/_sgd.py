@@ -158,7 +158,18 @@ class _Run:
         return {"epochs": c // p.rounds if p.rounds else 0, "timings": tm, "ratings": d.n_train}
 
     def clock(self) -> int:
-        """The clock, then the epochs every task has finished to the dashboard."""
+        """The clock, then the epochs every task has finished to the dashboard.
+
+        Before a clock that a snapshot follows, the users' rows go to the PS (the
+        end of an epoch writes them anyway): a job rolled back to the snapshot
+        resumes with users and items of the same moment.
+        """
+        p = self.plan
+        nxt = int(self.ctx.iteration) + 1
+        if p.snap_every and nxt % p.snap_every == 0 and nxt % self.rounds:
+            t1 = time.perf_counter()
+            self.write_back()
+            self.tm["push"] += time.perf_counter() - t1
         t1 = time.perf_counter()
         self.ctx.clock()
         self.tm["clock"] += time.perf_counter() - t1
@@ -172,13 +183,17 @@ class _Run:
         """Users' rows back to the PS; the epoch's training sums into its metrics row."""
         t1 = time.perf_counter()
         p = self.plan
-        write_users(self.users, self.part, self.P)
-        if self.ada:
-            write_users(self.ctx.array(p.user_state), self.part, self.H)
+        self.write_back()
         row = np.zeros(METRICS_WIDTH)
         row[0], row[1] = n_seen, sse_sum
         self.ctx.array(p.metrics).increment(row[None, :], rows=[epoch])
         self.tm["push"] += time.perf_counter() - t1
+
+    def write_back(self) -> None:
+        """The task's users' rows (and AdaGrad accumulators) to the PS."""
+        write_users(self.users, self.part, self.P)
+        if self.ada:
+            write_users(self.ctx.array(self.plan.user_state), self.part, self.H)
 
     def minibatch(self, rows: np.ndarray) -> float:
         """One clock's ratings: one push (sgd) or one optimiser step per ``plan.batch``."""

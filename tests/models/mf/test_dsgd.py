@@ -50,24 +50,22 @@ def test_groups_of_checks_the_split() -> None:
         groups_of("hybrid", 3, 4)
 
 
-@pytest.mark.parametrize(("parallelism", "groups"), [("model", None), ("hybrid", 2)])
-def test_strata_learn_the_planted_factors(
-    client: Client, data: Any, parallelism: str, groups: int | None
-) -> None:
+def test_hybrid_strata_learn_the_planted_factors(client: Client, data: Any) -> None:
+    """Two groups of two: strata rotate inside a group, the groups are data parallel
+    (``parallelism='model'`` is one group: test_model_parallel_on_dask_input)."""
     train, test = data
     mf = MatrixFactorization(
-        n_factors=8, max_iter=40, learning_rate=0.02, parallelism=parallelism, groups=groups,
+        n_factors=8, max_iter=20, learning_rate=0.05, parallelism="hybrid", groups=2,
         n_tasks=4, validation_fraction=0.1, **FAST,
     ).fit(train, eval_set=test)  # fmt: skip
     rmse = mf.rmse(test)
     assert rmse < 0.8 * _bias_only_rmse(train, test)  # (10 % held out for validation)
     h = mf.history_
-    assert list(h.epoch) == list(range(1, 41))
+    assert list(h.epoch) == list(range(1, 21))
     assert h.eval_rmse.iloc[-1] == pytest.approx(rmse, rel=1e-4)
     assert h.val_rmse.iloc[-1] < h.val_rmse.iloc[0]
     res = mf.train_result_  # an epoch is one sub-epoch per block of the group
-    sub_epochs = 4 if parallelism == "model" else 2
-    assert len(res.results) == 4 and all(c == 40 * sub_epochs for c in res.clocks)
+    assert len(res.results) == 4 and all(c == 20 * 2 for c in res.clocks)
     mf.close()
 
 
@@ -76,7 +74,7 @@ def test_model_parallel_on_dask_input(client: Client, data: Any) -> None:
 
     train, test = data
     mf = MatrixFactorization(
-        n_factors=8, max_iter=40, learning_rate=0.02, parallelism="model", **FAST
+        n_factors=8, max_iter=20, learning_rate=0.05, parallelism="model", **FAST
     ).fit(dd.from_pandas(train, npartitions=3, sort=False))
     assert mf.rmse(test) < 0.8 * _bias_only_rmse(train, test)
     mf.close()

@@ -38,7 +38,9 @@ def _bias_only_rmse(train: pd.DataFrame, test: pd.DataFrame) -> float:
 @pytest.fixture(scope="module")
 def fitted(client: Client, data: Any) -> MatrixFactorization:
     train, test = data
-    mf = MatrixFactorization(n_factors=8, max_iter=40, learning_rate=0.02, **FAST)
+    mf = MatrixFactorization(
+        n_factors=8, max_iter=20, learning_rate=0.05, clocks_per_epoch=2, **FAST
+    )
     return mf.fit(train, eval_set=test)
 
 
@@ -48,7 +50,7 @@ def test_sgd_learns_the_planted_factors(fitted: MatrixFactorization, data: Any) 
     assert rmse < 0.75 * _bias_only_rmse(train, test)
     assert fitted.score(test) == pytest.approx(-rmse)
     h = fitted.history_
-    assert list(h.epoch) == list(range(1, 41))
+    assert list(h.epoch) == list(range(1, 21))
     assert h.train_rmse.iloc[-1] < h.train_rmse.iloc[0]
     assert h.eval_rmse.iloc[-1] == pytest.approx(rmse, rel=1e-4)  # last epoch = the model
     assert fitted.user_factors_.shape == (fitted.n_users_, 8)
@@ -57,7 +59,7 @@ def test_sgd_learns_the_planted_factors(fitted: MatrixFactorization, data: Any) 
     # the tasks reported every epoch all had finished (the dashboard's figures): the same
     # as history_ (the last one is reported by nobody: no clock follows it)
     rep = fitted.train_result_.history.dropna(subset=["epoch"]).drop_duplicates("epoch")
-    assert rep.epoch.astype(int).tolist() == list(range(1, 40))
+    assert rep.epoch.astype(int).tolist() == list(range(1, 20))
     want = h.set_index("epoch").loc[rep.epoch.astype(int), ["train_rmse", "eval_rmse"]]
     np.testing.assert_allclose(rep[["train_rmse", "eval_rmse"]], want, rtol=1e-9)
 
@@ -150,7 +152,12 @@ def test_partial_fit_adds_users_and_items(client: Client, data: Any) -> None:
 def test_server_side_optimisers_learn(client: Client, data: Any, optimizer: str) -> None:
     train, test = data
     mf = MatrixFactorization(
-        n_factors=8, max_iter=15, optimizer=optimizer, batch_size=500, **FAST
+        n_factors=8,
+        max_iter=15,
+        optimizer=optimizer,
+        batch_size=500,
+        clocks_per_epoch=2,
+        **FAST,
     ).fit(train, eval_set=test)
     assert mf._arrays["rule"] in ("AdaGrad", "AdaRevision")
     assert mf.rmse(test) < 0.9 * _bias_only_rmse(train, test)
@@ -161,7 +168,13 @@ def test_server_side_optimisers_learn(client: Client, data: Any, optimizer: str)
 def test_ssp_and_asp(client: Client, data: Any, sync: str) -> None:
     train, test = data
     mf = MatrixFactorization(
-        n_factors=8, max_iter=40, learning_rate=0.02, sync=sync, validation_fraction=0.1, **FAST
+        n_factors=8,
+        max_iter=20,
+        learning_rate=0.05,
+        clocks_per_epoch=2,
+        sync=sync,
+        validation_fraction=0.1,
+        **FAST,
     ).fit(train)
     assert mf.rmse(test) < 0.75 * _bias_only_rmse(train, test)
     assert "val_rmse" in mf.history_
