@@ -36,8 +36,12 @@ def make_cluster(n_workers: int = 2, threads: int = 2, processes: bool = True) -
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with make_cluster() as c:
+def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """The module's cluster: worker processes, unless the module sets
+    ``IN_PROCESS = True`` (its tests check neither faults nor serialisation between
+    processes): each worker process imports daskangel and loads (on a fresh clone:
+    compiles) the numba kernels again, seconds of CPU per module on 2 cores."""
+    with make_cluster(processes=not getattr(request.module, "IN_PROCESS", False)) as c:
         yield c
 
 

@@ -11,7 +11,8 @@ The checks are those of ``sklearn.utils.estimator_checks.estimator_checks_genera
 (what ``check_estimator`` runs).  ``EXCLUDED`` lists the ones not run, per check
 and per estimator, each with its reason; ``docs/models.md`` ("scikit-learn's
 estimator checks") shows the same table, and :func:`test_docs_list_the_exclusions`
-keeps the two equal.  Every fit trains on the module's 2-worker LocalCluster.
+keeps the two equal.  Every fit trains on the module's 2-worker LocalCluster
+(in-process workers: ``IN_PROCESS``).
 
 Example
 -------
@@ -33,6 +34,10 @@ from sklearn.utils.estimator_checks import estimator_checks_generator
 from daskangel import models
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# the checks are about the estimator's contract, not processes (pickling is checked
+# in-process by the checks themselves, faults elsewhere): the module's two workers
+# run in this process, which compiles and loads each kernel once
+IN_PROCESS = True
 
 
 def _estimator_classes() -> list[type]:
