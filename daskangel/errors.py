@@ -26,6 +26,7 @@ __all__ = [
     "BlockBusyError",
     "BlockMovingError",
     "CastingError",
+    "CommBudgetWarning",
     "ContextClosedError",
     "DaskAngelError",
     "DivergedError",
@@ -194,3 +195,8 @@ class ServerMemoryError(DaskAngelError, MemoryError):
     def __reduce__(self) -> tuple[type, tuple]:  # type: ignore[type-arg]
         # MemoryError's default reduction cannot rebuild a subclass (tblib, Dask)
         return (type(self), self.args)
+
+
+class CommBudgetWarning(UserWarning):
+    """``daskangel.comm.budget`` is below what a clock boundary needs (the message has
+    the figures); the boundary flush still sends everything."""

@@ -118,6 +118,7 @@ class PSAgent(KeySetPulls):
         # {(job, tag): Fetch} key-set pulls, cached (done) or in flight
         self.keyset_fetches: dict[tuple[str | None, str], Fetch] = {}
         self.pusher = UpdatePusher(binding)
+        self.pusher.budget.weights = self.cached_weights
         self._merger = ThreadPoolExecutor(1, thread_name_prefix="daskangel-agent-merge")
         # {task id or None: {counter: value}}
         self.counters: defaultdict[Any, dict[str, float]] = defaultdict(
@@ -142,6 +143,36 @@ class PSAgent(KeySetPulls):
     def task_counters(self, task: Any) -> dict[str, float]:
         with self._lock:
             return dict(self.counters[task])
+
+    def cached_weights(self, job: Any, name: str, mode: str, keys: np.ndarray) -> np.ndarray:
+        """``sum |w|`` per buffered unit from this worker's cached copies (0 where none).
+
+        ``keys`` are sorted update-buffer units of ``mode`` (rows, or entries
+        ``row * n_cols + col``); budgeted pushes rank units by ``|Δ| / (|w| + ε)``.
+        """
+        out = np.zeros(keys.shape[0])
+        m = self._meta(name)
+        nr, nc = m.shape
+        with self._lock:
+            if mode == "rows" or m.ndim == 1 or nr == 1:
+                store = self.stores.get((job, name, mode))
+                if store is None or keys.shape[0] == 0:
+                    return out
+                hit, vals = store.lookup(keys, -(2**62))
+                out[hit] = np.abs(vals, dtype=np.float64).sum(axis=1)
+                return out
+            store = self.stores.get((job, name, "rows"))  # entries of a matrix's rows
+            if store is None or keys.shape[0] == 0:
+                return out
+            r, c = np.divmod(keys, nc)
+            uniq, inv = np.unique(r, return_inverse=True)
+            hit, vals = store.lookup(uniq, -(2**62))
+            row_at = np.full(uniq.shape[0], -1)
+            row_at[hit] = np.arange(int(hit.sum()))
+            at = row_at[inv.ravel()]
+            ok = at >= 0
+            out[ok] = np.abs(vals[at[ok], c[ok]], dtype=np.float64)
+        return out
 
     # -- reads ------------------------------------------------------------------------
 

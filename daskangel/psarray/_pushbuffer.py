@@ -136,6 +136,39 @@ class MergeBuffer:
             self.keys = self.keys[:0]
             self.vals = self.vals[:0]
 
+    @property
+    def unit_bytes(self) -> int:
+        """Wire bytes of one unit sent sparse (its index and its values)."""
+        return self.key_bytes + self.width * self.dtype.itemsize
+
+    def units(self) -> tuple[np.ndarray, np.ndarray]:
+        """The merged units: sorted keys and their ``(k, width)`` values (views)."""
+        self.merge()
+        if self.dense is not None:
+            assert self.touched is not None
+            keys = np.flatnonzero(self.touched)
+            return keys, self.dense[keys]
+        return self.keys, self.vals
+
+    def split(self, at: np.ndarray) -> MergeBuffer:
+        """Move the units at sorted positions ``at`` of :meth:`units` into a new buffer.
+
+        What stays keeps merging; the new buffer holds the moved units merged, so
+        its :meth:`take` sends exactly them (the two add up to the old buffer).
+        """
+        keys, vals = self.units()
+        out = MergeBuffer(self.n_units, self.width, self.dtype, self.key_bytes, 0, self.merge_bytes)
+        out.keys, out.vals = keys[at], np.array(vals[at], copy=True)
+        if self.dense is not None:
+            assert self.touched is not None
+            self.dense[out.keys] = 0
+            self.touched[out.keys] = False
+        else:
+            keep = np.ones(keys.shape[0], bool)
+            keep[at] = False
+            self.keys, self.vals = keys[keep], vals[keep]
+        return out
+
     def take(self) -> tuple[str, np.ndarray | None, np.ndarray]:
         """The merged increments in the cheaper wire format.
 

@@ -38,6 +38,7 @@ from .. import config
 from ..errors import PSIndexError, ServerLostError, ShapeMismatchError
 from ._array import PSArray
 from ._binding import Binding
+from ._budgeted import BudgetedSender
 from ._meta import ArrayMeta
 from ._plan import coo_parts as _coo_parts
 from ._plan import is_sparse_input as _is_sparse_input
@@ -130,6 +131,8 @@ class UpdatePusher:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="daskangel-agent-push")
         # counters: pushes sent, wire bytes, automatic flushes, increments buffered
         self.stats = {"pushes": 0, "push_bytes": 0, "auto_flushes": 0, "increments": 0}
+        # managed communication (daskangel.comm.*): budgeted pushes between clocks
+        self.budget = BudgetedSender(self)
 
     def _meta(self, name: str) -> ArrayMeta:
         return PSArray(name, binding=self.binding).meta
@@ -166,7 +169,9 @@ class UpdatePusher:
             if taken:
                 self.stats["auto_flushes"] += 1
         if taken:
-            self._start(taken, background=True)
+            self._start(taken, background=True, kind="auto")
+        if config.get("daskangel.comm.budget") is not None:
+            self.budget.refresh()
         self._backpressure()
         return int(vals.nbytes)
 
@@ -185,6 +190,12 @@ class UpdatePusher:
             return []
         taken = list(self.buffers.items())
         self.buffers = {}
+        return self._register(taken)
+
+    def _register(
+        self, taken: list[tuple[BufferKey, MergeBuffer]]
+    ) -> list[tuple[BufferKey, MergeBuffer, concurrent.futures.Future[None]]]:
+        """Register one push future for buffers taken out (lock held)."""
         fut: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.inflight[fut] = sum(b.nbytes for _, b in taken)
         fut.add_done_callback(self._done)
@@ -216,7 +227,7 @@ class UpdatePusher:
         with self._cv:
             taken = self._take()
         if taken:
-            self._start(taken, background=False)
+            self._start(taken, background=False, kind="flush")
         if wait:
             self.wait()
 
@@ -231,20 +242,30 @@ class UpdatePusher:
         self,
         taken: list[tuple[BufferKey, MergeBuffer, concurrent.futures.Future[None]]],
         background: bool,
+        kind: str = "flush",
     ) -> None:
+        """Push ``taken``: ``kind`` is ``"early"`` (budgeted, counted when chosen),
+        ``"auto"`` (over the size threshold) or ``"flush"`` (a clock boundary)."""
         outer = taken[0][2]
 
         def work() -> None:
             try:
                 subs = []
+                sent = units = 0
                 for (_job, name, clock, mode), buf, _ in taken:
-                    parts, cost = self.plan(name, mode, *buf.take())
+                    fmt, keys, vals = buf.take()
+                    parts, cost = self.plan(name, mode, fmt, keys, vals)
+                    sent += sum(cost.values())
+                    units += vals.shape[0] if keys is None else keys.shape[0]
                     if parts:
                         extra = {"add": True, "tag": self.binding.next_tag(), "clock": clock}
                         subs.append(self.binding.submit(self.send, name, parts, cost, extra))
                         with self._cv:
                             self.stats["pushes"] += 1
                             self.stats["push_bytes"] += sum(cost.values())
+                if kind != "early":
+                    with self._cv:
+                        self.budget.record_boundary(sent, units, clock=kind == "flush")
                 for s in subs:
                     s.result()
                 outer.set_result(None)
@@ -317,5 +338,12 @@ class UpdatePusher:
         with self._cv:
             return sum(b.nbytes for b in self.buffers.values())
 
+    def comm_status(self) -> dict[str, float]:
+        """Managed-communication counters (``comm_*``; see :class:`BudgetedSender`)."""
+        out = self.budget.status()
+        out["comm_buffered"] = float(self.buffered_bytes())
+        return out
+
     def close(self) -> None:
+        self.budget.close()
         self._thread.shutdown(wait=False)

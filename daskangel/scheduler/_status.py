@@ -161,6 +161,8 @@ def task_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
                 "slow": bool(slow[t]) if t < len(slow) else False,
             }
         )
+        # managed communication (daskangel.comm.*), per worker, when it is on
+        rows[-1].update({k: v for k, v in st.items() if k.startswith("comm_")})
     return rows
 
 

@@ -320,6 +320,8 @@ class TaskContext(GroupChannel):
     def _stats(self) -> dict[str, Any]:
         st: dict[str, Any] = self._agent.task_counters(self._key)
         st["waited"] = self._waited
+        if self._agent.pusher.budget.policy.on:
+            st.update(self._agent.pusher.comm_status())
         if self._last_metrics:
             st["metrics"] = dict(self._last_metrics)
         return st

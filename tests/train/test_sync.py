@@ -11,6 +11,7 @@ import pytest
 from distributed import Event
 
 import daskangel as angel
+from daskangel.comm import configure
 from daskangel.train import seceded
 
 N_TASKS = 8
@@ -26,7 +27,7 @@ def _work(units: int, m: np.ndarray) -> float:
 
 
 def _ssp_task(ctx, seed):
-    """Each clock: work, read the whole log, check it, mark (task, clock) in the log."""
+    """Each clock: read the whole log, check it, mark (task, clock) in the log, work."""
     s = ctx.staleness()
     log = ctx.array("ssp_log")  # log[t, c] == 1 once task t pushed its clock-c update
     rng = np.random.default_rng([seed, ctx.task_id])
@@ -42,7 +43,6 @@ def _ssp_task(ctx, seed):
                     assert Event(f"{ctx.job}-ahead-{t}").wait(120)
         if c == 10 + s and ctx.task_id != 0:
             Event(f"{ctx.job}-ahead-{ctx.task_id}").set()
-        _work(int(rng.integers(0, 30)), m)
         seen = log.get()
         if c - s > 0 and not (seen[:, : c - s] == 1).all():
             missing += 1
@@ -51,22 +51,36 @@ def _ssp_task(ctx, seed):
             too_new += 1
         leads.append(c - ctx.slowest_clock)
         log.increment(np.float32(1), rows=ctx.task_id, cols=c)
+        _work(int(rng.integers(0, 30)), m)  # the update waits buffered: budgeted sends
         ctx.clock()
     return {"missing": missing, "too_new": too_new, "max_lead": max(leads)}
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("staleness", [1, 3])
-def test_ssp_bound_holds_on_reads_and_clock_spread(ps, staleness):
+@pytest.mark.filterwarnings("ignore::daskangel.errors.CommBudgetWarning")
+@pytest.mark.parametrize(
+    ("staleness", "comm"), [(1, None), (3, None), (1, "magnitude"), (3, "random")]
+)
+def test_ssp_bound_holds_on_reads_and_clock_spread(ps, client, staleness, comm):
+    """Also with managed communication on (daskangel.comm.*: budgeted pushes between
+    clock boundaries, magnitude-ranked or random): the boundary flush keeps the bound."""
     ps.zeros("ssp_log", shape=(N_TASKS, N_CLOCKS), dtype="float32")
-    res = angel.train(
-        ps,
-        _ssp_task,
-        [staleness] * N_TASKS,
-        sync=angel.SSP(staleness=staleness),
-        epochs=N_CLOCKS,
-        progress=False,
-    )
+    if comm is not None:
+        configure(client, budget=2048, policy=comm, interval="5ms", min_send_bytes=16)
+    try:
+        res = angel.train(
+            ps,
+            _ssp_task,
+            [staleness] * N_TASKS,
+            sync=angel.SSP(staleness=staleness),
+            epochs=N_CLOCKS,
+            progress=False,
+        )
+    finally:
+        if comm is not None:
+            configure(
+                client, budget=None, policy="magnitude", interval="50ms", min_send_bytes="1KiB"
+            )
     assert res.clocks == [N_CLOCKS] * N_TASKS
     for r in res.results:
         assert r["missing"] == 0, r
@@ -75,6 +89,8 @@ def test_ssp_bound_holds_on_reads_and_clock_spread(ps, staleness):
     assert res.max_lead == staleness  # the scheduler's record: reached, never exceeded
     assert max(r["max_lead"] for r in res.results) == staleness
     np.testing.assert_array_equal(ps.get_array("ssp_log").get(), 1)
+    if comm is not None:  # and budgeted pushes did go out between clock boundaries
+        assert ps.status(max_age=0).query("kind == 'task'")["comm_sent"].max() > 0
 
 
 def _bsp_task(ctx, part):

@@ -1,0 +1,180 @@
+"""Managed communication: budgeted, prioritised pushes lose nothing and never hang.
+
+The pure pieces (selection, splitting a merge buffer) are property-tested; the push
+path runs on one in-process LocalCluster (its config change reaches the workers at
+once) under SSP with a budget small enough that most updates wait for the clock
+boundary, and the servers must end with exactly the sum of every push.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import daskangel as angel
+from daskangel.comm import CommPolicy, configure, priorities, select
+from daskangel.errors import CommBudgetWarning, InvalidArgumentError
+from daskangel.psarray import get_agent
+from daskangel.psarray._pushbuffer import MergeBuffer
+
+IN_PROCESS = True  # config set here reaches the workers; nothing crosses processes
+
+DEFAULTS = {"budget": None, "policy": "magnitude", "interval": "50ms", "warn_interval": "30s"}
+
+
+@pytest.fixture
+def managed(client: Client) -> Iterator[Client]:
+    try:
+        yield client
+    finally:
+        configure(client, **DEFAULTS)
+
+
+# -- pure parts -------------------------------------------------------------------------
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    prio=st.lists(st.floats(0, 100), min_size=0, max_size=40),
+    budget=st.integers(0, 400),
+    policy=st.sampled_from(["magnitude", "random"]),
+)
+def test_select_fits_the_budget_and_ranks(prio, budget, policy):
+    p = np.array(prio, np.float64)
+    cost = np.arange(p.shape[0]) % 3 * 8 + 8
+    at = select(p, cost, budget, policy, np.random.default_rng(0))
+    assert np.all(np.diff(at) > 0) and cost[at].sum() <= budget
+    assert np.all(p[at] > 0)
+    if policy == "magnitude" and at.shape[0]:
+        # nothing left out ranks above what was taken unless it no longer fit
+        left = np.setdiff1d(np.flatnonzero(p > 0), at)
+        better = left[p[left] > p[at].min()]
+        assert np.all(cost[at].sum() + cost[better] > budget)
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    keys=st.lists(st.integers(0, 29), min_size=1, max_size=60),
+    pick=st.lists(st.booleans(), min_size=60, max_size=60),
+    dense_limit=st.sampled_from([0, 10**6]),
+)
+def test_split_parts_add_up_to_the_buffer(keys, pick, dense_limit):
+    buf = MergeBuffer(30, 2, np.dtype("int64"), 8, dense_limit, merge_bytes=1)
+    k = np.array(keys, np.int64)
+    v = np.arange(2 * k.shape[0], dtype=np.int64).reshape(-1, 2) - 7
+    want = np.zeros((30, 2), np.int64)
+    np.add.at(want, k, v)
+    buf.add(k, v)
+    units, _ = buf.units()
+    at = np.flatnonzero(np.array(pick[: units.shape[0]]))
+    part = buf.split(at)
+    buf.add(k[:3], v[:3])  # keeps merging after a split
+    np.add.at(want, k[:3], v[:3])
+    got = np.zeros_like(want)
+    for b in (part, buf):
+        fmt, kk, vv = b.take()
+        if fmt == "dense":
+            got += vv
+        else:
+            np.add.at(got, kk, vv)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_relative_magnitude_uses_the_cached_values():
+    d = np.array([[1.0, 1.0], [1.0, 0.0]])
+    np.testing.assert_allclose(priorities(d, np.array([3.0, 0.0]), eps=1.0), [0.5, 1.0])
+    assert priorities(d, None, eps=0.5).tolist() == [4.0, 2.0]
+
+
+def test_a_bad_key_is_refused_naming_it(client):
+    for key, value in [("budget", "fast"), ("budget", -1), ("policy", "largest")]:
+        with pytest.raises(InvalidArgumentError, match=rf"daskangel\.comm\.{key}"):
+            configure(client, **{key: value})
+    assert not CommPolicy.from_config().on  # nothing was set
+    with (
+        dask.config.set({"daskangel.comm.burst": "1ms"}),
+        pytest.raises(InvalidArgumentError, match=r"daskangel\.comm\.burst"),
+    ):
+        CommPolicy.from_config()
+
+
+# -- on a cluster -------------------------------------------------------------------------
+
+N_CLOCKS = 12
+SHAPES = {"c_rows": (64, 16), "c_vec": (4000,), "c_cnt": (300, 20)}
+
+
+def _work(ms: float) -> None:
+    """Real compute (no sleep) between increments, so budgeted rounds happen mid-clock."""
+    m = np.random.default_rng(0).standard_normal((48, 48)) / 8
+    x = m
+    import time
+
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        x = np.tanh(x @ m)
+
+
+def _additive(ctx, seed):
+    rows, vec, cnt = (ctx.array(n) for n in SHAPES)
+    sums = {n: np.zeros(s, np.int64) for n, s in SHAPES.items()}
+    for c in ctx.epochs():
+        rng = np.random.default_rng([seed, ctx.task_id, c])
+        for _ in range(3):
+            r = rng.integers(0, 64, 8)
+            d = rng.integers(-50, 50, (8, 16))
+            rows.increment(d.astype(np.float64), rows=r)
+            np.add.at(sums["c_rows"], r, d)
+            k = rng.integers(0, 4000, 300)
+            e = rng.integers(-9, 10, 300)
+            vec.increment(e.astype(np.float64), cols=k)
+            np.add.at(sums["c_vec"], k, e)
+            i, j = rng.integers(0, 300, 200), rng.integers(0, 20, 200)
+            cnt.increment(sp.coo_matrix((np.ones(200, np.int64), (i, j)), shape=(300, 20)))
+            np.add.at(sums["c_cnt"], (i, j), 1)
+            _work(8)
+        rows.get(rows=np.arange(8))  # cached rows: |w| for the relative magnitude
+        ctx.clock()
+    return sums
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.filterwarnings("ignore::daskangel.errors.CommBudgetWarning")
+@pytest.mark.parametrize("policy", ["magnitude", "random"])
+def test_small_budget_loses_no_update(ps, managed, policy):
+    ps.zeros("c_rows", shape=SHAPES["c_rows"], dtype="float64")
+    ps.zeros("c_vec", shape=SHAPES["c_vec"], dtype="float64")
+    ps.zeros("c_cnt", shape=SHAPES["c_cnt"], dtype="int64", block_shape=(100, 20))
+    budget = 64 * 1024
+    configure(managed, budget=budget, policy=policy, interval="5ms")
+    res = angel.train(
+        ps, _additive, [1] * 4, sync=angel.SSP(staleness=1), epochs=N_CLOCKS, progress=False
+    )
+    assert res.clocks == [N_CLOCKS] * 4
+    for name in SHAPES:
+        want = sum(r[name] for r in res.results)
+        np.testing.assert_array_equal(ps.get_array(name).get(), want)  # exactly
+    tasks = ps.status(max_age=0).query("kind == 'task'")
+    per_worker = tasks.groupby("worker")[["comm_budget", "comm_sent", "comm_held_back"]].max()
+    assert (per_worker["comm_budget"] == budget).all()
+    assert per_worker["comm_sent"].sum() > 0  # some went out between clock boundaries
+    assert per_worker["comm_held_back"].sum() > 0  # and some waited for them
+    assert (tasks["comm_rate"] >= 0).all() and (tasks["comm_short_clocks"] >= 0).all()
+
+
+def test_a_budget_below_a_clock_warns_with_figures_and_does_not_hang(ps, managed):
+    a = ps.zeros("c_tiny", shape=(100, 50), dtype="float64")
+    configure(managed, budget=100, warn_interval="0s")  # 100 bytes/s
+    agent = get_agent(managed)  # this process's agent: the warning surfaces here
+    agent.increment("c_tiny", np.ones((100, 50)), rows=np.arange(100), clock=None)
+    with pytest.warns(CommBudgetWarning, match=r"100 B/s is below what a clock needs.*held back"):
+        agent.flush()
+    np.testing.assert_array_equal(a.get(), 1.0)
+    assert agent.pusher.comm_status()["comm_short_clocks"] >= 1
