@@ -27,6 +27,7 @@ __all__ = [
     "SERVER_COLUMNS",
     "TASK_COLUMNS",
     "array_data",
+    "comm_text",
     "data_table",
     "server_data",
     "task_data",
@@ -48,6 +49,7 @@ TASK_COLUMNS = [
     ("calls_text", "calls"),
     ("latency_text", "latency"),
     ("cache_hits_text", "cache hits"),
+    ("comm_text", "managed comm (worker)"),
     ("metrics", "reported metrics"),
 ]
 SERVER_COLUMNS = [
@@ -73,7 +75,7 @@ ARRAY_COLUMNS = [
 ]
 
 # relative widths of the columns holding long text (the others get 90)
-_WIDTHS = {"id": 260, "worker": 170, "server": 200, "array": 240, "metrics": 520}
+_WIDTHS = {"id": 260, "worker": 170, "server": 200, "array": 240, "metrics": 520, "comm_text": 330}
 
 
 def task_data(rows: list[dict[str, Any]], latest: dict[str, dict[str, float]]) -> dict[str, list]:
@@ -107,12 +109,32 @@ def task_data(rows: list[dict[str, Any]], latest: dict[str, dict[str, float]]) -
         out["calls_text"].append(fmt_count(r.get("calls", 0)))
         out["latency_text"].append(fmt_time(r.get("latency_ms", 0.0) / 1000.0))
         out["cache_hits_text"].append(fmt_count(r.get("cache_hits", 0)))
+        out["comm_text"].append(comm_text(r))
         own = r.get("metrics") or ""
         job = latest.get(str(r.get("job")), {})
         if job and (not own or r.get("status") != "running"):
             own = fmt_metrics(job)  # the fit's final figures once the task is over
         out["metrics"].append(own)
     return out
+
+
+def comm_text(row: dict[str, Any]) -> str:
+    """The worker's managed communication (``comm_*`` of a task row), or ``""`` when off.
+
+    >>> comm_text({"comm_budget": 65536.0, "comm_sent": 2048.0, "comm_held_back": 4096.0,
+    ...            "comm_rate": 1024.0, "comm_short_clocks": 2.0})
+    'budget 64.00 kiB/s, sent 2.00 kiB, held back 4.00 kiB, rate 1.00 kiB/s, 2 short clocks'
+    """
+    budget = float(row.get("comm_budget") or 0.0)
+    if not budget or math.isnan(budget):
+        return ""
+    text = (
+        f"budget {fmt_rate_bytes(budget)}, sent {fmt_bytes(row.get('comm_sent', 0))}, "
+        f"held back {fmt_bytes(row.get('comm_held_back', 0))}, "
+        f"rate {fmt_rate_bytes(float(row.get('comm_rate', 0.0)))}"
+    )
+    short = int(row.get("comm_short_clocks") or 0)
+    return text + (f", {short} short clocks" if short else "")
 
 
 def server_data(rows: list[dict[str, Any]], rates: dict[str, dict[str, float]]) -> dict[str, list]:

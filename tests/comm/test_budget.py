@@ -148,7 +148,7 @@ def _additive(ctx, seed):
 @pytest.mark.timeout(180)
 @pytest.mark.filterwarnings("ignore::daskangel.errors.CommBudgetWarning")
 @pytest.mark.parametrize("policy", ["magnitude", "random"])
-def test_small_budget_loses_no_update(ps, managed, policy):
+def test_small_budget_loses_no_update(ps, cluster, managed, policy):
     ps.zeros("c_rows", shape=SHAPES["c_rows"], dtype="float64")
     ps.zeros("c_vec", shape=SHAPES["c_vec"], dtype="float64")
     ps.zeros("c_cnt", shape=SHAPES["c_cnt"], dtype="int64", block_shape=(100, 20))
@@ -167,6 +167,22 @@ def test_small_budget_loses_no_update(ps, managed, policy):
     assert per_worker["comm_sent"].sum() > 0  # some went out between clock boundaries
     assert per_worker["comm_held_back"].sum() > 0  # and some waited for them
     assert (tasks["comm_rate"] >= 0).all() and (tasks["comm_short_clocks"] >= 0).all()
+    if policy == "magnitude":  # the dashboard page shows the same, per worker
+        texts = _page_comm(f"http://127.0.0.1:{cluster.scheduler.http_server.port}", res.job)
+        assert len(texts) == 4 and all(t.startswith("budget 64.00 kiB/s, sent ") for t in texts)
+
+
+def _page_comm(base: str, job: str) -> list[str]:
+    """The "managed comm" cells of the job's task rows on the daskangel page (over HTTP)."""
+    from bokeh.client import pull_session
+    from bokeh.models import ColumnDataSource
+
+    with pull_session(url=f"{base}/individual-daskangel") as session:
+        for src in session.document.select({"type": ColumnDataSource}):
+            if "comm_text" in src.data:
+                rows = zip(src.data["id"], src.data["comm_text"], strict=True)
+                return [t for i, t in rows if str(i).startswith(job)]
+    raise AssertionError("no task table with a managed comm column on the page")
 
 
 def test_a_budget_below_a_clock_warns_with_figures_and_does_not_hang(ps, managed):
