@@ -35,6 +35,24 @@ def make_cluster(n_workers: int = 2, threads: int = 2, processes: bool = True) -
     )
 
 
+def package_cluster(n_workers: int = 2, threads: int = 2) -> tuple[Any, Any]:
+    """``cluster, client = package_cluster()`` in a family's ``conftest.py``: one
+    LocalCluster (worker processes) and its default Client for every module of the
+    package, so the workers import daskangel and load the compiled kernels once."""
+
+    @pytest.fixture(scope="package")
+    def cluster() -> Iterator[LocalCluster]:
+        with make_cluster(n_workers=n_workers, threads=threads) as c:
+            yield c
+
+    @pytest.fixture(scope="package")
+    def client(cluster: LocalCluster) -> Iterator[Client]:
+        with Client(cluster, set_as_default=True) as c:
+            yield c
+
+    return cluster, client
+
+
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     """The module's cluster: worker processes, unless the module sets

@@ -14,6 +14,7 @@
 | ``_epochs``, ``_monitor`` | per-epoch metric sums in a PS array row, finished into ``history_``; the task-side monitor (reports, early stopping) |
 | ``_predict`` | predictions shaped like the input (local or dask) |
 | ``_rounds`` | rounds of clocks with the BSP read barrier; divergence refused |
+| ``_faults`` | the kill-a-worker test hook (:class:`ExitHook`) the fault-tolerance tests arm |
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from ._cache import PREPARED, PartitionCache
 from ._epochs import finish, row_width
 from ._estimator import PSEstimator
+from ._faults import ExitHook
 from ._fitting import EpochEstimator
 from ._input import (
     Prepared,
@@ -45,6 +47,7 @@ from ._rows import LocalRows, pull, push, split_rows
 __all__ = [
     "PREPARED",
     "EpochEstimator",
+    "ExitHook",
     "LocalRows",
     "Monitor",
     "SHUFFLE_BLOCK",

@@ -30,14 +30,13 @@ Example
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ... import config
+from .._core import ExitHook
 from ._psfs import Centres, Geometry, farthest
 from ._rows import TaskRows, rows_of
 
@@ -95,7 +94,7 @@ class LloydTask:
         last: np.ndarray | None = None
         history: list[dict[str, float]] = []
         t0 = time.perf_counter()
-        exit_at = config.get("daskangel.kmeans.exit-at-iteration")
+        hook = ExitHook.from_config("kmeans", "exit-at-iteration")
         while True:
             got = S[(t - 1) % 3 if t >= 1 else 2].psf(pull, S[(t - 2) % 3 if t >= 2 else 2])
             C = got["centres"]
@@ -114,24 +113,10 @@ class LloydTask:
             full = me == 0 and t == 2  # erase the initial centres in S_{-1}'s array
             at = np.arange(g.n_phys) if full else cols
             S[t % 3].set(task_values(g, rows, out, at), rows=own, cols=at)
-            if exit_at is not None and t == int(exit_at):
-                _exit_once(ctx)  # the test hook: die after this iteration's push
+            hook.at(ctx, t)  # the test hook: die after this iteration's push
             ctx.clock()
             last = C
             t += 1
         out = rows.assign(C, accumulate=False)
         return {"index": int(part.index), "labels": out.labels, "n_iter": t,
                 "inertia": out.inertia, "history": history}  # fmt: skip
-
-
-def _exit_once(ctx: Any) -> None:
-    """``daskangel.kmeans.exit-at-iteration``: exit the process unless ``exit-marker`` exists."""
-    marker = config.get("daskangel.kmeans.exit-marker")
-    if marker is None:
-        return
-    try:
-        os.close(os.open(str(marker), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return
-    ctx.flush()
-    os._exit(1)

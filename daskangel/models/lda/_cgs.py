@@ -38,7 +38,6 @@ Example
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ... import config
+from .._core._faults import ExitHook
 from .._core._monitor import Monitor
 from ._docs import TaskDocs, task_docs
 from ._eval import completion_sums, phi_rows
@@ -153,7 +153,7 @@ class CGSTask:
         bounds = np.searchsorted(c.keys, (np.arange(G + 1) * V) // G)
         plain_nk = nka.plain
         rows_src = nwk.plain if G > 1 else nwk
-        exit_at = config.get("daskangel.lda.exit-at-sweep")
+        hook = ExitHook.from_config("lda", "exit-at-sweep")
         # finished sweeps' figures (every task's sums) to the dashboard, as every family's
         n_tasks = ctx.n_tasks
         mon = Monitor(ctx, SweepPlan(p.metrics, p.sweep0 - 1), lambda _: None,
@@ -196,8 +196,7 @@ class CGSTask:
                     if ri.size:
                         nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))
                     push += time.perf_counter() - t1
-                    if exit_at is not None and s == int(exit_at):
-                        _exit_once(ctx)  # the test hook: die in the middle of the sweep
+                    hook.at(ctx, s)  # the test hook: die in the middle of the sweep
                 nka.increment(nk - nk0, rows=0)
                 if G > 1:  # the next member samples these rows next round: push them now
                     t1 = time.perf_counter()
@@ -230,19 +229,6 @@ class CGSTask:
                 np.array([ll, n, time.perf_counter() - t0]), rows=p.sweeps, cols=np.arange(3)
             )
         return {"tokens": c.n_tokens, "docs": docs.n_train_docs, "sampled": sampled, "timings": tm}
-
-
-def _exit_once(ctx: Any) -> None:
-    """``daskangel.lda.exit-at-sweep``: exit the process unless ``exit-marker`` exists."""
-    marker = config.get("daskangel.lda.exit-marker")
-    if marker is None:
-        return
-    try:
-        os.close(os.open(str(marker), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return
-    ctx.flush()
-    os._exit(1)
 
 
 def _nk_now(nka: Any) -> np.ndarray:

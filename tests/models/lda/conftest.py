@@ -3,21 +3,6 @@ processes load the compiled kernels once, not once per module."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from tests.conftest import package_cluster
 
-import pytest
-from distributed import Client, LocalCluster
-
-from tests.conftest import make_cluster
-
-
-@pytest.fixture(scope="package")
-def cluster() -> Iterator[LocalCluster]:
-    with make_cluster() as c:
-        yield c
-
-
-@pytest.fixture(scope="package")
-def client(cluster: LocalCluster) -> Iterator[Client]:
-    with Client(cluster, set_as_default=True) as c:
-        yield c
+cluster, client = package_cluster()

@@ -4,26 +4,12 @@ load the compiled kernels once, and two tasks a fit keep the clocks cheap."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pandas as pd
-import pytest
-from distributed import Client, LocalCluster
 
-from tests.conftest import make_cluster
+from tests.conftest import package_cluster
 
-
-@pytest.fixture(scope="package")
-def cluster() -> Iterator[LocalCluster]:
-    with make_cluster(n_workers=2, threads=1) as c:
-        yield c
-
-
-@pytest.fixture(scope="package")
-def client(cluster: LocalCluster) -> Iterator[Client]:
-    with Client(cluster, set_as_default=True) as c:
-        yield c
+cluster, client = package_cluster(n_workers=2, threads=1)
 
 
 def planted_ratings(
