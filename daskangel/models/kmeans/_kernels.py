@@ -51,6 +51,23 @@ class Assigned:
     counts: np.ndarray  # (k,) float64 rows per cluster
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _nearest(dots, cnorm, xn, r, labels, dist):  # type: ignore[no-untyped-def]
+    """Row ``r``'s nearest centre from its products ``dots`` with every centre: sets
+    ``labels[r]`` and ``dist[r]`` (``xn + cnorm - 2 x.c``, clipped at 0), returns the label."""
+    best = np.inf
+    bj = 0
+    for j in range(cnorm.shape[0]):
+        v = cnorm[j] - 2.0 * dots[j]
+        if v < best:
+            best = v
+            bj = j
+    dd = xn + best
+    labels[r] = bj
+    dist[r] = dd if dd > 0.0 else 0.0
+    return bj
+
+
 @njit(nogil=True, cache=True)
 def assign_dense(X, xnorm, CT, cnorm, chunk, labels, dist, sums, counts, accumulate):  # type: ignore[no-untyped-def]
     """Nearest centre of every dense row; returns the inertia.
@@ -73,19 +90,8 @@ def assign_dense(X, xnorm, CT, cnorm, chunk, labels, dist, sums, counts, accumul
         np.dot(X[s:e], CT, Dv)
         for i in range(m):
             r = s + i
-            best = np.inf
-            bj = 0
-            for j in range(k):
-                v = cnorm[j] - 2.0 * Dv[i, j]
-                if v < best:
-                    best = v
-                    bj = j
-            dd = xnorm[r] + best
-            if dd < 0.0:
-                dd = 0.0
-            labels[r] = bj
-            dist[r] = dd
-            total += dd
+            bj = _nearest(Dv[i], cnorm, xnorm[r], r, labels, dist)
+            total += dist[r]
             if accumulate:
                 counts[bj] += 1.0
                 for c in range(d):
@@ -108,19 +114,8 @@ def assign_csr(indptr, indices, data, CT, xnorm, cnorm, labels, dist, sums, coun
             v = data[p]
             for j in range(k):
                 acc[j] += v * CT[c, j]
-        best = np.inf
-        bj = 0
-        for j in range(k):
-            v2 = cnorm[j] - 2.0 * acc[j]
-            if v2 < best:
-                best = v2
-                bj = j
-        dd = xnorm[i] + best
-        if dd < 0.0:
-            dd = 0.0
-        labels[i] = bj
-        dist[i] = dd
-        total += dd
+        bj = _nearest(acc, cnorm, xnorm[i], i, labels, dist)
+        total += dist[i]
         if accumulate:
             counts[bj] += 1.0
             for p in range(indptr[i], indptr[i + 1]):
