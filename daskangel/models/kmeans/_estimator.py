@@ -131,20 +131,42 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
 
     # -- fitting ------------------------------------------------------------------------
 
-    def fit(self, X: Any, y: Any = None) -> KMeans:
+    def fit(self, X: Any, y: Any = None, *, resume: str | None = None) -> KMeans:
         """Cluster ``X`` (``y`` is ignored).
 
         ``X``: numpy, ``scipy.sparse`` CSR, pandas, a dask array / dataframe or a
-        daskangel Dataset (e.g. ``angel.data.read_libsvm(url)``).
+        daskangel Dataset (e.g. ``angel.data.read_libsvm(url)``).  ``resume``: a
+        snapshot taken during an earlier Lloyd fit of this model with the same
+        parameters and data (``snapshot=url, snapshot_every=N``): the fit continues
+        from the snapshot's iteration and ends with the same centres, labels,
+        inertia and ``n_iter_`` (see :meth:`PSEstimator._resuming`).
+
+        .. warning::
+           A resumed fit's ``history_`` holds the iterations it ran itself (from
+           the snapshot's clock on).  ``resume`` needs ``algorithm='lloyd'`` and
+           one run (``n_init=1`` or an ``init`` array).
         """
         check_params(self)
+        if resume is not None:
+            self._check_resumable()
         client = self._client()
         distributed = is_dask(X) or hasattr(X, "to_dask_array") or isinstance(X, Dataset)
         data = as_unlabelled(X, client, self._n_tasks(client))
         try:
-            return self._fit_dataset(client, data, distributed)
+            with self._resuming(resume):
+                return self._fit_dataset(client, data, distributed)
         finally:
             data.release()
+
+    def _check_resumable(self) -> None:
+        if self._algorithm() != "lloyd":
+            raise InvalidArgumentError(
+                f"resume: expected algorithm='lloyd' (a Lloyd fit's snapshot), got {self._algorithm()!r}"
+            )
+        if isinstance(self.init, str) and int(self.n_init) != 1:
+            raise InvalidArgumentError(
+                f"resume: expected n_init=1 (one run to continue), got n_init={self.n_init!r}"
+            )
 
     def _seed(self) -> int:
         rs = self.random_state

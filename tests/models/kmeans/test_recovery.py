@@ -1,5 +1,7 @@
 """A worker process killed in the middle of a Lloyd fit (snapshots on): the fit goes back
-to the newest snapshot and converges to the model of the fit without the failure."""
+to the newest snapshot and converges to the model of the fit without the failure; and a
+fresh fit resumed from the reference fit's snapshot (``fit(X, resume=url)``) ends with
+exactly the reference model."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 from distributed import Client
 from sklearn.datasets import make_blobs
 
+from daskangel.errors import InvalidArgumentError
 from daskangel.models import KMeans
 from tests.conftest import make_cluster
 from tests.scheduler.test_recovery import FAST
@@ -36,6 +39,7 @@ def test_worker_killed_mid_fit_converges_as_without(tmp_path: Path) -> None:
     ):
         ref = KMeans(snapshot=str(tmp_path / "ref"), **kw).fit(X)
         assert 5 <= ref.n_iter_ < 100  # converged, after the iteration that kills
+        _check_resume(ref, X, str(tmp_path / "ref"), kw)
         # the first task to push iteration 3 kills its worker (and the PS server on it)
         marker = tmp_path / "killed"
         c.run(_arm, 3, str(marker))
@@ -49,3 +53,20 @@ def test_worker_killed_mid_fit_converges_as_without(tmp_path: Path) -> None:
         assert (np.asarray(km.labels_) == np.asarray(ref.labels_)).all()
         km.close()
         ref.close()
+
+
+def _check_resume(ref: KMeans, X: np.ndarray, url: str, kw: dict[str, Any]) -> None:
+    """A fresh model (no snapshots) resumed from the newest snapshot of ``ref``'s fit."""
+    plain = {k: v for k, v in kw.items() if k != "snapshot_every"}
+    got = KMeans(**plain).fit(X, resume=url)
+    start = int(got.train_result_.history.clock.min())
+    assert 2 <= start < ref.n_iter_ and start % 2 == 0, start
+    assert got.n_iter_ == ref.n_iter_ and got.inertia_ == ref.inertia_
+    np.testing.assert_array_equal(got.cluster_centers_, ref.cluster_centers_)
+    np.testing.assert_array_equal(got.labels_, ref.labels_)
+    h, r = got.history_, ref.history_.set_index("iteration")  # the iterations it ran
+    assert list(h.iteration) == list(range(start, ref.n_iter_ + 1))
+    np.testing.assert_array_equal(h.inertia, r.inertia.loc[h.iteration])
+    with pytest.raises(InvalidArgumentError, match="n_init=1"):
+        KMeans(n_clusters=6, n_init=2).fit(X, resume=url)
+    got.close()
