@@ -14,7 +14,7 @@ Example
 
 from __future__ import annotations
 
-from ._batch import CSRBatch
+from ._batch import CSRBatch, DenseBatch
 from ._counter import FeatureIndexer
 from ._dataset import Dataset, PartitionInfo
 from ._ffm import read_libffm
@@ -36,6 +36,7 @@ from ._tabular import hash_keys
 __all__ = [
     "BadLine",
     "CSRBatch",
+    "DenseBatch",
     "CTRSpec",
     "Dataset",
     "FeatureIndexer",

@@ -5,6 +5,12 @@ Every reader produces, and every training task consumes, :class:`CSRBatch` es:
 ``data`` (float32), ``labels`` (float32, one per row) and optional ``row_ids``
 (int64: the document of a docword row, the user of a ratings row).
 
+A :class:`DenseBatch` is a CSRBatch whose rows are kept as one dense float32
+``(n, d)`` block ``X`` (``from_array(X, dense=True)``): a family with a dense
+kernel (KMeans) reads ``X`` as it is, with no CSR copy; every other reader sees
+the same rows as CSR (``indptr`` / ``indices`` / ``data`` are made on access,
+every entry stored, zeros included).
+
 Example
 -------
 >>> import numpy as np
@@ -23,7 +29,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["CSRBatch", "concat", "index_dtype", "rebatch"]
+__all__ = ["CSRBatch", "DenseBatch", "concat", "index_dtype", "rebatch"]
 
 INT32_MAX = np.iinfo(np.int32).max
 
@@ -181,12 +187,114 @@ class CSRBatch:
         )
 
 
+class DenseBatch(CSRBatch):
+    """Rows as one dense float32 block ``X`` (see the module docstring).
+
+    .. warning::
+       ``indptr``, ``indices`` and ``data`` build CSR arrays on every access
+       (``data`` is a view of ``X``; ``indices`` costs 4 bytes an entry): readers
+       that know the class take ``X``.
+
+    >>> import numpy as np
+    >>> b = DenseBatch(np.array([[1.0, 0.0], [0.0, 2.0]], np.float32), np.zeros(2, np.float32), 2)
+    >>> b.nnz, b.indices.tolist(), b.take(np.array([1])).X.tolist()
+    (4, [0, 1, 0, 1], [[0.0, 2.0]])
+    """
+
+    __slots__ = ("X",)
+    X: np.ndarray
+
+    def __init__(
+        self, X: Any, labels: Any, n_features: int, row_ids: np.ndarray | None = None
+    ) -> None:
+        object.__setattr__(self, "X", np.ascontiguousarray(X, np.float32))
+        object.__setattr__(self, "labels", np.asarray(labels, np.float32))
+        object.__setattr__(self, "n_features", int(n_features))
+        object.__setattr__(self, "row_ids", row_ids)
+
+    def __reduce__(self) -> Any:
+        return (DenseBatch, (self.X, self.labels, self.n_features, self.row_ids))
+
+    def __repr__(self) -> str:
+        return f"DenseBatch(rows={self.n_rows}, n_features={self.n_features})"
+
+    @property  # type: ignore[override]
+    def indptr(self) -> np.ndarray:
+        n, d = self.X.shape
+        return np.arange(n + 1, dtype=np.int64) * d
+
+    @property  # type: ignore[override]
+    def indices(self) -> np.ndarray:
+        n, d = self.X.shape
+        return np.tile(np.arange(d, dtype=np.int32), n)
+
+    @property  # type: ignore[override]
+    def data(self) -> np.ndarray:
+        return self.X.reshape(-1)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def nnz(self) -> int:
+        return int(self.X.size)
+
+    @property
+    def nbytes(self) -> int:
+        n = self.X.nbytes + self.labels.nbytes
+        return int(n + (0 if self.row_ids is None else self.row_ids.nbytes))
+
+    def _like(self, X: np.ndarray, rows: Any) -> DenseBatch:
+        rid = None if self.row_ids is None else self.row_ids[rows]
+        return DenseBatch(X, self.labels[rows], self.n_features, rid)
+
+    def to_scipy(self) -> Any:
+        import scipy.sparse as sp
+
+        return sp.csr_matrix((self.data, self.indices, self.indptr), shape=self.shape)
+
+    def slice(self, start: int, stop: int) -> DenseBatch:
+        return self._like(self.X[start:stop], slice(start, stop))
+
+    def take(self, rows: np.ndarray) -> DenseBatch:
+        rows = np.asarray(rows, np.int64)
+        return self._like(self.X[rows], rows)
+
+    def compact(self) -> DenseBatch:
+        return self._like(self.X.copy(), slice(None))
+
+    def select_columns(self, lo: int, hi: int) -> CSRBatch:
+        n = self.n_rows
+        lo, hi = max(0, min(lo, self.X.shape[1])), max(0, min(hi, self.X.shape[1]))
+        w = max(0, hi - lo)
+        return CSRBatch(
+            np.arange(n + 1, dtype=np.int64) * w,
+            np.tile(np.arange(lo, lo + w, dtype=np.int32), n),
+            np.ascontiguousarray(self.X[:, lo : lo + w]).reshape(-1),
+            self.labels,
+            self.n_features,
+            self.row_ids,
+        )
+
+    def with_features(self, n_features: int) -> DenseBatch:
+        return DenseBatch(self.X, self.labels, int(n_features), self.row_ids)
+
+
 def concat(parts: list[CSRBatch], n_features: int | None = None) -> CSRBatch:
-    """Stack batches vertically (one copy)."""
+    """Stack batches vertically (one copy; dense batches stay dense)."""
     parts = [p for p in parts if p.n_rows] or parts[:1]
     if not parts:
         return CSRBatch.empty(n_features or 0)
     nf = max(p.n_features for p in parts) if n_features is None else n_features
+    if all(isinstance(p, DenseBatch) for p in parts) and len({p.X.shape[1] for p in parts}) == 1:  # type: ignore[attr-defined]
+        if len(parts) == 1:
+            return parts[0].with_features(nf)
+        rid = None
+        if parts[0].row_ids is not None:
+            rid = np.concatenate([p.row_ids for p in parts if p.row_ids is not None])
+        X = np.concatenate([p.X for p in parts])  # type: ignore[attr-defined]
+        return DenseBatch(X, np.concatenate([p.labels for p in parts]), nf, rid)
     if len(parts) == 1:
         p = parts[0]
         if p.indptr[0]:

@@ -25,7 +25,7 @@ from distributed import Client, Future
 
 from .. import config
 from ..errors import InvalidArgumentError, UnknownNameError
-from ._batch import CSRBatch
+from ._batch import CSRBatch, DenseBatch
 from ._build import BuildSpec, PieceResult, new_sink
 from ._dataset import Dataset, Piece
 from ._formats import transform_labels
@@ -39,11 +39,17 @@ def _is_dask(x: Any) -> bool:
     return hasattr(x, "dask") and hasattr(x, "__dask_graph__")
 
 
-def _to_batch(x: Any, y: Any, table: Table | None, n_features: int) -> CSRBatch:
+def _to_batch(
+    x: Any, y: Any, table: Table | None, n_features: int, dense: bool = False
+) -> CSRBatch:
     if table is not None:
         return table.frame_to_batch(x)
     import scipy.sparse as sp
 
+    if dense and isinstance(x, np.ndarray) and x.ndim == 2:  # kept as it is (float32)
+        n = x.shape[0]
+        labels = np.zeros(n, np.float32) if y is None else np.asarray(y, np.float32).reshape(n)
+        return DenseBatch(x, labels, n_features)
     if sp.issparse(x):
         m = x.tocsr()
     elif hasattr(x, "to_scipy_sparse"):  # pydata sparse (COO, GCXS): dask's sparse blocks
@@ -66,22 +72,27 @@ def build_block(
     n_features: int,
     name: str,
     order: int,
+    dense: bool = False,
 ) -> PieceResult:
-    """Turn one block of rows (its ``share`` of ``shares`` row ranges) into stored chunks."""
+    """Turn one block of rows (its ``share`` of ``shares`` row ranges) into stored chunks
+    (``dense``: a dense numpy block stays one :class:`DenseBatch` chunk in memory)."""
     n = len(x) if table is not None else x.shape[0]
     a, b = n * share // shares, n * (share + 1) // shares
     x = x.iloc[a:b] if table is not None else x[a:b]
     y = None if y is None else np.asarray(y)[a:b]
     sink = new_sink(spec, name)
-    batch = _to_batch(x, y, table, n_features)
+    batch = _to_batch(x, y, table, n_features, dense)
     if spec.label_transform is not None:
-        batch = CSRBatch(
-            batch.indptr,
-            batch.indices,
-            batch.data,
-            transform_labels(batch.labels, spec.label_transform),
-            batch.n_features,
-        )
+        labels = transform_labels(batch.labels, spec.label_transform)
+        if isinstance(batch, DenseBatch):
+            batch = DenseBatch(batch.X, labels, batch.n_features)
+        else:
+            batch = CSRBatch(batch.indptr, batch.indices, batch.data, labels, batch.n_features)
+    if isinstance(batch, DenseBatch):  # one chunk (the sink cuts it for the disk levels)
+        sink.add(batch)
+        lo, hi = (0, batch.n_features - 1) if batch.nnz else (2**62, -1)
+        report = SplitReport((name, order, 0, share), batch.n_rows, plain=False)
+        return PieceResult(sink.finish(), report, lo, hi)
     rows = max(
         1,
         int(
@@ -115,6 +126,7 @@ class ArraySource:
     y: Any
     n_features: int
     table: Table | None = None
+    dense: bool = False  # dense numpy blocks become DenseBatch chunks
 
     base = 0
 
@@ -191,6 +203,7 @@ class ArraySource:
             self.n_features,
             key,
             order,
+            self.dense,
             key=key,
             workers=[worker],
             allow_other_workers=False,
@@ -227,11 +240,16 @@ def from_array(
     cross: Any = (),
     seed: int = 0,
     n_features: int | None = None,
+    dense: bool = False,
     **kwargs: Any,
 ) -> Dataset:
     """A Dataset from numpy / scipy.sparse / dask.array rows (``y``: their labels),
     or from a pandas / dask DataFrame with a ``label`` column, ``numeric`` and
     ``categorical`` feature columns and ``cross`` pairs (see :mod:`._tabular`).
+
+    ``dense=True``: dense numpy / dask blocks are stored as they are, float32
+    (:class:`~daskangel.data.DenseBatch`: 4 bytes an entry, no CSR copy) for
+    readers with dense kernels; other readers still see CSR rows.
 
     Other keyword arguments (``storage``, ``memory_budget``, ``label_transform``)
     are those of :class:`Dataset`.
@@ -257,4 +275,4 @@ def from_array(
             f"y: expected {X.shape[0]} labels (one per row of X), got {len(y)}"
         )
     nf = int(X.shape[1]) if n_features is None else int(n_features)
-    return Dataset(ArraySource(X, y, nf), **kwargs)
+    return Dataset(ArraySource(X, y, nf, dense=bool(dense)), **kwargs)

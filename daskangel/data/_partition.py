@@ -38,7 +38,7 @@ from dask.sizeof import sizeof
 
 from .. import config
 from ..errors import InvalidArgumentError
-from ._batch import CSRBatch, concat, rebatch
+from ._batch import CSRBatch, DenseBatch, concat, rebatch
 from ._storage import Chunk, ChunkSink, DiskChunk, load_chunk
 
 __all__ = ["Partition", "Share", "Transit"]
@@ -366,8 +366,11 @@ def _col_range(chunks: list[Chunk]) -> tuple[int, int]:
     lo, hi = None, None
     for c in chunks:
         if isinstance(c, CSRBatch) and c.nnz:
-            a = c.indices[c.indptr[0] : c.indptr[-1]]
-            cl, ch = int(a.min()), int(a.max()) + 1
+            if isinstance(c, DenseBatch):  # every column stored
+                cl, ch = 0, int(c.X.shape[1])
+            else:
+                a = c.indices[c.indptr[0] : c.indptr[-1]]
+                cl, ch = int(a.min()), int(a.max()) + 1
             lo = cl if lo is None else min(lo, cl)
             hi = ch if hi is None else max(hi, ch)
     return (lo or 0, hi or 0)

@@ -139,3 +139,23 @@ def _raises(fn):
     except ValueError as e:
         return str(e)
     return ""
+
+
+@pytest.mark.timeout(120)
+def test_dense_rows_stay_dense_in_memory_and_read_the_same_everywhere(client):
+    """from_array(X, dense=True): a memory partition holds its block as one DenseBatch
+    (no CSR copy); the disk level and every CSR reader see the same rows."""
+    X = np.random.default_rng(0).normal(size=(3000, 6)).astype(np.float32)
+    X[::7, 2] = 0.0
+    y = np.arange(3000)
+    for level in ("memory", "disk"):
+        with dask.config.set({"daskangel.data.chunk-bytes": 16 * 1024}):
+            ds = angel.data.from_array(X, y, dense=True, storage=level).persist(n_partitions=2)
+        parts = client.gather(ds.map_partitions(lambda p: p.csr()))
+        assert all(isinstance(p, angel.data.DenseBatch) == (level == "memory") for p in parts)
+        got = sp.vstack([p.to_scipy() for p in parts]).toarray()
+        np.testing.assert_array_equal(got, X)
+        np.testing.assert_array_equal(np.concatenate([p.labels for p in parts]), y)
+        seq = client.gather(ds.map_partitions(_epochs, 1, 0, True))
+        assert sorted(np.concatenate([s[0] for s in seq]).tolist()) == y.tolist()
+        ds.release()

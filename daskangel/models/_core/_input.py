@@ -232,8 +232,13 @@ def as_dataset(
     return Prepared(ds, True, found, encoded=classifier)
 
 
-def as_unlabelled(X: Any, client: Any, n_tasks: int, est: Any = None) -> Prepared:
+def as_unlabelled(
+    X: Any, client: Any, n_tasks: int, est: Any = None, dense: bool = False
+) -> Prepared:
     """Rows without labels (topic models, clustering) as a persisted Dataset.
+
+    ``dense=True``: dense numpy / dask input is stored as dense float32 blocks
+    (:class:`~daskangel.data.DenseBatch`) for a family with dense kernels.
 
     With ``est``, a DataFrame's string column names become ``est.feature_names_in_``
     on a fit from scratch (no ``n_features_in_`` yet) and must match them on later fits.
@@ -252,11 +257,12 @@ def as_unlabelled(X: Any, client: Any, n_tasks: int, est: Any = None) -> Prepare
     if hasattr(X, "to_dask_array"):  # dask DataFrame
         X = X.to_dask_array(lengths=True)
     if is_dask(X):
-        return Prepared(from_array(X).persist(client, n_partitions=n_tasks), True, None)
+        ds = from_array(X, dense=dense).persist(client, n_partitions=n_tasks)
+        return Prepared(ds, True, None)
     from sklearn.utils.validation import check_array
 
     X = check_array(X, accept_sparse="csr", dtype="numeric")
-    return Prepared(from_array(X).persist(client, n_partitions=n_tasks), True, None)
+    return Prepared(from_array(X, dense=dense).persist(client, n_partitions=n_tasks), True, None)
 
 
 def _non_finite(p: Any) -> tuple[int, int]:
