@@ -151,7 +151,7 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
             self._check_resumable()
         client = self._client()
         distributed = is_dask(X) or hasattr(X, "to_dask_array") or isinstance(X, Dataset)
-        data = as_unlabelled(X, client, self._n_tasks(client))
+        data = as_unlabelled(X, client, self._n_tasks(client), dense=True)
         try:
             with self._resuming(resume):
                 return self._fit_dataset(client, data, distributed)

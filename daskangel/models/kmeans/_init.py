@@ -26,6 +26,7 @@ import scipy.sparse as sp
 
 from ... import config
 from ...errors import InvalidArgumentError
+from ._rows import part_matrix
 
 __all__ = ["DataStats", "data_stats", "initial_centres", "sample_rows", "take_share"]
 
@@ -43,16 +44,25 @@ class DataStats:
 
 
 def _stats(part: Any, d: int) -> tuple[int, np.ndarray, float]:
-    b = part.csr()
-    X = b.to_scipy()
-    if X.shape[1] > d:
-        X = X[:, :d]
-    v = np.asarray(X.data, np.float64)
-    if not np.isfinite(v).all():
+    X = part_matrix(part, d)
+    n = int(X.shape[0])
+    colsum, sq, finite = np.zeros(d), 0.0, True
+    blocks: Any
+    if sp.issparse(X):
+        blocks = [np.asarray(X.data, np.float64)]
+        colsum = np.asarray(X.sum(axis=0), np.float64).ravel()
+    else:  # float64 a block of rows at a time: no full-size temporary
+        blocks = (np.asarray(X[s : s + 65536], np.float64) for s in range(0, n, 65536))
+    for B in blocks:
+        finite = finite and bool(np.isfinite(B).all())
+        sq += float(np.vdot(B, B))
+        if B.ndim == 2:
+            colsum += B.sum(axis=0)
+    if not finite:
         raise InvalidArgumentError(
             f"X: partition {part.index} holds NaN or infinite values; KMeans needs finite input"
         )
-    return int(X.shape[0]), np.asarray(X.sum(axis=0), np.float64).ravel(), float((v * v).sum())
+    return n, colsum, sq
 
 
 def data_stats(ds: Any, d: int) -> DataStats:
@@ -78,8 +88,8 @@ def take_share(ids: np.ndarray, bounds: np.ndarray, index: int) -> np.ndarray:
 
 def _rows(part: Any, ids: np.ndarray, bounds: np.ndarray, d: int) -> Any:
     local = take_share(ids, bounds, int(part.index))
-    X = part.csr().take(local).to_scipy().astype(np.float64)
-    return X[:, :d] if X.shape[1] > d else X
+    X = part_matrix(part, d)
+    return sp.csr_matrix(X[local], dtype=np.float64)
 
 
 def sample_rows(ds: Any, stats: DataStats, size: int, seed: int, d: int) -> sp.csr_matrix:

@@ -29,6 +29,7 @@ from ...data import Dataset
 from ...errors import InvalidArgumentError
 from .._core import in_input_order, is_dask
 from ._kernels import Assigned, assign_csr_rows, assign_dense_blocks, row_norms
+from ._rows import part_matrix
 
 __all__ = ["assign_local", "distances_local", "map_input", "partition_assign"]
 
@@ -60,22 +61,12 @@ def distances_local(X: Any, C: np.ndarray) -> np.ndarray:
 
 
 def _partition(part: Any, C: np.ndarray, what: str) -> np.ndarray:
-    X = part.csr().to_scipy()
-    d = C.shape[1]
-    if X.shape[1] > d:
-        X = X[:, :d]
-    elif X.shape[1] < d:
-        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
-    return _apply(X, C, what)
+    return _apply(part_matrix(part, C.shape[1]), C, what)
 
 
 def partition_assign(part: Any, C: np.ndarray) -> tuple[np.ndarray, float]:
     """Labels and inertia of one partition's rows (on the worker holding it)."""
-    X = part.csr().to_scipy()
-    d = C.shape[1]
-    X = X[:, :d] if X.shape[1] > d else X
-    X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
-    out = assign_local(X, C)
+    out = assign_local(part_matrix(part, C.shape[1]), C)
     return out.labels, out.inertia
 
 

@@ -1,6 +1,7 @@
 """A task's rows prepared for assignment: dense float32, or CSR over the columns it uses.
 
-A partition whose stored entries fill at least ``daskangel.kmeans.dense-density``
+A partition stored dense (:class:`~daskangel.data.DenseBatch`, what ``KMeans``
+makes of dense input) is assigned from its block as it is.  Otherwise a partition whose stored entries fill at least ``daskangel.kmeans.dense-density``
 of its ``rows x features`` becomes one dense float32 block (a BLAS product per
 block of rows); a sparser one stays CSR with its column indices renumbered to
 the sorted distinct columns it uses (``keys``), so a task pulls only those
@@ -26,10 +27,11 @@ from typing import Any
 import numpy as np
 
 from ... import config
+from ...data import DenseBatch
 from .._core import PREPARED
 from ._kernels import Assigned, assign_csr_rows, assign_dense_blocks, row_norms
 
-__all__ = ["TaskRows", "rows_of", "rows_of_batch"]
+__all__ = ["TaskRows", "part_matrix", "rows_of", "rows_of_batch"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -90,9 +92,36 @@ class TaskRows:
         return out
 
 
+def _fit_width(X: np.ndarray, d: int) -> np.ndarray:
+    """Dense rows over exactly ``d`` columns (extra ones dropped, missing ones zero)."""
+    if X.shape[1] == d:
+        return X
+    if X.shape[1] > d:
+        return np.ascontiguousarray(X[:, :d])
+    return np.pad(X, ((0, 0), (0, d - X.shape[1])))
+
+
+def part_matrix(part: Any, d: int) -> Any:
+    """A partition's rows over ``d`` columns: the dense block of a
+    :class:`~daskangel.data.DenseBatch` partition (no copy), else scipy CSR."""
+    import scipy.sparse as sp
+
+    b = part.csr()
+    if isinstance(b, DenseBatch):
+        return _fit_width(b.X, d)
+    X = b.to_scipy()
+    X = X[:, :d] if X.shape[1] > d else X
+    return sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
+
+
 def rows_of_batch(b: Any, n_features: int) -> TaskRows:
     """Prepare a :class:`~daskangel.data.CSRBatch` (see the module docstring)."""
     n = int(b.n_rows)
+    if isinstance(b, DenseBatch):  # stored dense: the block itself, no copy
+        X = _fit_width(b.X, int(n_features))
+        e = np.empty(0)
+        return TaskRows(n, int(n_features), np.arange(X.shape[1], dtype=np.int64),
+                        row_norms(X), X, np.zeros(1, np.int64), e, e)  # fmt: skip
     ptr = np.asarray(b.indptr, np.int64)
     ptr = ptr - ptr[0]
     nnz = int(ptr[-1])
