@@ -9,7 +9,10 @@ clock is one sweep:
 2. pull the rows of the words this task's documents use (only those: a pruned
    pull), pipelined with ``get_iter`` in batches of ``daskangel.lda.row-batch``
    rows, and resample every token of a batch's words as soon as the batch is
-   in (:func:`._sampler.sample_words`), while the next batches are on the wire;
+   in (:func:`._dense.sample_dense`, the exact conditional, for a few topics;
+   else :func:`._sampler.sample_words`, the Metropolis-Hastings chain whose cost
+   per token does not grow with ``K``: ``LDA(sampler=)``),
+   while the next batches are on the wire;
 3. push each batch's non-zero count changes as sparse entries into the
    worker's merged update buffer (sent by size in the background, and all of it
    at ``clock()``), then ``n_k``'s change;
@@ -48,6 +51,7 @@ import scipy.sparse as sp
 from ... import config
 from .._core._faults import ExitHook
 from .._core._monitor import Monitor
+from ._dense import sample_dense
 from ._docs import TaskDocs, task_docs
 from ._eval import completion_sums, phi_rows
 from ._history import SweepPlan, sweep_metrics
@@ -70,6 +74,7 @@ class Plan:
     alpha: float
     beta: float
     mh_steps: int
+    dense: bool  # the exact conditional over all topics (``._dense``), else the MH chain
     seed: int
     sweeps: int  # sweeps of this fit
     sweep0: int  # sweeps done before (partial_fit): the random streams continue
@@ -115,7 +120,7 @@ class CGSTask:
         c = docs.corpus
         K, V = p.n_topics, p.n_words
         nwk, nka, met = ctx.array(p.nwk), ctx.array(p.nk), ctx.array(p.metrics)
-        tm = {"pull_sample": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
+        tm = {"pull_sample": 0.0, "sample": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
         zarr = ctx.array(p.z) if p.z is not None else None
         zoff = p.z_offsets[part.index] if p.z is not None else 0
         # a second start in this job, or a start past clock 0: restarted after a failure
@@ -186,12 +191,20 @@ class CGSTask:
                         m = sl >= 0
                         capture[sl[m]] = vals[m]
                     delta = np.empty_like(vals)
-                    sampled += sample_words(
-                        local, vals, nk, nk0, c.z, c.tdoc, c.wptr, c.dptr, c.dtok, c.ndk,
-                        p.alpha, p.beta, V * p.beta, dprob, dalias, dtot, p.mh_steps,
-                        p.seed, p.sweep0 + s, delta,
-                    )  # fmt: skip
+                    ts = time.perf_counter()
+                    if p.dense:
+                        sampled += sample_dense(
+                            local, vals, nk, c.z, c.tdoc, c.wptr, c.ndk, p.alpha, p.beta,
+                            V * p.beta, p.seed, p.sweep0 + s, delta,
+                        )  # fmt: skip
+                    else:
+                        sampled += sample_words(
+                            local, vals, nk, nk0, c.z, c.tdoc, c.wptr, c.dptr, c.dtok, c.ndk,
+                            p.alpha, p.beta, V * p.beta, dprob, dalias, dtot, p.mh_steps,
+                            p.seed, p.sweep0 + s, delta,
+                        )  # fmt: skip
                     t1 = time.perf_counter()
+                    tm["sample"] += t1 - ts
                     ri, ci, vi = word_deltas(rb, delta, K)
                     if ri.size:
                         nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))

@@ -41,7 +41,7 @@ from ._apply import score_of, theta_of
 from ._cgs import CGSTask, Plan
 from ._docs import forget
 from ._history import METRIC_COLS, sweep_records
-from ._params import check_params, layout, priors, validate_dataset
+from ._params import check_params, dense_sampler, layout, priors, validate_dataset
 from ._recover import make_z, token_offsets
 from ._svi_fit import make_svi_arrays, run_svi
 
@@ -80,8 +80,15 @@ class LDA(TransformerMixin, PSEstimator):
         Documents held out (chosen by a seeded hash of their content, see
         :func:`heldout_mask`) and scored by document completion each
         ``evaluate_every`` sweeps (``0``: only after the last) into ``history_``.
+    sampler
+        ``'cgs'``: ``'dense'`` draws each token from the exact conditional over
+        all topics (``K`` multiply-adds a token: the fastest for a few dozen
+        topics); ``'mh'`` runs LightLDA's Metropolis-Hastings chain with alias
+        proposals (cost per token independent of ``K``); ``'auto'``: ``'dense'``
+        while ``n_topics <= daskangel.lda.dense-max-topics``, else ``'mh'``.
     mh_steps
-        Metropolis-Hastings rounds (a doc and a word proposal each) per token.
+        ``sampler='mh'``: Metropolis-Hastings rounds (a doc and a word proposal
+        each) per token.
     n_tasks
         Training tasks (default: one per worker thread).
     batch_size, average_every
@@ -134,6 +141,7 @@ class LDA(TransformerMixin, PSEstimator):
         sync: Any = "bsp",
         validation_fraction: float = 0.1,
         evaluate_every: int = 1,
+        sampler: str = "auto",
         mh_steps: int = 2,
         n_tasks: int | None = None,
         batch_size: int = 128,
@@ -275,6 +283,7 @@ class LDA(TransformerMixin, PSEstimator):
         plan = Plan(
             nwk=self._arrays["nwk"], nk=self._arrays["nk"], metrics=met.name, model=self._uid,
             n_words=V, n_topics=K, alpha=alpha, beta=beta, mh_steps=int(self.mh_steps),
+            dense=dense_sampler(self),
             seed=self._seed(), sweeps=sweeps, sweep0=sweep0,
             val_fraction=float(self.validation_fraction),
             evaluate_every=int(self.evaluate_every),

@@ -22,7 +22,9 @@ from ._corpus import check_counts
 
 __all__ = [
     "PARALLELISMS",
+    "SAMPLERS",
     "SOLVERS",
+    "dense_sampler",
     "check_params",
     "layout",
     "priors",
@@ -30,6 +32,7 @@ __all__ = [
 ]
 
 SOLVERS = ("cgs", "ma-svi")
+SAMPLERS = ("auto", "dense", "mh")
 PARALLELISMS = ("data", "model", "hybrid")
 
 
@@ -61,6 +64,8 @@ def check_params(est: Any) -> None:
     _prior("topic_word_prior", est.topic_word_prior)
     if est.solver not in SOLVERS:
         raise InvalidArgumentError(f"solver: expected one of {SOLVERS}, got {est.solver!r}")
+    if est.sampler not in SAMPLERS:
+        raise InvalidArgumentError(f"sampler: expected one of {SAMPLERS}, got {est.sampler!r}")
     if est.parallelism not in PARALLELISMS:
         raise InvalidArgumentError(
             f"parallelism: expected one of {PARALLELISMS}, got {est.parallelism!r}"
@@ -75,6 +80,16 @@ def check_params(est: Any) -> None:
     as_sync(est.sync)
     if est.solver == "ma-svi":
         _svi_params(est)
+
+
+def dense_sampler(est: Any) -> bool:
+    """Does CGS sample the exact conditional over all topics (``sampler``; ``'auto'``:
+    while ``n_topics <= daskangel.lda.dense-max-topics``)?"""
+    if est.sampler == "auto":
+        from ... import config
+
+        return int(est.n_topics) <= int(config.get("daskangel.lda.dense-max-topics"))
+    return bool(est.sampler == "dense")
 
 
 def _real(name: str, v: Any, lo: float, hi: float, lo_open: bool = True) -> None:

@@ -71,11 +71,11 @@ def test_planted_topics_recovered(client: Client, corpus: Any) -> None:
         assert r.heldout_ll == pytest.approx(h.heldout_ll[h.sweep == r.sweep].iloc[0], abs=1e-12)
 
 
-@pytest.mark.parametrize("sync", ["bsp", "ssp:2", "asp"])
-def test_count_invariants_exact(client: Client, corpus: Any, sync: str) -> None:
+@pytest.mark.parametrize(("sync", "sampler"), [("bsp", "auto"), ("ssp:2", "mh"), ("asp", "dense")])
+def test_count_invariants_exact(client: Client, corpus: Any, sync: str, sampler: str) -> None:
     X, _ = corpus
-    m = LDA(n_topics=5, max_iter=6, sync=sync, random_state=1, evaluate_every=0,
-            progress=False)  # fmt: skip
+    m = LDA(n_topics=5, max_iter=6, sync=sync, sampler=sampler, random_state=1,
+            evaluate_every=0, progress=False)  # fmt: skip
     m.fit(X)
     nwk, nk = _counts(m)
     assert (nwk >= 0).all()
@@ -133,6 +133,7 @@ def test_inputs_dataset_and_dask(client: Client, corpus: Any, tmp_path: Any) -> 
     ("params", "err", "name"),
     [
         ({"n_topics": 0}, InvalidArgumentError, "n_topics"),
+        ({"sampler": "gibbs"}, InvalidArgumentError, "sampler"),
         ({"n_topics": 2.5}, InvalidTypeError, "n_topics"),
         ({"doc_topic_prior": 0.0}, InvalidArgumentError, "doc_topic_prior"),
         ({"topic_word_prior": -1.0}, InvalidArgumentError, "topic_word_prior"),
