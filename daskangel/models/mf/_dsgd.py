@@ -69,14 +69,12 @@ class _Strata(_Run):
         S = p.n_blocks
         total = p.epochs * S
         order = np.zeros(0, np.int64)
-        sse_sum, n_seen = 0.0, 0
         c = ctx.iteration
         while c < total:
             epoch, sub = divmod(c, S)
             if sub == 0 or order.shape[0] != d.n_train:  # (a resumed task starts mid-epoch)
                 seed = [int(p.seed) & 0xFFFFFFFF, p.epoch0 + epoch, self.part.task]
                 order = epoch_order(d.n_train, seed)
-                sse_sum, n_seen = 0.0, 0
                 if epoch > 0 and sub == 0:
                     t1 = time.perf_counter()
                     fresh = ctx.staleness(p.items) != 0
@@ -84,11 +82,8 @@ class _Strata(_Run):
                     tm["eval"] += time.perf_counter() - t1
             b = rotation(ctx.rank_in_group, sub, S)
             rows = order[self.block[order] == b]
-            if rows.shape[0]:
-                sse_sum += self.step(rows)
-                n_seen += rows.shape[0]
-            if sub == S - 1:
-                self.end_epoch(epoch, sse_sum, n_seen)
+            loss = self.step(rows) if rows.shape[0] else 0.0
+            self.end_clock(epoch, loss, rows.shape[0], sub == S - 1)
             c = self.clock()
         if total and c >= total:
             t1 = time.perf_counter()

@@ -341,7 +341,9 @@ class MatrixFactorization(PSEstimator):
 
     # -- fitting ------------------------------------------------------------------------
 
-    def fit(self, ratings: Any, y: Any = None, *, eval_set: Any = None) -> MatrixFactorization:
+    def fit(
+        self, ratings: Any, y: Any = None, *, eval_set: Any = None, resume: str | None = None
+    ) -> MatrixFactorization:
         """Train from scratch (``warm_start=True``: from the current factors).
 
         ``ratings``: a pandas or dask DataFrame (columns ``user_col``,
@@ -349,11 +351,19 @@ class MatrixFactorization(PSEstimator):
         ``scipy.sparse`` user x item matrix or a ``read_ratings`` Dataset.  ``y``
         (optional, local input only): the ratings, with ``ratings`` holding the
         pairs.  ``eval_set``: ratings scored after every epoch (``eval_rmse``).
+        ``resume``: a snapshot written during an earlier fit of this model with
+        the same parameters and ratings (``snapshot=url, snapshot_every=N``): the
+        fit continues from the snapshot's clock (see
+        :meth:`~daskangel.models._core.PSEstimator._resuming`).  ALS is
+        order-independent and ends with exactly the model of the fit that ran
+        through; so does SGD with one task under BSP (with several, the
+        servers add the tasks' deltas in the order they arrive).
         """
         check_params(self)
         if not self.warm_start or not hasattr(self, "n_users_"):
             self._forget()
-        return self._fit(_with_y(ratings, y, self.rating_col), eval_set, int(self.max_iter))
+        with self._resuming(resume):
+            return self._fit(_with_y(ratings, y, self.rating_col), eval_set, int(self.max_iter))
 
     def partial_fit(
         self, ratings: Any, y: Any = None, *, eval_set: Any = None

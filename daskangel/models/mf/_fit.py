@@ -13,6 +13,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import numbers
 import uuid
 from typing import Any
@@ -54,7 +55,7 @@ def make_plan(est: Any, ing: Ingested, epochs: int, metrics: str) -> Plan:
         lr_bias=lr if est.biases and est.feedback == "explicit" else 0.0,
         reg_bias=reg,
         rounds=int(est.clocks_per_epoch),
-        snap_every=_snap_clocks(est.snapshot_every),
+        snap_every=_snap_clocks(est.snapshot_every),  # (run_fit: the context's, if any)
         batch=int(est.batch_size or config.get("daskangel.models.mf.batch-size")),
         pull_rows=int(config.get("daskangel.models.mf.pull-rows")),
         user_state=a["user_state"],
@@ -79,6 +80,9 @@ def run_fit(est: Any, ps: PSContext, ing: Ingested, epochs: int) -> tuple[TrainR
     """Train ``est`` for ``epochs`` on ``ing``; the job's result and its metrics rows."""
     name = f"{est._arrays['items']}.m{uuid.uuid4().hex[:6]}"
     plan = make_plan(est, ing, epochs, name)
+    every = int(getattr(ps, "snapshot_every_clocks", None) or 0)
+    if every:  # a context given with ps= snapshots on its own schedule
+        plan = dataclasses.replace(plan, snap_every=every)
     met = ps.zeros(name, (max(epochs, 1), METRICS_WIDTH), "float64")
     sync = as_sync(est.sync)
     try:

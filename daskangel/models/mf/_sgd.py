@@ -131,25 +131,20 @@ class _Run:
         total = p.epochs * p.rounds
         per = -(-d.n_train // p.rounds) if p.rounds else 0
         order = np.zeros(0, np.int64)
-        sse_sum, n_seen = 0.0, 0
         c = ctx.iteration
         while c < total:
             epoch, rnd = divmod(c, p.rounds)
             if rnd == 0 or order.shape[0] != d.n_train:  # (a resumed task starts mid-epoch)
                 seed = [int(p.seed) & 0xFFFFFFFF, p.epoch0 + epoch, self.part.task]
                 order = epoch_order(d.n_train, seed)
-                sse_sum, n_seen = 0.0, 0
                 if epoch > 0 and rnd == 0:
                     t1 = time.perf_counter()
                     fresh = ctx.staleness(p.items) != 0
                     evaluate(ctx, p, d, self.P, self.items, epoch - 1, fresh=fresh)
                     tm["eval"] += time.perf_counter() - t1
             rows = order[rnd * per : (rnd + 1) * per]
-            if rows.shape[0]:
-                sse_sum += self.minibatch(rows)
-                n_seen += rows.shape[0]
-            if rnd == p.rounds - 1:
-                self.end_epoch(epoch, sse_sum, n_seen)
+            loss = self.minibatch(rows) if rows.shape[0] else 0.0
+            self.end_clock(epoch, loss, rows.shape[0], rnd == p.rounds - 1)
             c = self.clock()
         if total and c >= total:
             t1 = time.perf_counter()
@@ -179,14 +174,17 @@ class _Run:
         self.tm["eval"] += time.perf_counter() - t1
         return c
 
-    def end_epoch(self, epoch: int, sse_sum: float, n_seen: int) -> None:
-        """Users' rows back to the PS; the epoch's training sums into its metrics row."""
+    def end_clock(self, epoch: int, sse_sum: float, n_seen: int, last: bool) -> None:
+        """The clock's training sums into its epoch's metrics row (a snapshot then
+        holds them: a fit resumed mid-epoch reports the whole epoch); at the end
+        of an epoch, the users' rows back to the PS."""
         t1 = time.perf_counter()
-        p = self.plan
-        self.write_back()
-        row = np.zeros(METRICS_WIDTH)
-        row[0], row[1] = n_seen, sse_sum
-        self.ctx.array(p.metrics).increment(row[None, :], rows=[epoch])
+        if last:
+            self.write_back()
+        if n_seen:
+            row = np.zeros(METRICS_WIDTH)
+            row[0], row[1] = n_seen, sse_sum
+            self.ctx.array(self.plan.metrics).increment(row[None, :], rows=[epoch])
         self.tm["push"] += time.perf_counter() - t1
 
     def write_back(self) -> None:

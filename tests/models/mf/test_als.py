@@ -122,11 +122,30 @@ def test_validation_and_partial_fit(client: Client, data: Any) -> None:
     m.close()
 
 
-def test_implicit_als_ranks_held_out_positives(client: Client, data: Any) -> None:
+def test_implicit_als_ranks_held_out_positives_and_resumes(
+    client: Client, data: Any, tmp_path: Any
+) -> None:
+    """Implicit ALS ranks held-out positives; a fit resumed in a fresh context from
+    the snapshot its context took at clock 7 (of 12: mid-iteration, Gram blocks on
+    the PS) ends with exactly the same factors and history (issue 20 item 4)."""
     train, test = data
     pos_tr, pos_te = train[train.rating > 3.3], test[test.rating > 3.3]
-    m = MatrixFactorization(n_factors=6, solver="als", feedback="implicit", max_iter=6, **FAST)
-    m.fit(pos_tr[["user", "item"]])
+    kw: dict[str, Any] = {"n_factors": 6, "solver": "als", "feedback": "implicit", "max_iter": 6}
+    url = str(tmp_path / "ckpt")
+    with angel.PSContext(client, snapshot=url, snapshot_every=7) as ps:
+        m = MatrixFactorization(ps=ps, **kw, **FAST).fit(pos_tr[["user", "item"]])
+        _check_ranking(m, pos_tr, pos_te, train.item.nunique())
+        ref = (m.user_factors_, m.item_factors_, m.history_.to_numpy(float))
+    with angel.PSContext(client) as fresh:
+        got = MatrixFactorization(ps=fresh, **kw, **FAST)
+        got.fit(pos_tr[["user", "item"]], resume=url)
+        assert int(got.train_result_.history.clock.min()) == 7
+        np.testing.assert_array_equal(got.user_factors_, ref[0])
+        np.testing.assert_array_equal(got.item_factors_, ref[1])
+        np.testing.assert_array_equal(got.history_.to_numpy(float), ref[2])
+
+
+def _check_ranking(m: Any, pos_tr: pd.DataFrame, pos_te: pd.DataFrame, n_items: int) -> None:
     h = m.history_
     assert h.loss.iloc[-1] < h.loss.iloc[0]
     users = sorted(set(pos_te.user) & set(pos_tr.user))
@@ -134,13 +153,11 @@ def test_implicit_als_ranks_held_out_positives(client: Client, data: Any) -> Non
     truth = pos_te.groupby("user").item.apply(set)
     hits = sum(len(set(g.item) & truth[u]) for u, g in rec.groupby("user"))
     precision = hits / (5 * len(users))
-    n_items = train.item.nunique()
     seen = pos_tr.groupby("user").item.size().reindex(users).to_numpy()
     chance = float(np.mean(truth.reindex(users).map(len).to_numpy() / (n_items - seen)))
     assert precision > 2 * chance
     p = m.predict(pos_te[["user", "item"]])
     assert np.isfinite(p).all() and np.ptp(p) > 0.1  # scores, not clipped to the range [1, 1]
-    m.close()
 
 
 def test_als_refuses_stale_sync(client: Client, data: Any) -> None:

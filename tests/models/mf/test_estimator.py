@@ -13,6 +13,7 @@ from distributed import Client
 from sklearn.base import clone
 
 import daskangel as angel
+from daskangel import _snapshot_format as fmt
 from daskangel.models import MatrixFactorization
 
 from .conftest import planted_ratings, split
@@ -146,6 +147,29 @@ def test_partial_fit_adds_users_and_items(client: Client, data: Any) -> None:
     unchanged = mf.user_factors_[:nu]
     np.testing.assert_allclose(unchanged, before, rtol=1e-6)  # the new ratings touch 2 new users
     assert np.isfinite(mf.predict(new)).all()
+
+
+def test_sgd_fit_resumes_mid_epoch_to_the_same_model(
+    client: Client, data: Any, tmp_path: Any
+) -> None:
+    """fit(..., resume=version) from the snapshot taken at clock 3 (mid-epoch 2 of 3,
+    two clocks an epoch; the users' rows were written before it) ends, one task
+    under BSP, with exactly the factors and the history of the fit that ran through."""
+    train, _ = data
+    url = tmp_path / "ckpt"
+    kw: dict[str, Any] = {"n_factors": 4, "max_iter": 3, "n_tasks": 1, "sync": "bsp"}
+    kw["clocks_per_epoch"] = 2
+    with angel.PSContext(client, snapshot=str(url), snapshot_every=3) as ps:
+        ref = MatrixFactorization(ps=ps, **kw, **FAST).fit(train)
+        want = (ref.user_factors_, ref.item_factors_, ref.history_.to_numpy(float))
+    versions = [str(v) for v in sorted(url.iterdir()) if v.name.startswith("v")]
+    at3 = next(v for v in versions if fmt.read_manifest(v).get("clock") == 3)
+    with angel.PSContext(client) as fresh:
+        got = MatrixFactorization(ps=fresh, **kw, **FAST).fit(train, resume=at3)
+        assert int(got.train_result_.history.clock.min()) == 3
+        np.testing.assert_array_equal(got.user_factors_, want[0])
+        np.testing.assert_array_equal(got.item_factors_, want[1])
+        np.testing.assert_array_equal(got.history_.to_numpy(float), want[2])
 
 
 @pytest.mark.parametrize("optimizer", ["adagrad", "adarevision"])
