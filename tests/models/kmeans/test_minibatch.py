@@ -59,13 +59,13 @@ def test_take_keeps_only_the_batch_columns() -> None:
 def test_minibatch_close_to_lloyd(client: Client, blobs: Any, sync: str) -> None:
     X = blobs
     sk = SkKMeans(n_clusters=8, n_init=3, random_state=0).fit(X)
-    mb = MiniBatchKMeans(n_clusters=8, init="k-means++", batch_size=400, max_iter=3, sync=sync,
+    mb = MiniBatchKMeans(n_clusters=8, init="k-means++", batch_size=800, max_iter=2, sync=sync,
                          random_state=0).fit(X)  # fmt: skip
     assert _inertia(X, mb.cluster_centers_) <= 1.05 * _inertia(X, sk.cluster_centers_)
     assert mb.inertia_ == pytest.approx(_inertia(X, mb.cluster_centers_), rel=1e-4)
     assert (mb.predict(X) == mb.labels_).mean() >= 0.995
-    assert list(mb.history_.iteration) == [1, 2, 3] and mb.n_iter_ == 3
-    assert mb.cluster_sizes_.sum() == pytest.approx(3 * 4000, rel=0.05)  # rows absorbed
+    assert list(mb.history_.iteration) == [1, 2] and mb.n_iter_ == 2
+    assert mb.cluster_sizes_.sum() == pytest.approx(2 * 4000, rel=0.05)  # rows absorbed
     if sync == "bsp":  # a read barrier per step: one random_state, one model
         again = clone(mb).fit(X)
         np.testing.assert_allclose(again.cluster_centers_, mb.cluster_centers_, rtol=1e-12)
