@@ -23,6 +23,10 @@ Side by side, test log-loss / AUC / wall seconds:
   written to a temporary folder beforehand (not timed);
 * the planted model's own log-loss (the best possible in expectation).
 
+* **daskangel** ``LogisticRegression(adaptive=True)``: per-feature AdaGrad steps
+  in ma-sgd's local passes (VW's default updates are adaptive too), one epoch
+  (``max_iter=1``) and with the defaults' epochs and early stopping;
+
 Target: daskangel's defaults reach VW's one-pass log-loss in no more time.
 """
 
@@ -151,9 +155,14 @@ def zipf_section(client: Any, rows: int, repeat: int, smoke: bool = False) -> li
             out.append(run_angel(ds, Xte, yte, repeat, max_iter=1, early_stopping=False)[0])
         row, hist = run_angel(ds, Xte, yte, repeat, **({"max_iter": 2} if smoke else {}))
         out.append(row)
-        if "val_logloss" in hist:
-            vals = ", ".join(f"{v:.4f}" for v in hist["val_logloss"])
-            print(f"  daskangel defaults, validation log-loss per epoch: {vals}", flush=True)
+        _print_val("defaults", hist)
+        # per-feature adaptive steps (AdaGrad, VW's default updates): one epoch, and
+        # the defaults' epochs and early stopping
+        out.append(run_angel(ds, Xte, yte, repeat, adaptive=True, max_iter=1)[0])
+        if not smoke:
+            row, hist = run_angel(ds, Xte, yte, repeat, adaptive=True)
+            out.append(row)
+            _print_val("adaptive=True", hist)
     finally:
         ds.release()
     print("  fitting Vowpal Wabbit ...", flush=True)
@@ -163,6 +172,12 @@ def zipf_section(client: Any, rows: int, repeat: int, smoke: bool = False) -> li
     return out
 
 
+def _print_val(name: str, hist: Any) -> None:
+    if "val_logloss" in hist:
+        vals = ", ".join(f"{v:.4f}" for v in hist["val_logloss"])
+        print(f"  daskangel {name}, validation log-loss per epoch: {vals}", flush=True)
+
+
 def print_zipf(out: list[Row]) -> None:
     print(f"\n== calibration on the Zipf set (load {os.getloadavg()[0]:.2f}) ==")
     print(f"{'model':48} {'log-loss':>9} {'AUC':>7} {'seconds':>8}  note")
@@ -170,10 +185,11 @@ def print_zipf(out: list[Row]) -> None:
         auc = "-" if np.isnan(r.auc) else f"{r.auc:.4f}"
         print(f"{r.name:48} {r.logloss:9.4f} {auc:>7} {r.seconds:8.2f}  {r.note}")
     vw = [r for r in out if r.name.startswith("Vowpal")]
-    dflt = [r for r in out if r.name == "daskangel defaults"]
-    if vw and dflt:
-        ok = dflt[0].logloss <= vw[0].logloss and dflt[0].seconds <= vw[0].seconds
-        print(
-            f"defaults vs VW: log-loss {dflt[0].logloss - vw[0].logloss:+.4f}, "
-            f"time {dflt[0].seconds / vw[0].seconds:.2f}x -> {'met' if ok else 'not met'}"
-        )
+    for name in ("defaults", "adaptive=True, max_iter=1", "adaptive=True"):
+        mine = [r for r in out if r.name == f"daskangel {name}"]
+        if vw and mine:
+            ok = mine[0].logloss <= vw[0].logloss and mine[0].seconds <= vw[0].seconds
+            print(
+                f"{name} vs VW: log-loss {mine[0].logloss - vw[0].logloss:+.4f}, "
+                f"time {mine[0].seconds / vw[0].seconds:.2f}x -> {'met' if ok else 'not met'}"
+            )

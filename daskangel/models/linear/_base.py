@@ -10,7 +10,8 @@ persisted Dataset (``_input``), runs the solver's tasks with ``angel.train``
 the end of the fit, which ``predict``, ``coef_`` and ``intercept_`` read (so
 predicting changes nothing in the estimator).
 
-State shapes: ``_arrays = {"weights": name, "state": {slot: name}}``; ``_w`` is
+State shapes: ``_arrays = {"weights": name, "state": {slot: name}}`` (and
+``"accum": name`` once an ``adaptive=True`` fit made its sums); ``_w`` is
 the pulled ``(n_features + 1, K)`` float64 copy or ``None``.
 
 The PS context, pickling, closing and saving come from the families' shared
@@ -97,6 +98,15 @@ class LinearModel(EpochEstimator):
             "rule": type(opt).__name__ if opt else None,
         }
 
+    def _make_accum(self, ps: PSContext) -> None:
+        """The squared-gradient sums of ``adaptive=True`` (zeros, shaped as the weights),
+        made by the first adaptive fit and kept with the weights (saved, continued)."""
+        if self._arrays.get("accum"):
+            return
+        w = ps.get_array(self._arrays["weights"])
+        g = ps.zeros(f"{w.name[: -len('.w')]}.g", w.shape, "float64")
+        self._arrays = {**self._arrays, "accum": g.name}
+
     def _rule(self) -> Any:
         if self.solver == "ftrl":
             return ops.FTRL(alpha=self.learning_rate, beta=1.0, l1=self.l1, l2=self.alpha)
@@ -178,6 +188,8 @@ class LinearModel(EpochEstimator):
         self.n_features_in_ = n_features
         if not getattr(self, "_arrays", None):
             self._make_arrays(ps, n_features, K)
+        if self.solver == "ma-sgd" and getattr(self, "adaptive", False):
+            self._make_accum(ps)
         self._w = None
         plan = self._plan(data, n_features, K, epochs, len(ds.partitions))
         met = ps.zeros(plan.metrics, (max(plan.epochs, 1), row_width(plan.nbins)), "float64")

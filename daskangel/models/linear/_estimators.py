@@ -80,6 +80,13 @@ _COMMON_DOC = """
         round instead of the last one (Polyak-Ruppert averaging, like
         ``SGDClassifier(average=True)``): much less noise at the same cost.
         Ignored with ``l1 > 0`` (an average of iterates is not sparse).
+    adaptive
+        ``'ma-sgd'``: per-feature adaptive steps (AdaGrad, as Vowpal Wabbit's
+        default updates): each weight steps by ``learning_rate * g / sqrt(G)``,
+        ``G`` the sum of its squared gradients, kept on the PS with the weights.
+        A rare feature of power-law data keeps large steps where one step size
+        for all under-trains it.  ``power_t`` and ``average`` are then ignored
+        (the sums are the schedule).
     prune
         Pull only the keys a task's data uses (Angel's pruned pulls); ``False``
         pulls the whole model (for comparison).
@@ -181,6 +188,7 @@ class LogisticRegression(_Probabilistic):
         fit_intercept: bool = True, tol: float | None = 1e-4, n_iter_no_change: int = 3,
         early_stopping: bool = True, validation_fraction: float = 0.1,
         optimizer: str = "adagrad", prune: bool = True, average: bool = True,
+        adaptive: bool = False,
         memory: int = 10,
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
@@ -220,7 +228,7 @@ class LinearSVC(_Classifier):
         l1: float = 0.0, fit_intercept: bool = True, tol: float | None = 1e-4,
         n_iter_no_change: int = 3, early_stopping: bool = True,
         validation_fraction: float = 0.1, optimizer: str = "adagrad", prune: bool = True,
-        average: bool = True,
+        average: bool = True, adaptive: bool = False,
         memory: int = 10, dtype: Any = None, n_tasks: int | None = None,
         random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
@@ -247,6 +255,7 @@ class LinearRegression(_Regressor):
         fit_intercept: bool = True, tol: float | None = 1e-4, n_iter_no_change: int = 3,
         early_stopping: bool = True, validation_fraction: float = 0.1,
         optimizer: str = "adagrad", prune: bool = True, average: bool = True,
+        adaptive: bool = False,
         memory: int = 10,
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
@@ -264,6 +273,7 @@ class Ridge(LinearRegression):
         fit_intercept: bool = True, tol: float | None = 1e-4, n_iter_no_change: int = 3,
         early_stopping: bool = True, validation_fraction: float = 0.1,
         optimizer: str = "adagrad", prune: bool = True, average: bool = True,
+        adaptive: bool = False,
         memory: int = 10,
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
@@ -284,7 +294,7 @@ class HuberRegressor(_Regressor):
         l1: float = 0.0, fit_intercept: bool = True, tol: float | None = 1e-4,
         n_iter_no_change: int = 3, early_stopping: bool = True,
         validation_fraction: float = 0.1, optimizer: str = "adagrad", prune: bool = True,
-        average: bool = True,
+        average: bool = True, adaptive: bool = False,
         memory: int = 10, dtype: Any = None, n_tasks: int | None = None,
         random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
@@ -302,7 +312,7 @@ class Lasso(_Regressor):
         local_steps: int | None = None, alpha: float = 0.0, fit_intercept: bool = True,
         tol: float | None = 1e-6, n_iter_no_change: int = 3, early_stopping: bool = True,
         validation_fraction: float = 0.0, optimizer: str = "adagrad", prune: bool = True,
-        average: bool = True,
+        average: bool = True, adaptive: bool = False,
         memory: int = 10, dtype: Any = None, n_tasks: int | None = None,
         random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,

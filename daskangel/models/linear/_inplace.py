@@ -169,7 +169,7 @@ def prepare_in_place(part: Any, plan: Plan) -> InPlaceData | None:
 
 
 def _applies(part: Any, plan: Plan) -> bool:
-    if plan.in_place_block <= 0 or plan.solver != "ma-sgd":
+    if plan.in_place_block <= 0 or plan.solver != "ma-sgd" or plan.adaptive:
         return False
     if plan.n_outputs != 1 or plan.kind == SOFTMAX or plan.l1 != 0.0 or plan.batch != 1:
         return False

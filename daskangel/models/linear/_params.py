@@ -21,6 +21,8 @@ import uuid
 import warnings
 from typing import Any
 
+import numpy as np
+
 from ... import config
 from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import as_sync
@@ -58,6 +60,14 @@ def check_params(self: Any) -> None:
             f"optimizer: expected one of {SERVER_OPTIMIZERS}, got {self.optimizer!r}"
         )
     as_sync(self.sync)
+    adaptive = getattr(self, "adaptive", False)
+    if not isinstance(adaptive, (bool, np.bool_)):
+        raise InvalidArgumentError(f"adaptive: expected True or False, got {adaptive!r}")
+    if adaptive and self.solver != "ma-sgd":
+        raise InvalidArgumentError(
+            f"adaptive: per-feature adaptive steps are an option of solver='ma-sgd', got "
+            f"solver={self.solver!r} (solver='sgd' steps on the servers: optimizer='adagrad')"
+        )
     if self.solver == "owlqn" and not self.l1:
         warnings.warn("solver='owlqn' with l1=0 is plain L-BFGS", UserWarning, stacklevel=4)
     if self.l1 and self.solver == "lbfgs":
@@ -120,6 +130,8 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
         decay_grad=solver == "sgd" and self.optimizer in ("sgd", "momentum"),
         memory=int(self.memory),
         average=bool(getattr(self, "average", False)) and not self.l1,
+        adaptive=bool(getattr(self, "adaptive", False)),
+        accum=str(self._arrays.get("accum") or ""),
     )
     if solver == "ma-sgd":
         block, streams = in_place_order(n_features)

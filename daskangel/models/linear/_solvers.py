@@ -14,7 +14,9 @@ under BSP / SSP and a resubmitted task resumes at its epoch and round.
   partition's keys once (a pruned pull by key-set tag), runs ``local_steps``
   minibatch SGD steps locally with lazy L2/L1 (a whole pass by default), and
   pushes its model delta weighted by its share of the round's rows, so the
-  servers end the round holding the average of the local models.
+  servers end the round holding the average of the local models.  With
+  ``adaptive=True`` the local steps are per-feature AdaGrad (:mod:`._adaptive`)
+  and the squared-gradient sums are pulled, and their change pushed, alike.
 
 Under SSP / ASP, ``ma-sgd`` pulls its base past the clock cache (the servers'
 newest weights): its push is the change of its local model against that base,
@@ -130,6 +132,8 @@ class SGDTask:
         # ``staleness`` clocks old) the changes others pushed since would be added
         # again, and the model oscillates with a growing amplitude
         base = w.plain if p.solver == "ma-sgd" and mon.staleness != 0 else w
+        acc = ctx.array(p.accum) if p.adaptive else None  # AdaGrad's sums, pulled alike
+        acc_base = acc.plain if acc is not None and mon.staleness != 0 else acc
         tm["prep"] += time.perf_counter() - t_0
         nk = d.keys.shape[0]
         W = np.zeros((nk, K))
@@ -173,12 +177,22 @@ class SGDTask:
                     W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
                 if m == 2 and phase == 0:
                     ctx.clock()  # the read barrier: every task has its base before any push
+                if acc is not None:
+                    G0 = pull(acc_base, d.keys, K, None, not p.prune, d.pos)
                 t_1 = time.perf_counter()
                 W = W0.copy()
-                loss = d.local_sgd(rows, W, p, eta)
+                if acc is not None:
+                    assert isinstance(d, TaskData)  # not in place (see _inplace._applies)
+                    G = G0.copy()
+                    loss = d.local_adagrad(rows, W, G, p, eta)
+                else:
+                    loss = d.local_sgd(rows, W, p, eta)
                 check_finite_step(loss, W, epoch, eta)
                 t_2 = time.perf_counter()
-                push(w, d.keys, (W - W0) * round_share(p, ctx.task_id, rnd), K, d.pos)
+                share = round_share(p, ctx.task_id, rnd)
+                push(w, d.keys, (W - W0) * share, K, d.pos)
+                if acc is not None:
+                    push(acc, d.keys, (G - G0) * share, K, d.pos)
                 tm["pull"] += t_1 - t_0
                 tm["sgd"] += t_2 - t_1
                 tm["push"] += time.perf_counter() - t_2

@@ -32,6 +32,7 @@ from .._core._cache import PREPARED
 from .._core._order import epoch_order
 from .._core._rows import pull, push
 from .._core._rows import split_rows as _split_rows
+from ._adaptive import adagrad_sgd
 from ._kernels import eval_stats, max_row_sq
 from ._local_sgd import local_sgd
 
@@ -90,6 +91,8 @@ class Plan:
     in_place_block: int = 0  # ma-sgd on the stored rows, this many a block (see _inplace)
     in_place_streams: int = 1  # ... blocks interleaved (see epoch_order)
     read_barrier: bool = False  # 'ma-sgd' under BSP: two clocks a round (see _solvers)
+    adaptive: bool = False  # 'ma-sgd': per-feature AdaGrad steps (see _adaptive)
+    accum: str = ""  # ... the PS array of their squared-gradient sums (shaped as weights)
 
     @property
     def clocks_per_round(self) -> int:
@@ -117,7 +120,10 @@ class Plan:
         return dataclasses.replace(opt, optimizer=rule)
 
     def eta(self, epoch: int) -> float:
-        """Learning rate of (this fit's) epoch ``epoch``: ``eta0 / (1 + t) ** power_t``."""
+        """Learning rate of (this fit's) epoch ``epoch``: ``eta0 / (1 + t) ** power_t``
+        (adaptive steps: ``eta0``, AdaGrad's sums are the schedule)."""
+        if self.adaptive:
+            return float(self.eta0)
         return float(self.eta0 / (1.0 + self.epoch0 + epoch) ** self.power_t)
 
 
@@ -161,6 +167,18 @@ class TaskData:
             eta, p.alpha, p.l1, p.batch, p.average,
         )  # fmt: skip
         return float(loss)
+
+    def local_adagrad(
+        self, rows: np.ndarray, W: np.ndarray, G: np.ndarray, plan: Plan, eta: float
+    ) -> float:
+        """:meth:`local_sgd` with per-feature adaptive steps (``adaptive=True``), in place
+        on ``W`` and its squared-gradient sums ``G``; returns the loss sum."""
+        t, p = self.train, plan
+        nk = self.keys.shape[0] - (1 if p.has_bias else 0)
+        return adagrad_sgd(  # type: ignore[no-any-return]
+            t.indptr, t.indices, t.data, self.y_train, rows, W, G, np.arange(nk), p.kind,
+            p.eps, p.has_bias, eta, p.alpha, p.l1, p.batch,
+        )  # fmt: skip
 
     def evaluate(self, W: np.ndarray, plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
         """Validation sums of the model ``W`` (slot order); None if no validation rows."""

@@ -17,6 +17,10 @@ from ..conftest import planted
 
 pytestmark = pytest.mark.timeout(240)
 
+# in-process workers: no test here checks faults or serialisation between processes
+# (tests/models/linear/test_epoch_metrics and test_inplace fit on worker processes)
+IN_PROCESS = True
+
 
 def _corr(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(np.ravel(a), np.ravel(b))[0, 1])
@@ -129,19 +133,24 @@ SOLVER_KW = {
     "ftrl": {"batch_size": 128, "learning_rate": 0.5},
     "lbfgs": {"max_iter": 30},
     "owlqn": {"max_iter": 30, "l1": 1e-4},
+    "ma-sgd+adaptive": {"adaptive": True},  # per-feature AdaGrad, sums pulled past the cache
 }
 
 
 # the quasi-Newton solvers run BSP whatever ``sync`` says: their SSP case is in
 # test_l1_models_find_the_sparse_support (a second run of the same code here took ~20 s)
-SOLVER_SYNC = [(s, "bsp") for s in SOLVER_KW] + [(s, "ssp:1") for s in ("ma-sgd", "sgd", "ftrl")]
+SOLVER_SYNC = [(s, "bsp") for s in SOLVER_KW if "+" not in s] + [
+    (s, "ssp:1") for s in ("ma-sgd", "sgd", "ftrl", "ma-sgd+adaptive")
+]
 
 
 @pytest.mark.parametrize(("solver", "sync"), SOLVER_SYNC)
 def test_each_solver_converges_under_bsp_and_ssp(client: Client, solver: str, sync: str) -> None:
     X, y, w = planted(n=1600, seed=2)
     kw = {"max_iter": 6, **SOLVER_KW[solver]}
-    clf = models.LogisticRegression(solver=solver, sync=sync, early_stopping=False, **kw)
+    clf = models.LogisticRegression(
+        solver=solver.split("+")[0], sync=sync, early_stopping=False, **kw
+    )
     clf.fit(X, y)
     assert clf.score(X, y) > 0.94, clf.history_
     assert _corr(clf.coef_, w) > 0.97
@@ -149,6 +158,9 @@ def test_each_solver_converges_under_bsp_and_ssp(client: Client, solver: str, sy
     assert loss.iloc[-1] < loss.iloc[0]
     res = clf.train_result_
     assert res.max_lead <= (0 if sync == "bsp" or solver in ("lbfgs", "owlqn") else 1)
+    if clf.get_params()["adaptive"]:  # the sums are on the PS beside the weights
+        G = clf._ps.get_array(clf._arrays["accum"]).get()
+        assert G.shape == (21,) and (G >= 0).all() and G[-1] > 0
 
 
 def test_early_stopping_stops_every_task_at_the_same_epoch(client: Client) -> None:
@@ -206,6 +218,10 @@ def test_bad_parameters_name_the_argument(client: Client) -> None:
         models.LogisticRegression(sync="ssp:x").fit(X, y)
     with pytest.raises(ValueError, match="owlqn"):
         models.LogisticRegression(solver="lbfgs", l1=0.1).fit(X, y)
+    with pytest.raises(ValueError, match="adaptive: per-feature adaptive steps are an option"):
+        models.LogisticRegression(solver="ftrl", adaptive=True).fit(X, y)
+    with pytest.raises(ValueError, match="adaptive: expected True or False, got 'yes'"):
+        models.LogisticRegression(adaptive="yes").fit(X, y)
     with pytest.raises(ValueError, match="2 classes"):
         models.LogisticRegression().fit(X, np.zeros(100))
 

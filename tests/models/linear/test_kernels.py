@@ -13,6 +13,7 @@ from sklearn.metrics import roc_auc_score
 
 from daskangel.data._batch import CSRBatch
 from daskangel.models._core import auc_from_hist, epoch_order, should_stop
+from daskangel.models.linear._adaptive import _adagrad_batch, adagrad_sgd
 from daskangel.models.linear._kernels import (
     HINGE,
     HUBER,
@@ -108,6 +109,46 @@ def test_local_sgd_lazy_l2_equals_eager_updates() -> None:
         eager[-1, 0] -= eta * d
         eager[:-1, 0] *= 1 - eta * alpha  # the step's decay (bias not regularised)
     np.testing.assert_allclose(lazy, eager, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(("batch", "alpha", "l1"), [(1, 0.05, 0.0), (1, 0.0, 0.02), (3, 0.05, 0.0)])
+def test_adagrad_lazy_regularisation_equals_eager_updates(
+    batch: int, alpha: float, l1: float
+) -> None:
+    """``adaptive=True``'s local AdaGrad (the packed one-row kernel and the general
+    minibatch one) gives the weights and squared-gradient sums of the eager loop:
+    step ``-eta g / sqrt(G)`` after ``G += g**2``, then every feature's L2 decay and
+    L1 shrinkage at its own step ``eta / sqrt(G)``."""
+    X = _csr(30, 8, 4)
+    rng = np.random.default_rng(4)
+    y = rng.choice([-1.0, 1.0], X.shape[0])
+    W = rng.normal(size=(9, 1)) * 0.3
+    G = np.zeros((9, 1))
+    G[:4] = rng.random((4, 1))  # sums from earlier rounds; the others' step is eta
+    order = rng.permutation(X.shape[0])
+    eta = 0.2
+    got = []
+    for kernel in (adagrad_sgd, _adagrad_batch):  # the dispatch (packed at batch 1), general
+        Wl, Gl = W.copy(), G.copy()
+        kernel(X.indptr, X.indices, X.data, y, order, Wl, Gl, np.arange(8),
+               LOGISTIC, 0.0, True, eta, alpha, l1, batch)  # fmt: skip
+        got.append((Wl, Gl))
+    w, g = W[:, 0].copy(), G[:, 0].copy()
+    Xd = X.toarray()
+    for a in range(0, len(order), batch):
+        rows = order[a : a + batch]
+        m = Xd[rows] @ w[:-1] + w[-1]
+        d = -y[rows] / (1 + np.exp(y[rows] * m))
+        grad = np.append(Xd[rows].T @ d, d.sum()) / len(rows)
+        on = np.append(np.abs(Xd[rows]).sum(0) > 0, True) & (grad != 0)
+        g[on] += grad[on] ** 2
+        w[on] -= eta * grad[on] / np.sqrt(g[on])
+        rate = np.where(g > 0, eta / np.sqrt(np.where(g > 0, g, 1.0)), eta)[:-1]
+        w[:-1] *= 1 - rate * alpha  # the bias is not regularised
+        w[:-1] = np.sign(w[:-1]) * np.maximum(np.abs(w[:-1]) - rate * l1, 0.0)
+    for Wl, Gl in got:
+        np.testing.assert_allclose(Gl[:, 0], g, rtol=1e-12)
+        np.testing.assert_allclose(Wl[:, 0], w, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("batch", [1, 4])
