@@ -28,7 +28,7 @@ Example
 >>> W, G = np.zeros((3, 1)), np.zeros((3, 1))          # two features and the bias
 >>> loss = adagrad_sgd(ip, ix, dx, np.array([1.0, -1.0]), np.array([0, 1]), W, G,
 ...                    np.array([0, 1]), LOGISTIC, 0.0, True, 0.5, 0.0, 0.0, 1)
->>> bool(W[0, 0] > 0 > W[1, 0]), G[0, 0]                # the first step: eta * sign(g)
+>>> bool(W[0, 0] > 0 > W[1, 0]), float(G[0, 0])         # the first step: eta * sign(g)
 (True, 0.25)
 """
 
