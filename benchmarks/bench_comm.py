@@ -1,0 +1,213 @@
+"""Managed communication (Bösen, issue 21): no management vs a budget spent at random
+vs by relative magnitude, on MF SGD and LDA CGS, convergence per second and per clock.
+
+Run::
+
+    python benchmarks/bench_comm.py                         # both sections, budgets 64KiB,1MiB
+    python benchmarks/bench_comm.py --sections lda --budgets 256KiB,4MiB --epochs 20
+    python benchmarks/bench_comm.py --png comm.png          # the curves
+    python benchmarks/bench_comm.py --smoke                 # tiny: one budget, 3 epochs,
+                                                            # 8,000 ratings, 150 documents
+
+Data: ``../shared/data/ml-latest-small/ratings.csv`` (MF SGD, ``n_factors=50``,
+``validation_fraction=0.1``, SSP(1)) and ``../shared/data/20news-bow`` (LDA CGS, K=20,
+BSP, ``--docs`` documents); a missing file falls back to a planted set of the same
+kind (``planted_ratings`` / ``planted_counts``) with a printed line.  Nothing is
+downloaded; nothing is written unless ``--png`` says where.
+
+Protocol: one 2-worker LocalCluster (processes, 1 thread each).  Every variant fits
+the same estimator with ``random_state=0``; between variants
+``daskangel.comm.configure(client, budget=..., policy=...)`` changes the workers'
+budget.  For LDA every variant pulls word rows through a small pipeline window
+(``daskangel.agent.pipeline-bytes`` = 256KiB), so rows read late in a sweep can see
+what another worker pushed earlier in it.  Printed per variant: final metric
+(validation RMSE, held-out LL/token), seconds after the first epoch, the bytes the
+workers sent between clock boundaries (budgeted) and at them, and the epochs and
+seconds to reach the unmanaged run's final metric (speed-up = unmanaged / variant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _data import data_root, have
+from _timing import print_table
+
+
+def _ratings(smoke: bool) -> tuple[str, pd.DataFrame]:
+    path = data_root() / "ml-latest-small" / "ratings.csv"
+    if have(path):
+        df = pd.read_csv(path, usecols=["userId", "movieId", "rating"])
+        df = df.rename(columns={"userId": "user", "movieId": "item"})
+        return "ml-latest-small", df.iloc[:8_000] if smoke else df
+    from daskangel.models.mf import planted_ratings
+
+    return "planted", planted_ratings(300, 200, 8_000 if smoke else 100_000, seed=0)
+
+
+def _docs(smoke: bool, n_docs: int) -> tuple[str, sp.csr_matrix]:
+    path = data_root() / "20news-bow" / "docword.20news.txt.gz"
+    if have(path):
+        D = 150 if smoke else n_docs
+        with gzip.open(path, "rt") as f:
+            _, W, _ = (int(f.readline()) for _ in range(3))
+            lines = []
+            for line in f:
+                if int(line.split(maxsplit=1)[0]) > D:
+                    break
+                lines.append(line)
+        a = np.loadtxt(lines, dtype=np.int64, ndmin=2)
+        X = sp.csr_matrix((a[:, 2], (a[:, 0] - 1, a[:, 1] - 1)), shape=(D, W))
+        return "20news-bow", X[:, np.flatnonzero(X.getnnz(axis=0))]
+    from daskangel.models.lda import planted_counts
+
+    return "planted", planted_counts(200 if smoke else 2000, 500, 10, 60, seed=0)
+
+
+def _traffic(client: Any) -> dict[str, float]:
+    def read(dask_worker: Any) -> dict[str, float]:
+        from daskangel.psarray import agent_of
+
+        b = getattr(dask_worker, "_daskangel_binding", None)
+        return {} if b is None else agent_of(b).pusher.comm_status()
+
+    per = client.run(read)
+    return {k: sum(v.get(k, 0.0) for v in per.values()) for k in ("comm_sent", "comm_held_back")}
+
+
+def _fit(section: str, data: Any, epochs: int, ps: Any) -> pd.DataFrame:
+    """``epoch, metric, seconds`` (seconds after the first epoch's end)."""
+    if section == "mf":
+        from daskangel.models import MatrixFactorization
+
+        m = MatrixFactorization(
+            n_factors=50, max_iter=epochs, validation_fraction=0.1, sync="ssp:1",
+            random_state=0, progress=False, ps=ps,
+        ).fit(data)  # fmt: skip
+        h = m.history_
+        hist = pd.DataFrame(m.train_result_.history)
+        cpe = max(1, int(hist["clock"].max() + 1) // epochs)
+        ends = hist.groupby("clock")["time"].max()
+        t = np.array([ends.get(e * cpe - 1, np.nan) for e in h["epoch"]])
+        return pd.DataFrame({"epoch": h["epoch"], "metric": h["val_rmse"], "seconds": t - t[0]})
+    from daskangel.models.lda import LDA
+
+    m = LDA(20, max_iter=epochs, random_state=0, progress=False, ps=ps).fit(data)
+    h = m.history_
+    t = h["time"].to_numpy()
+    return pd.DataFrame({"epoch": h["sweep"], "metric": h["heldout_ll"], "seconds": t - t[0]})
+
+
+def _reach(curve: pd.DataFrame, target: float, lower_better: bool) -> tuple[float, float]:
+    ok = curve["metric"] <= target if lower_better else curve["metric"] >= target
+    if not ok.any():
+        return np.nan, np.nan
+    i = int(np.argmax(ok.to_numpy()))
+    return float(curve["epoch"].iloc[i]), float(curve["seconds"].iloc[i])
+
+
+def run_section(
+    section: str, client: Any, variants: list[tuple[str, Any]], a: argparse.Namespace
+) -> dict[str, pd.DataFrame]:
+    import daskangel as angel
+    from daskangel.comm import configure
+
+    name, data = _ratings(a.smoke) if section == "mf" else _docs(a.smoke, a.docs)
+    n = len(data) if section == "mf" else int(data.sum())
+    print(f"\n## {section.upper()} on {name} ({n:,} {'ratings' if section == 'mf' else 'tokens'})")
+    if section == "lda":
+        client.run(
+            lambda: __import__("dask").config.set({"daskangel.agent.pipeline-bytes": "256KiB"})
+        )
+    curves: dict[str, pd.DataFrame] = {}
+    traffic: dict[str, dict[str, float]] = {}
+    for label, (budget, policy) in variants:
+        configure(client, budget=budget, policy=policy or "magnitude")
+        before = _traffic(client)
+        with angel.PSContext(client) as ps:
+            curves[label] = _fit(section, data, a.epochs, ps)
+        after = _traffic(client)
+        traffic[label] = {k: after[k] - before[k] for k in after}
+    configure(client, budget=None, policy="magnitude")
+    lower = section == "mf"
+    target = float(curves["none"]["metric"].iloc[-1])
+    e0, s0 = _reach(curves["none"], target, lower)
+    rows = []
+    for label, c in curves.items():
+        e, s = _reach(c, target, lower)
+        tr = traffic[label]
+        rows.append((
+            label, f"{c['metric'].iloc[-1]:.4f}", f"{c['seconds'].iloc[-1]:.2f}",
+            f"{tr['comm_sent'] / 2**20:.2f}", f"{tr['comm_held_back'] / 2**20:.2f}",
+            f"{e:.0f}" if e == e else "not reached", f"{s:.2f}" if s == s else "-",
+            f"{s0 / s:.2f}x" if s == s and s > 0 else "-",
+        ))  # fmt: skip
+    metric = "val RMSE" if lower else "held-out LL/token"
+    print(f"target: the unmanaged run's final {metric} {target:.4f} (epoch {e0:.0f})")
+    print_table(
+        ("variant", metric, "seconds", "MiB early", "MiB at boundary", "epochs to target",
+         "s to target", "speed-up"), rows,
+    )  # fmt: skip
+    return curves
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--sections", default="mf,lda")
+    ap.add_argument("--budgets", default="64KiB,1MiB")
+    ap.add_argument("--epochs", type=int, default=12)
+    ap.add_argument("--docs", type=int, default=2000)
+    ap.add_argument("--png", default=None)
+    a = ap.parse_args(argv)
+    budgets = a.budgets.split(",")
+    if a.smoke:
+        a.epochs, budgets = 3, budgets[:1]
+    variants: list[tuple[str, Any]] = [("none", (None, None))]
+    for b in budgets:
+        variants += [(f"random@{b}", (b, "random")), (f"magnitude@{b}", (b, "magnitude"))]
+    from distributed import Client, LocalCluster
+
+    out = {}
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        for section in a.sections.split(","):
+            out[section] = run_section(section, client, variants, a)
+    if a.png:
+        _plot(out, a.png)
+
+
+def _plot(out: dict[str, dict[str, pd.DataFrame]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(out), 2, figsize=(11, 4 * len(out)), squeeze=False)
+    for r, (section, curves) in enumerate(out.items()):
+        for label, c in curves.items():
+            axes[r][0].plot(c["seconds"], c["metric"], marker=".", label=label)
+            axes[r][1].plot(c["epoch"], c["metric"], marker=".", label=label)
+        ylab = "validation RMSE" if section == "mf" else "held-out LL/token"
+        axes[r][0].set(xlabel="seconds after epoch 1", ylabel=ylab, title=f"{section}: per second")
+        axes[r][1].set(xlabel="epoch (clocks)", ylabel=ylab, title=f"{section}: per epoch")
+        axes[r][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    print(f"wrote {Path(path).resolve()}")
+
+
+if __name__ == "__main__":
+    main()
