@@ -198,7 +198,7 @@ def _at(curve: list[tuple[int, float, float]], sweep: int) -> tuple[float, float
 
 
 def compare(name: str, X: sp.csr_matrix, K: int, sweeps: int, every: int, peers: bool,
-            svi: dict[str, int] | None = None) -> None:  # fmt: skip
+            svi: dict[str, int] | None = None, sklearn: bool = True) -> None:  # fmt: skip
     from daskangel.models.lda import heldout_mask
 
     held = heldout_mask(X, 0.1, 0)
@@ -207,7 +207,7 @@ def compare(name: str, X: sp.csr_matrix, K: int, sweeps: int, every: int, peers:
           f"(train {int(Xtr.sum())}, held out {held.sum()} docs), K={K}, {sweeps} sweeps")  # fmt: skip
     ours = run_daskangel(X, K, sweeps, every)
     tomo = run_tomotopy(Xtr, Xte, K, sweeps, every) if peers else None
-    skl = run_sklearn(Xtr, Xte, K) if peers else None
+    skl = run_sklearn(Xtr, Xte, K) if peers and sklearn else None
     print(f"{'sweep':>6} {'daskangel LL':>13} {'time s':>8} {'tomotopy LL':>12} {'time s':>8}")
     for s, ll, t in ours["curve"]:
         tm = _at(tomo["curve"], s) if tomo else None
@@ -216,6 +216,10 @@ def compare(name: str, X: sp.csr_matrix, K: int, sweeps: int, every: int, peers:
     last = ours["curve"][-1][1] if ours["curve"] else float("nan")
     print(f"daskangel: LL {last:.4f} after {sweeps} sweeps, {ours['tps'] / 1e6:.2f} M tokens/s "
           f"(median per sweep, 2 workers), fit wall {ours['wall']:.1f} s")  # fmt: skip
+    for i, t in enumerate(ours["timings"]):  # where a task's time went, per sweep
+        if t:
+            print(f"  task {i} seconds a sweep: "
+                  + ", ".join(f"{k} {v / sweeps:.4f}" for k, v in t.items()))  # fmt: skip
     if tomo:
         print(f"tomotopy : LL {tomo['curve'][-1][1]:.4f}, {tomo['tps'] / 1e6:.2f} M tokens/s "
               f"(2 threads); daskangel/tomotopy speed ratio {ours['tps'] / tomo['tps']:.2f}")  # fmt: skip
@@ -336,6 +340,7 @@ def synthetic(n_tokens: int, V: int, K: int, sweeps: int, seed: int,
           f"K={K} (generated in {time.perf_counter() - t:.1f} s, seed {seed})")  # fmt: skip
     from daskangel.models import LDA
 
+    rates: dict[int, float] = {}
     for k in ks or (20, K):
         m = LDA(n_topics=k, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=sweeps,
                 evaluate_every=0, validation_fraction=0.0, random_state=seed, n_tasks=2,
@@ -345,7 +350,11 @@ def synthetic(n_tokens: int, V: int, K: int, sweeps: int, seed: int,
         peak = m._client().run(_peak_rss)
         print(f"K={k:5d}: tokens/s per sweep {', '.join(f'{v / 1e6:.2f}M' for v in tps)}; "
               f"peak RSS per worker {', '.join(f'{v / 2**30:.2f} GiB' for v in peak.values())}")  # fmt: skip
+        rates[k] = float(np.median(tps))
         m.close()
+    if len(rates) > 1:
+        lo, hi = min(rates), max(rates)
+        print(f"K={hi} / K={lo} median tokens/s: {rates[hi] / rates[lo]:.3f} (the issue: >= 0.25)")
 
 
 def _peak_rss() -> int:
@@ -402,6 +411,7 @@ def main() -> None:
     ap.add_argument("--svi-passes", type=int, default=10)
     ap.add_argument("--svi-batch", type=int, default=256)
     ap.add_argument("--no-svi", action="store_true")
+    ap.add_argument("--no-sklearn", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
     lc, client = cluster()
@@ -418,7 +428,8 @@ def main() -> None:
             X = read_docword(path)
             if not (a.staleness or a.fig10):
                 svi = None if a.no_svi else {"passes": a.svi_passes, "batch": a.svi_batch}
-                compare(name, X, a.topics, a.sweeps, a.every, peers=not a.no_peers, svi=svi)
+                compare(name, X, a.topics, a.sweeps, a.every, peers=not a.no_peers, svi=svi,
+                        sklearn=not a.no_sklearn)  # fmt: skip
             png = a.png and a.png.replace(".png", f"-{name}.png")
             if a.staleness:
                 staleness(X, a.topics, a.sweeps, a.every, png and png.replace(".png", "-ssp.png"))

@@ -120,7 +120,7 @@ class CGSTask:
         c = docs.corpus
         K, V = p.n_topics, p.n_words
         nwk, nka, met = ctx.array(p.nwk), ctx.array(p.nk), ctx.array(p.metrics)
-        tm = {"pull_sample": 0.0, "sample": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
+        tm = {"pull_sample": 0.0, "sample": 0.0, "nk": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
         zarr = ctx.array(p.z) if p.z is not None else None
         zoff = p.z_offsets[part.index] if p.z is not None else 0
         # a second start in this job, or a start past clock 0: restarted after a failure
@@ -178,7 +178,9 @@ class CGSTask:
                 # since another member of the group (maybe on this worker) changed the
                 # rows and n_k since the clock began
                 nk_src = nka if r == 0 else plain_nk
+                tq = time.perf_counter()
                 nk0 = np.asarray(nk_src.get(rows=0), np.int64)
+                tm["nk"] += time.perf_counter() - tq
                 nk = nk0.copy()
                 if nk_eval is None:
                     nk_eval = nk0
