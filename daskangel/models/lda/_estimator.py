@@ -41,7 +41,14 @@ from ._apply import score_of, theta_of
 from ._cgs import CGSTask, Plan
 from ._docs import forget
 from ._history import METRIC_COLS, sweep_records
-from ._params import check_params, dense_sampler, layout, priors, validate_dataset
+from ._params import (
+    check_params,
+    dense_sampler,
+    evaluate_every,
+    layout,
+    priors,
+    validate_dataset,
+)
 from ._recover import make_z, token_offsets
 from ._svi_fit import make_svi_arrays, run_svi
 
@@ -79,7 +86,8 @@ class LDA(TransformerMixin, PSEstimator):
     validation_fraction
         Documents held out (chosen by a seeded hash of their content, see
         :func:`heldout_mask`) and scored by document completion each
-        ``evaluate_every`` sweeps (``0``: only after the last) into ``history_``.
+        ``evaluate_every`` sweeps (``0``: only after the last; ``None``: every
+        10th CGS sweep, every MA-SVI pass) into ``history_``.
     sampler
         ``'cgs'``: ``'dense'`` draws each token from the exact conditional over
         all topics (``K`` multiply-adds a token: the fastest for a few dozen
@@ -140,7 +148,7 @@ class LDA(TransformerMixin, PSEstimator):
         groups: int | None = None,
         sync: Any = "bsp",
         validation_fraction: float = 0.1,
-        evaluate_every: int = 1,
+        evaluate_every: int | None = None,
         sampler: str = "auto",
         mh_steps: int = 2,
         n_tasks: int | None = None,
@@ -286,7 +294,7 @@ class LDA(TransformerMixin, PSEstimator):
             dense=dense_sampler(self),
             seed=self._seed(), sweeps=sweeps, sweep0=sweep0,
             val_fraction=float(self.validation_fraction),
-            evaluate_every=int(self.evaluate_every),
+            evaluate_every=evaluate_every(self),
             fold_in=int(config.get("daskangel.lda.fold-in-iters")),
             **self._z_plan(ps, sizes),
         )  # fmt: skip

@@ -31,6 +31,7 @@ from ...ops import Scale, Sum
 from ...scheduler._clock_rule import as_sync
 from ...train import train
 from ._history import METRIC_COLS
+from ._params import evaluate_every
 from ._svi import SVIPlan, SVITask, prepare_svi
 
 __all__ = ["make_svi_arrays", "run_svi", "steps_and_scale"]
@@ -95,7 +96,7 @@ def run_svi(est: Any, ps: Any, ds: Any, V: int, K: int, alpha: float, eta: float
         average_every=int(est.average_every), offset=float(est.learning_offset),
         decay=float(est.learning_decay), tol=float(est.mean_change_tol),
         max_doc_iter=int(est.max_doc_update_iter),
-        val_fraction=float(est.validation_fraction), evaluate_every=int(est.evaluate_every),
+        val_fraction=float(est.validation_fraction), evaluate_every=evaluate_every(est),
         fold_in=int(config.get("daskangel.lda.fold-in-iters")),
     )  # fmt: skip
     try:
