@@ -391,6 +391,15 @@ def implicit_section(df: pd.DataFrame, a: argparse.Namespace) -> None:
         print(f"{label:46} {fmt(p):>8} {fmt(t, '.3f'):>8} {fmt(p / ref, '.3f'):>10}")
 
 
+def print_breakdown(m: Any, epochs: int) -> None:
+    """Each task's seconds per epoch by kind (over the whole fit, the first epoch's
+    kernel loading and data preparation in ``prep``): where an epoch goes."""
+    for res in m.train_result_.results:
+        tm = res.get("timings", {})
+        parts = ", ".join(f"{k} {v / max(epochs, 1):.3f}" for k, v in tm.items() if k != "prep")
+        print(f"  task s/epoch: {parts} (prep {tm.get('prep', 0.0):.2f} s once)")
+
+
 def synthetic(a: argparse.Namespace) -> None:
     n = int(a.synthetic_ratings)
     n_items = 17_770 if not a.smoke else 300
@@ -413,7 +422,10 @@ def synthetic(a: argparse.Namespace) -> None:
         print(f"{'daskangel SGD epoch, 2 workers':46} {r['epoch']:>9.3f} "
               f"{len(df) / r['epoch'] / 1e6:>8.2f} {r['epoch'] / y['epoch']:>6.2f}  {rss}")  # fmt: skip
         print(f"  (fit wall {r['wall']:.1f} s for {a.synthetic_epochs} epochs, ingest included)")
+        print_breakdown(r["model"], a.synthetic_epochs)
         r["model"].close()
+    if "als" not in a.synthetic_solvers.split(","):
+        return
     per_peer = None
     if not a.no_peers:
         got = run_implicit_lib(implicit_matrix(df, n_users, n_items, 1.0), a.factors,
@@ -446,6 +458,7 @@ def main() -> None:
     ap.add_argument("--implicit-reg", type=float, default=0.01)
     ap.add_argument("--synthetic-ratings", type=float, default=100_000_000)
     ap.add_argument("--synthetic-epochs", type=int, default=3)
+    ap.add_argument("--synthetic-solvers", default="sgd,als", help="sgd: the SGD rows only")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
