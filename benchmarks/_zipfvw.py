@@ -149,7 +149,9 @@ def zipf_section(client: Any, rows: int, repeat: int, smoke: bool = False) -> li
         if not smoke:  # compile the kernels on the workers (untimed)
             from daskangel import models
 
-            models.LogisticRegression(max_iter=1).fit(Xtr[:2000], ytr[:2000]).close()
+            for adaptive in (False, True):
+                est = models.LogisticRegression(max_iter=1, adaptive=adaptive)
+                est.fit(Xtr[:2000], ytr[:2000]).close()
         print("  fitting daskangel ...", flush=True)
         if not smoke:
             out.append(run_angel(ds, Xte, yte, repeat, max_iter=1, early_stopping=False)[0])
