@@ -37,6 +37,7 @@ __all__ = [
     "assign_dense",
     "assign_dense_blocks",
     "row_norms",
+    "top_rows",
 ]
 
 
@@ -121,6 +122,29 @@ def assign_csr(indptr, indices, data, CT, xnorm, cnorm, labels, dist, sums, coun
             for p in range(indptr[i], indptr[i + 1]):
                 sums[bj, indices[p]] += data[p]
     return total
+
+
+@njit(nogil=True, cache=True)
+def top_rows(dist, m):  # type: ignore[no-untyped-def]
+    """Indices of the ``m`` largest of ``dist``, largest first (ties: lower index), in
+    one pass keeping a sorted buffer of ``m`` (the re-seed candidates of a task)."""
+    vals = np.empty(m)
+    idx = np.empty(m, np.int64)
+    cnt = 0
+    for i in range(dist.shape[0]):
+        v = dist[i]
+        if cnt == m and not v > vals[m - 1]:
+            continue
+        j = cnt if cnt < m else m - 1
+        while j > 0 and vals[j - 1] < v:
+            vals[j] = vals[j - 1]
+            idx[j] = idx[j - 1]
+            j -= 1
+        vals[j] = v
+        idx[j] = i
+        if cnt < m:
+            cnt += 1
+    return idx[:cnt].copy()
 
 
 def row_norms(X: np.ndarray) -> np.ndarray:

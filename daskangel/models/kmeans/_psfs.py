@@ -47,6 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...ops import GetFunc
+from ._kernels import top_rows
 
 __all__ = ["Centres", "Geometry", "centres_of", "farthest"]
 
@@ -56,8 +57,7 @@ def farthest(dist: np.ndarray, m: int) -> np.ndarray:
     m = min(m, dist.shape[0])
     if m <= 0:
         return np.zeros(0, np.int64)
-    idx = np.argpartition(-dist, m - 1)[:m] if m < dist.shape[0] else np.arange(dist.shape[0])
-    return idx[np.lexsort((idx, -dist[idx]))]
+    return top_rows(np.ascontiguousarray(dist, np.float64), int(m))  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)

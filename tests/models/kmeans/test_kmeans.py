@@ -66,6 +66,9 @@ def test_centres_of_sums_tasks_and_reseeds_empty() -> None:
 def test_farthest_and_share() -> None:
     assert farthest(np.array([1.0, 5.0, 5.0, 0.5]), 2).tolist() == [1, 2]
     assert farthest(np.array([]), 3).tolist() == []
+    d = np.random.default_rng(0).integers(0, 5, 500).astype(float)  # ties at the boundary
+    for m in (1, 7, 600):  # the largest first, ties by lower index: a stable sort's order
+        assert farthest(d, m).tolist() == np.argsort(-d, kind="stable")[:m].tolist()
     assert take_share(np.array([0, 3, 5, 9]), np.array([0, 4, 10]), 0).tolist() == [0, 3]
 
 
