@@ -23,16 +23,14 @@ Example
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from .._core import epoch_order
 from ._parts import RatingsPart, user_bounds
 from ._plan import Plan
-from ._sgd import _Run, evaluate
+from ._sgd import _Run
 
 __all__ = ["DSGDTask", "rotation", "run_dsgd"]
 
@@ -64,32 +62,13 @@ class _Strata(_Run):
         items = d.keys[d.slot]
         self.block = (np.searchsorted(bounds, items, side="right") - 1).astype(np.int64)
 
-    def run(self) -> dict[str, Any]:
-        p, d, ctx, tm = self.plan, self.d, self.ctx, self.tm
-        S = p.n_blocks
-        total = p.epochs * S
-        order = np.zeros(0, np.int64)
-        c = ctx.iteration
-        while c < total:
-            epoch, sub = divmod(c, S)
-            if sub == 0 or order.shape[0] != d.n_train:  # (a resumed task starts mid-epoch)
-                seed = [int(p.seed) & 0xFFFFFFFF, p.epoch0 + epoch, self.part.task]
-                order = epoch_order(d.n_train, seed)
-                if epoch > 0 and sub == 0:
-                    t1 = time.perf_counter()
-                    fresh = ctx.staleness(p.items) != 0
-                    evaluate(ctx, p, d, self.P, self.items, epoch - 1, fresh=fresh)
-                    tm["eval"] += time.perf_counter() - t1
-            b = rotation(ctx.rank_in_group, sub, S)
-            rows = order[self.block[order] == b]
-            loss = self.step(rows) if rows.shape[0] else 0.0
-            self.end_clock(epoch, loss, rows.shape[0], sub == S - 1)
-            c = self.clock()
-        if total and c >= total:
-            t1 = time.perf_counter()
-            evaluate(ctx, p, d, self.P, self.items, p.epochs - 1, fresh=True)
-            tm["eval"] += time.perf_counter() - t1
-        return {"epochs": c // S if S else 0, "timings": tm, "ratings": d.n_train}
+    def rows_of(self, order: np.ndarray, rnd: int) -> np.ndarray:
+        """This member's ratings of sub-epoch ``rnd``: those of its block's items."""
+        b = rotation(self.ctx.rank_in_group, rnd, self.plan.n_blocks)
+        return order[self.block[order] == b]
+
+    def train_rows(self, rows: np.ndarray) -> float:
+        return self.step(rows)
 
 
 def groups_of(parallelism: str, groups: int | None, n_tasks: int) -> tuple[int, int]:

@@ -126,14 +126,23 @@ class _Run:
         self.mon = monitor(ctx, p, self.rounds)
         self.tm["prep"] = time.perf_counter() - t0
 
+    def rows_of(self, order: np.ndarray, rnd: int) -> np.ndarray:
+        """The training ratings of clock ``rnd`` of an epoch visiting ``order``."""
+        per = -(-self.d.n_train // self.rounds)
+        return order[rnd * per : (rnd + 1) * per]
+
+    def train_rows(self, rows: np.ndarray) -> float:
+        """Train on one clock's ratings; their summed squared errors."""
+        return self.minibatch(rows)
+
     def run(self) -> dict[str, Any]:
         p, d, ctx, tm = self.plan, self.d, self.ctx, self.tm
-        total = p.epochs * p.rounds
-        per = -(-d.n_train // p.rounds) if p.rounds else 0
+        R = self.rounds
+        total = p.epochs * R
         order = np.zeros(0, np.int64)
         c = ctx.iteration
         while c < total:
-            epoch, rnd = divmod(c, p.rounds)
+            epoch, rnd = divmod(c, R)
             if rnd == 0 or order.shape[0] != d.n_train:  # (a resumed task starts mid-epoch)
                 seed = [int(p.seed) & 0xFFFFFFFF, p.epoch0 + epoch, self.part.task]
                 order = epoch_order(d.n_train, seed)
@@ -142,15 +151,15 @@ class _Run:
                     fresh = ctx.staleness(p.items) != 0
                     evaluate(ctx, p, d, self.P, self.items, epoch - 1, fresh=fresh)
                     tm["eval"] += time.perf_counter() - t1
-            rows = order[rnd * per : (rnd + 1) * per]
-            loss = self.minibatch(rows) if rows.shape[0] else 0.0
-            self.end_clock(epoch, loss, rows.shape[0], rnd == p.rounds - 1)
+            rows = self.rows_of(order, rnd)
+            loss = self.train_rows(rows) if rows.shape[0] else 0.0
+            self.end_clock(epoch, loss, rows.shape[0], rnd == R - 1)
             c = self.clock()
         if total and c >= total:
             t1 = time.perf_counter()
             evaluate(ctx, p, d, self.P, self.items, p.epochs - 1, fresh=True)
             tm["eval"] += time.perf_counter() - t1
-        return {"epochs": c // p.rounds if p.rounds else 0, "timings": tm, "ratings": d.n_train}
+        return {"epochs": c // R if R else 0, "timings": tm, "ratings": d.n_train}
 
     def clock(self) -> int:
         """The clock, then the epochs every task has finished to the dashboard.
