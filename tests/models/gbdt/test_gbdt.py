@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from daskangel import models
 from daskangel.errors import InvalidArgumentError
@@ -21,13 +20,10 @@ from . import reference
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-        worker_dashboard_address=None,
-    ) as c, Client(c, set_as_default=True) as cl:  # fmt: skip
-        yield cl
+# the module's cluster (tests/conftest.py) runs its workers in this process: each
+# worker process would compile (fresh clone) or load every GBDT kernel again; the
+# fits between processes (serialised plans, tasks, rows) run in bench_gbdt --smoke
+IN_PROCESS = True
 
 
 def _ints(n: int, d: int, seed: int, k: int = 40) -> np.ndarray:
