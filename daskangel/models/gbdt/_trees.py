@@ -85,9 +85,14 @@ def margins(
         m = sp.csr_matrix(X)
         if not m.has_sorted_indices:
             m = m.sorted_indices()
-        predict_csr(m.indptr, m.indices, m.data, unstored_missing, T, K, t0, t1, out)
+        # float64 values, C order: one compiled signature of each kernel (a float32 or
+        # Fortran-ordered input would compile another)
+        data = np.asarray(m.data, np.float64)
+        predict_csr(m.indptr, m.indices, data, unstored_missing, T, K, t0, t1, out)
     else:
-        predict_dense(np.asarray(X), T, K, t0, t1, out)
+        X = np.asarray(X)
+        predict_dense(np.ascontiguousarray(X, np.float64 if X.dtype != np.float32 else None),
+                      T, K, t0, t1, out)  # fmt: skip
     return out
 
 

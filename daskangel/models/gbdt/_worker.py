@@ -105,7 +105,9 @@ class RowState:
             if not s.shape[0]:
                 continue
             order = self.order[k, : self.ns]
-            args = (s[:, 1], s[:, 2], s[:, 3], s[:, 4].astype(np.bool_), s[:, 5], s[:, 6])
+            # contiguous columns: one compiled signature of the split kernels, not two
+            c = np.ascontiguousarray(s.T)
+            args = (c[1], c[2], c[3], c[4].astype(np.bool_), c[5], c[6])
             if isinstance(b, DenseBins):
                 split_dense(b.cols, b.missing, order, self.start[k], self.count[k], *args, self.buf)
             else:
