@@ -41,7 +41,7 @@ from numba import njit
 
 from ._kernels import LOGISTIC, SOFTMAX, _dloss, _row_d, _row_margin
 
-__all__ = ["LOGISTIC", "adagrad_sgd"]
+__all__ = ["LOGISTIC", "adagrad_packed", "adagrad_sgd"]
 
 
 def adagrad_sgd(  # type: ignore[no-untyped-def]
@@ -91,6 +91,16 @@ def _decay(x):  # type: ignore[no-untyped-def]  # pragma: no cover
     if x > -1e-4:
         return 1.0 + x + 0.5 * x * x
     return math.exp(x)
+
+
+def adagrad_packed(  # type: ignore[no-untyped-def]
+    indptr, indices, data, y, order, ws, keys, kind, eps, has_bias, eta, alpha, l1
+):
+    """One output, one row a step, on a packed ``(n, 4)`` workspace ``ws`` whose
+    columns 0 and 1 hold the weights and their sums (columns 2, 3: scratch of the
+    rows in ``keys`` and the intercept's, the last): :func:`_adagrad1`, for the
+    in-place path (:mod:`._inplace`, global column indices)."""
+    return _adagrad1(indptr, indices, data, y, order, ws, keys, kind, eps, has_bias, eta, alpha, l1)
 
 
 @njit(nogil=True, cache=True)

@@ -54,6 +54,7 @@ from ...errors import InvalidArgumentError
 from .._core._cache import PREPARED
 from .._core._order import epoch_order, split_ids
 from .._core._prep import used_keys
+from ._adaptive import adagrad_packed
 from ._kernels import SOFTMAX, eval_rows, max_row_sq
 from ._local_sgd import sgd_pairs
 from ._task import Plan, labels_for, split_args, split_key
@@ -75,6 +76,7 @@ class InPlaceData:
     has_bias: bool
     pos: None = None  # slots are keys (see TaskData.pos)
     work: np.ndarray | None = None  # (n_features + 1, 2): weight, running sum
+    work4: np.ndarray | None = None  # adaptive: (n_features + 1, 4), see _adaptive._adagrad1
 
     @property
     def n_train(self) -> int:
@@ -116,6 +118,26 @@ class InPlaceData:
         W[:, 0] = vp[self.keys, 0]
         return float(loss)
 
+    def local_adagrad(
+        self, rows: np.ndarray, W: np.ndarray, G: np.ndarray, plan: Plan, eta: float
+    ) -> float:
+        """:meth:`local_sgd` with per-feature adaptive steps (``adaptive=True``), from and
+        into ``W`` and its squared-gradient sums ``G``; returns the loss sum."""
+        if self.work4 is None:
+            self.work4 = np.empty((self.rows.n_features + 1, 4))
+        ws = self.work4
+        ws[self.keys, 0] = W[:, 0]
+        ws[self.keys, 1] = G[:, 0]
+        r = self.rows
+        nk = self.keys.shape[0] - (1 if self.has_bias else 0)
+        loss = adagrad_packed(
+            r.indptr, r.indices, r.data, self.y, rows, ws, self.keys[:nk], plan.kind,
+            plan.eps, self.has_bias, eta, plan.alpha, plan.l1,
+        )  # fmt: skip
+        W[:, 0] = ws[self.keys, 0]
+        G[:, 0] = ws[self.keys, 1]
+        return float(loss)
+
     def evaluate(self, W: np.ndarray, plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
         """Validation sums of the model ``W`` (weights of :attr:`keys`); None if no rows."""
         if self.val_ids.shape[0] == 0:
@@ -153,7 +175,8 @@ def in_place_rows(
 def prepare_in_place(part: Any, plan: Plan) -> InPlaceData | None:
     """:class:`InPlaceData` of a partition when the in-place path applies, else None.
 
-    It applies to ma-sgd with one output, one row per step and no L1, on a
+    It applies to ma-sgd with one output, one row per step and no L1 (L1 only
+    with ``adaptive``), on a
     partition held in memory as one CSR (the ``memory`` level), when the plan
     allows it (:func:`in_place_order`).  The split and keys are cached on
     the worker like prepared rows (``daskangel.models.prepared-cache``).
@@ -165,21 +188,25 @@ def prepare_in_place(part: Any, plan: Plan) -> InPlaceData | None:
         part, key, lambda: in_place_rows(part.pieces()[0], **split_args(part, plan))
     )
     y = labels_for(d.rows.labels, plan)
-    return replace(d, y=y, block=plan.in_place_block, streams=plan.in_place_streams, work=None)
+    return replace(
+        d, y=y, block=plan.in_place_block, streams=plan.in_place_streams, work=None, work4=None
+    )
 
 
 def _applies(part: Any, plan: Plan) -> bool:
-    if plan.in_place_block <= 0 or plan.solver != "ma-sgd" or plan.adaptive:
+    if plan.in_place_block <= 0 or plan.solver != "ma-sgd":
         return False
-    if plan.n_outputs != 1 or plan.kind == SOFTMAX or plan.l1 != 0.0 or plan.batch != 1:
+    if plan.n_outputs != 1 or plan.kind == SOFTMAX or plan.batch != 1:
+        return False
+    if plan.l1 != 0.0 and not plan.adaptive:  # (the adaptive kernel is lazy: L1 is fine)
         return False
     return getattr(part, "level", None) == "memory" and len(getattr(part, "chunks", ())) == 1
 
 
-def in_place_order(n_features: int) -> tuple[int, int]:
+def in_place_order(n_features: int, per_feature: int = 16) -> tuple[int, int]:
     """``(block, streams)`` for :class:`Plan` from the driver's config: how an epoch
     visits stored rows (:func:`.._core._order.epoch_order`); block 0 when the in-place path
-    is off or its workspace too big."""
+    is off or its workspace (``per_feature`` bytes a feature: 48 with ``adaptive``) too big."""
     out = []
     for name in ("in-place-block", "in-place-streams"):
         key = f"daskangel.models.{name}"
@@ -192,7 +219,7 @@ def in_place_order(n_features: int) -> tuple[int, int]:
         raise InvalidArgumentError(f"daskangel.models.in-place: expected true or false, got {on!r}")
     if not on:
         return 0, 1
-    workspace = (int(n_features) + 1) * 16
+    workspace = (int(n_features) + 1) * per_feature
     if workspace > config.get_bytes("daskangel.models.in-place-workspace"):
         return 0, 1
     return out[0], out[1]

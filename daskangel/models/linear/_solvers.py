@@ -182,7 +182,6 @@ class SGDTask:
                 t_1 = time.perf_counter()
                 W = W0.copy()
                 if acc is not None:
-                    assert isinstance(d, TaskData)  # not in place (see _inplace._applies)
                     G = G0.copy()
                     loss = d.local_adagrad(rows, W, G, p, eta)
                 else:

@@ -55,7 +55,8 @@ def test_in_place_steps_equal_the_prepared_path(
     seed: int,
 ) -> None:
     """The same rows in the same order give the same weights, loss and validation
-    sums on stored rows (global indices) as on localised rows (slots)."""
+    sums on stored rows (global indices) as on localised rows (slots), plain or
+    adaptive."""
     n_features = 150
     rng = np.random.default_rng(seed)
     X = sp.random(n_rows, n_features, density=0.06, format="csr", random_state=seed)
@@ -83,6 +84,15 @@ def test_in_place_steps_equal_the_prepared_path(
     loss_g = got.local_sgd(order, Wg, plan, eta)
     assert loss_g == pytest.approx(loss_r, rel=1e-12, abs=1e-12)
     np.testing.assert_allclose(Wg, Wr, rtol=1e-10, atol=1e-12)
+    # adaptive=True (AdaGrad, lazy L2 and L1): the packed kernel on global indices
+    G0 = rng.random((ref.keys.size, 1))
+    ada = Plan(**{**plan.__dict__, "adaptive": True, "l1": 1e-3})
+    Wr, Wg, Gr, Gg = W0.copy(), W0.copy(), G0.copy(), G0.copy()
+    loss_r = ref.local_adagrad(local, Wr, Gr, ada, eta)
+    loss_g = got.local_adagrad(order, Wg, Gg, ada, eta)
+    assert loss_g == pytest.approx(loss_r, rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(Wg, Wr, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(Gg, Gr, rtol=1e-12)
     ev_r, ev_g = ref.evaluate(Wr, plan), got.evaluate(Wg, plan)
     if ev_r is None:
         assert ev_g is None and got.val_ids.size == 0
