@@ -11,10 +11,13 @@ model, and early stopping acted on them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from distributed import Client
 
+import daskangel as angel
 from daskangel import models
 
 pytestmark = pytest.mark.timeout(240)
@@ -47,3 +50,29 @@ def test_ma_sgd_epochs_under_ssp_and_asp_score_like_bsp(client: Client) -> None:
         assert h["val_auc"].min() > bsp["val_auc"].min() - 0.02, (sync, h["val_auc"])
         assert h["val_loss"].max() < bsp["val_loss"].max() + 0.05, (sync, h["val_loss"])
         assert h["val_accuracy"].min() > bsp["val_accuracy"].min() - 0.03, (sync, h)
+
+
+# on worker processes (test_estimators runs in-process): in-process, the snapshot the
+# resumed fit reads was at times not there yet (the resumed fit started at clock 0)
+def test_fit_resumes_from_a_snapshot_to_the_same_model(client: Client, tmp_path: Any) -> None:
+    """fit(..., resume=url) in a fresh context continues a fit from the snapshot
+    its context took at clock 4 (of 6) and ends with exactly the model and the
+    history of the fit that ran through."""
+    from daskangel.errors import InvalidArgumentError
+
+    from ..conftest import planted
+
+    X, y, _ = planted(n=400)
+    url = str(tmp_path / "ckpt")
+    kw: dict[str, Any] = {"max_iter": 3, "n_tasks": 1, "sync": "bsp", "random_state": 0}
+    with angel.PSContext(client, snapshot=url, snapshot_every=4) as ps:
+        ref = models.LogisticRegression(ps=ps, **kw).fit(X, y)
+    with angel.PSContext(client) as fresh:
+        got = models.LogisticRegression(ps=fresh, **kw).fit(X, y, resume=url)
+        assert int(got.train_result_.history.clock.min()) == 4
+    np.testing.assert_array_equal(got.coef_, ref.coef_)
+    np.testing.assert_array_equal(got.intercept_, ref.intercept_)
+    np.testing.assert_allclose(got.history_.to_numpy(float), ref.history_.to_numpy(float))
+    other = models.LogisticRegression(solver="sgd", optimizer="adam", **kw)
+    with pytest.raises(InvalidArgumentError, match="do not match"):  # another model's arrays
+        other.fit(X, y, resume=url)

@@ -10,7 +10,6 @@ from distributed import Client
 
 import daskangel as angel
 from daskangel import models
-from daskangel.errors import InvalidArgumentError
 from daskangel.models._core._rows import pull, push
 
 from ..conftest import planted
@@ -127,7 +126,7 @@ def test_ftrl_and_owlqn_agree_on_sparsity_and_objective_at_equal_l1(client: Clie
     assert f_ftrl < f_owl * 1.02, (f_owl, f_ftrl)
 
 
-SOLVER_KW = {
+SOLVER_KW: dict[str, dict[str, Any]] = {
     "ma-sgd": {},
     "sgd": {"batch_size": 128, "learning_rate": 0.5},
     "ftrl": {"batch_size": 128, "learning_rate": 0.5},
@@ -221,7 +220,7 @@ def test_bad_parameters_name_the_argument(client: Client) -> None:
     with pytest.raises(ValueError, match="adaptive: per-feature adaptive steps are an option"):
         models.LogisticRegression(solver="ftrl", adaptive=True).fit(X, y)
     with pytest.raises(ValueError, match="adaptive: expected True or False, got 'yes'"):
-        models.LogisticRegression(adaptive="yes").fit(X, y)
+        models.LogisticRegression(adaptive="yes").fit(X, y)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="2 classes"):
         models.LogisticRegression().fit(X, np.zeros(100))
 
@@ -282,23 +281,3 @@ def test_bad_hot_keys_config_is_refused_before_anything_is_made(client: Client) 
     ):
         clf.fit(X, y)
     assert not getattr(clf, "_arrays", None)
-
-
-def test_fit_resumes_from_a_snapshot_to_the_same_model(client: Client, tmp_path: Any) -> None:
-    """fit(..., resume=url) in a fresh context continues a fit from the snapshot
-    its context took at clock 4 (of 6) and ends with exactly the model and the
-    history of the fit that ran through."""
-    X, y, _ = planted(n=400)
-    url = str(tmp_path / "ckpt")
-    kw: dict[str, Any] = {"max_iter": 3, "n_tasks": 1, "sync": "bsp", "random_state": 0}
-    with angel.PSContext(client, snapshot=url, snapshot_every=4) as ps:
-        ref = models.LogisticRegression(ps=ps, **kw).fit(X, y)
-    with angel.PSContext(client) as fresh:
-        got = models.LogisticRegression(ps=fresh, **kw).fit(X, y, resume=url)
-        assert int(got.train_result_.history.clock.min()) == 4
-    np.testing.assert_array_equal(got.coef_, ref.coef_)
-    np.testing.assert_array_equal(got.intercept_, ref.intercept_)
-    np.testing.assert_allclose(got.history_.to_numpy(float), ref.history_.to_numpy(float))
-    other = models.LogisticRegression(solver="sgd", optimizer="adam", **kw)
-    with pytest.raises(InvalidArgumentError, match="do not match"):  # another model's arrays
-        other.fit(X, y, resume=url)
