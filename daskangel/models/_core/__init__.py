@@ -37,7 +37,7 @@ from ._input import (
 )
 from ._io import array_names, load, rename_arrays, save_model
 from ._metrics import auc_from_hist, should_stop
-from ._monitor import Monitor
+from ._monitor import Monitor, RowsPlan
 from ._order import SHUFFLE_BLOCK, epoch_order, round_share, rows_per_round, split_ids
 from ._params import check_fraction, check_int, check_number, early_stopping_on, train_rows
 from ._predict import in_input_order, input_order, map_rows
@@ -50,6 +50,7 @@ __all__ = [
     "ExitHook",
     "LocalRows",
     "Monitor",
+    "RowsPlan",
     "SHUFFLE_BLOCK",
     "PSEstimator",
     "PartitionCache",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -32,7 +33,7 @@ import numpy as np
 from ._epochs import OFFSET, finish, row_width
 from ._metrics import should_stop
 
-__all__ = ["EpochPlan", "Monitor"]
+__all__ = ["EpochPlan", "Monitor", "RowsPlan"]
 
 # (stats[N_STATS], hist (2, nbins)) of a model on a task's validation rows, or None
 Evaluate = Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray] | None"]
@@ -61,6 +62,30 @@ class EpochPlan(Protocol):
     def monitor(self) -> str: ...
     @property
     def patience(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RowsPlan:
+    """An :class:`EpochPlan` for a family whose metrics rows hold its own sums (it
+    passes ``finish_row`` to :class:`Monitor`) and that does not stop early: only
+    the array, the first epoch's number and the clocks per epoch vary.
+
+    Example
+    -------
+    >>> RowsPlan("mf-metrics", epoch0=0, rounds=4, task="mf").tol is None
+    True
+    """
+
+    metrics: str
+    epoch0: int
+    rounds: int = 1  # clocks per epoch (or sweep)
+    nbins: int = 0
+    task: str = ""
+    binary: bool = False
+    logloss: bool = False
+    tol: float | None = None
+    monitor: str = ""
+    patience: int = 0
 
 
 class Monitor:
