@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core import Monitor
+from .._core import Monitor, RowsPlan
 
 __all__ = ["METRICS_WIDTH", "Plan", "finish", "monitor"]
 
@@ -81,26 +81,10 @@ class Plan:
     n_items: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class MonitorPlan:
-    """What :class:`.._core.Monitor` reads of a fit (``rounds``: clocks per epoch)."""
-
-    metrics: str
-    epoch0: int
-    rounds: int
-    nbins: int = 0
-    task: str = "mf"
-    binary: bool = False
-    logloss: bool = False
-    tol: float | None = None
-    monitor: str = ""
-    patience: int = 0
-
-
 def monitor(ctx: Any, plan: Plan, rounds: int) -> Monitor:
     """The task's monitor: ``mon.stop(ctx.iteration)`` after a clock reports the epochs
     every task has finished (``epoch``, ``train_rmse`` ...) to the dashboard."""
-    mp = MonitorPlan(plan.metrics, plan.epoch0, max(1, int(rounds)))
+    mp = RowsPlan(plan.metrics, plan.epoch0, max(1, int(rounds)), task="mf")
     return Monitor(ctx, mp, lambda _: None, finish_row=finish)
 
 
