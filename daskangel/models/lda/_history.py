@@ -16,10 +16,12 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
+
+from .._core import RowsPlan
 
 __all__ = ["SweepPlan", "sweep_metrics", "sweep_records"]
 
@@ -28,21 +30,9 @@ __all__ = ["SweepPlan", "sweep_metrics", "sweep_records"]
 METRIC_COLS = 5
 
 
-@dataclass(frozen=True, slots=True)
-class SweepPlan:
-    """What :class:`.._core.Monitor` reads of a CGS fit (its rows are sweeps, one clock each;
-    ``epoch0 = sweep0 - 1`` since row ``i`` is the model after ``i`` sweeps)."""
-
-    metrics: str
-    epoch0: int
-    rounds: int = 1
-    nbins: int = 0
-    task: str = "lda"
-    binary: bool = False
-    logloss: bool = False
-    tol: float | None = None
-    monitor: str = ""
-    patience: int = 0
+# what :class:`.._core.Monitor` reads of a CGS fit (its rows are sweeps, one clock each;
+# ``epoch0 = sweep0 - 1`` since row ``i`` is the model after ``i`` sweeps)
+SweepPlan = partial(RowsPlan, task="lda")
 
 
 def sweep_metrics(row: np.ndarray, n_tasks: int) -> dict[str, float]:
