@@ -40,7 +40,7 @@ from ._metrics import auc_from_hist, should_stop
 from ._monitor import Monitor, RowsPlan
 from ._order import SHUFFLE_BLOCK, epoch_order, round_share, rows_per_round, split_ids
 from ._params import check_fraction, check_int, check_number, early_stopping_on, train_rows
-from ._predict import in_input_order, input_order, map_rows
+from ._predict import apply_rows, check_width, in_input_order, input_order, map_rows
 from ._rounds import Rounds, barrier, check_finite_step, diverged
 from ._rows import LocalRows, pull, push, split_rows
 
@@ -56,6 +56,7 @@ __all__ = [
     "PartitionCache",
     "Prepared",
     "Rounds",
+    "apply_rows",
     "array_names",
     "as_dataset",
     "check_feature_names",
@@ -65,6 +66,7 @@ __all__ = [
     "barrier",
     "check_finite",
     "check_finite_step",
+    "check_width",
     "check_fraction",
     "check_int",
     "check_number",

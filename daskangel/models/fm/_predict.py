@@ -26,10 +26,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ...data import Dataset
 from ...errors import InvalidArgumentError
-from .._core._input import check_feature_names, is_dask
-from .._core._predict import in_input_order
+from .._core._predict import apply_rows
 from ._kernels import margins
 
 __all__ = ["local_margins", "margins_of"]
@@ -56,45 +54,17 @@ def _partition_margins(part: Any, W: np.ndarray, fields: np.ndarray | None) -> n
             f"X has {X.shape[1]} features, but the model is expecting {n} features as input"
         )
     X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n))
-    return local_margins(X, W, fields)[:, None]
+    return local_margins(X, W, fields)
 
 
 def margins_of(est: Any, X: Any, W: np.ndarray, fields: np.ndarray | None) -> Any:
     """Margins ``(n,)`` of ``X`` (see the module docstring)."""
-    check_feature_names(est, X, reset=False)
-    if isinstance(X, Dataset):
-        ds = X if X.persisted else X.persist()
-        if ds.n_features > est.n_features_in_:
-            raise InvalidArgumentError(
-                f"X: the Dataset has {ds.n_features} features, but {type(est).__name__} "
-                f"is expecting {est.n_features_in_} features as input"
-            )
-        client = ds.client
-        assert client is not None
-        [wf] = client.scatter([W], broadcast=True)
-        futs = ds.map_partitions(_partition_margins, wf, fields)
-        return in_input_order(ds, futs, 1)[:, 0]
-    if hasattr(X, "to_dask_array"):
-        X = X.to_dask_array(lengths=True)
-    if is_dask(X):
-        import dask
-
-        if X.ndim != 2 or X.shape[1] != est.n_features_in_:
-            raise InvalidArgumentError(
-                f"X has {X.shape[-1] if X.ndim else 0} features, but {type(est).__name__} "
-                f"is expecting {est.n_features_in_} features as input"
-            )
-        Xr = X.rechunk({1: -1})
-        wd = dask.delayed(W, pure=True)
-        return Xr.map_blocks(
-            local_margins, wd, fields, dtype=np.float64, drop_axis=1, chunks=(Xr.chunks[0],)
-        )
-    from sklearn.utils.validation import check_array
-
-    X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
-    if X.shape[1] != est.n_features_in_:
-        raise InvalidArgumentError(
-            f"X has {X.shape[1]} features, but {type(est).__name__} is expecting "
-            f"{est.n_features_in_} features as input"
-        )
-    return local_margins(X, W, fields)
+    return apply_rows(
+        est,
+        X,
+        W,
+        partition=_partition_margins,
+        block=local_margins,
+        local=local_margins,
+        args=(fields,),
+    )

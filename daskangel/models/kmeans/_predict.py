@@ -25,9 +25,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ...data import Dataset
-from ...errors import InvalidArgumentError
-from .._core import in_input_order, is_dask
+from .._core import apply_rows
 from ._kernels import Assigned, assign_csr_rows, assign_dense_blocks, row_norms
 from ._rows import part_matrix
 
@@ -80,42 +78,15 @@ def _apply(X: Any, C: np.ndarray, what: str) -> np.ndarray:
 
 def map_input(est: Any, X: Any, C: np.ndarray, what: str) -> Any:
     """``what`` (``'labels'``, ``'dist'`` or ``'transform'``) of every row of ``X``."""
-    k = C.shape[0]
-    two_d = what == "transform"
-    dtype = np.int32 if what == "labels" else np.float64
-    if isinstance(X, Dataset):
-        ds = X if X.persisted else X.persist(est._client())
-        if ds.n_features > est.n_features_in_:
-            raise InvalidArgumentError(
-                f"X: the Dataset has {ds.n_features} features, but {type(est).__name__} "
-                f"is expecting {est.n_features_in_} features as input"
-            )
-        client = ds.client
-        assert client is not None
-        [cf] = client.scatter([C], broadcast=True)
-        futs = ds.map_partitions(_partition, cf, what)
-        return in_input_order(ds, futs, k if two_d else None, dtype)
-    if hasattr(X, "to_dask_array"):
-        X = X.to_dask_array(lengths=True)
-    if is_dask(X):
-        import dask
-
-        if X.ndim != 2 or X.shape[1] != est.n_features_in_:
-            raise InvalidArgumentError(
-                f"X has {X.shape[-1] if X.ndim else 0} features, but {type(est).__name__} "
-                f"is expecting {est.n_features_in_} features as input"
-            )
-        Xr = X.rechunk({1: -1})
-        cd = dask.delayed(C, pure=True)
-        if two_d:
-            return Xr.map_blocks(_apply, cd, what, dtype=dtype, chunks=(Xr.chunks[0], (k,)))
-        return Xr.map_blocks(_apply, cd, what, dtype=dtype, drop_axis=1)
-    from sklearn.utils.validation import check_array
-
-    X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
-    if X.shape[1] != est.n_features_in_:
-        raise InvalidArgumentError(
-            f"X has {X.shape[1]} features, but {type(est).__name__} is expecting "
-            f"{est.n_features_in_} features as input"
-        )
-    return _apply(X, C, what)
+    return apply_rows(
+        est,
+        X,
+        C,
+        partition=_partition,
+        block=_apply,
+        local=_apply,
+        args=(what,),
+        width=C.shape[0] if what == "transform" else None,
+        dtype=np.int32 if what == "labels" else np.float64,
+        client=est._client(),
+    )

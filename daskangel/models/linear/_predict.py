@@ -24,10 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ...data import Dataset
 from ...errors import InvalidArgumentError
-from .._core._input import check_feature_names, is_dask
-from .._core._predict import in_input_order
+from .._core._predict import apply_rows
 
 __all__ = ["local_margins", "margins_of"]
 
@@ -50,39 +48,12 @@ def _partition_margins(part: Any, W: np.ndarray) -> np.ndarray:
 
 def margins_of(est: Any, X: Any, W: np.ndarray) -> Any:
     """Margins ``(n, K)`` of ``X`` under weights ``W`` (see the module docstring)."""
-    K = W.shape[1]
-    check_feature_names(est, X, reset=False)
-    if isinstance(X, Dataset):
-        ds = X if X.persisted else X.persist()
-        if ds.n_features > est.n_features_in_:
-            raise InvalidArgumentError(
-                f"X: the Dataset has {ds.n_features} features, but {type(est).__name__} "
-                f"is expecting {est.n_features_in_} features as input"
-            )
-        client = ds.client
-        assert client is not None
-        [wf] = client.scatter([W], broadcast=True)
-        futs = ds.map_partitions(_partition_margins, wf)
-        return in_input_order(ds, futs, K)
-    if hasattr(X, "to_dask_array"):
-        X = X.to_dask_array(lengths=True)
-    if is_dask(X):
-        import dask
-
-        if X.ndim != 2 or X.shape[1] != est.n_features_in_:
-            raise InvalidArgumentError(
-                f"X has {X.shape[-1] if X.ndim else 0} features, but {type(est).__name__} "
-                f"is expecting {est.n_features_in_} features as input"
-            )
-        Xr = X.rechunk({1: -1})
-        wd = dask.delayed(W, pure=True)
-        return Xr.map_blocks(local_margins, wd, dtype=np.float64, chunks=(Xr.chunks[0], (K,)))
-    from sklearn.utils.validation import check_array
-
-    X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
-    if X.shape[1] != est.n_features_in_:
-        raise InvalidArgumentError(
-            f"X has {X.shape[1]} features, but {type(est).__name__} is expecting "
-            f"{est.n_features_in_} features as input"
-        )
-    return local_margins(X, W)
+    return apply_rows(
+        est,
+        X,
+        W,
+        partition=_partition_margins,
+        block=local_margins,
+        local=local_margins,
+        width=W.shape[1],
+    )
