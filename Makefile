@@ -28,7 +28,11 @@ typecheck: $(STAMP)
 # (module clusters are shared within a file): ~1.3 of 2 cores were busy serially
 PYTEST_WORKERS ?= 2
 
+# bytecode for the package first: where PYTHONDONTWRITEBYTECODE is set (this machine)
+# no process writes it, and every worker, benchmark and kernel process compiled
+# daskangel's sources again on import (~0.5 s of CPU each, hundreds of processes)
 pytest: $(STAMP)
+	$(PY) -m compileall -q daskangel benchmarks
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: lint typecheck pytest
