@@ -47,6 +47,7 @@ __all__ = [
     "ServerLostError",
     "ShapeMismatchError",
     "ServerMemoryError",
+    "SnapshotAbandonedError",
     "SnapshotError",
     "StaleLayoutError",
     "SyncError",
@@ -179,6 +180,11 @@ class HandoffError(InvalidStateError):
 
 class SnapshotError(DaskAngelError, OSError):
     """A snapshot is missing, incomplete or does not match what is loaded into."""
+
+
+class SnapshotAbandonedError(SnapshotError):
+    """A snapshot was given up because an array it wrote was dropped meanwhile;
+    no version of it is left behind."""
 
 
 class MalformedInputError(DaskAngelError, ValueError):

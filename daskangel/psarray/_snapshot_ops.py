@@ -98,11 +98,21 @@ async def _snapshot_write(
     server: PSServer, url: str, array: str, storage: str, ndim: int, parts: list[dict[str, Any]]
 ) -> list[int]:
     """Copy this server's blocks of ``array`` under the lock, write them outside it."""
+    hold = dask.config.get("daskangel.snapshot.hold-dir", None)
+    if hold:
+        await _hold(str(hold))
     blocks = await server.run("cut_take", array=array, parts=parts)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(
         server.io_executor, _write, url, array, storage, ndim, parts, blocks
     )
+
+
+async def _hold(where: str) -> None:
+    """Test hook ``daskangel.snapshot.hold-dir``: say "held", wait for "release"."""
+    open(os.path.join(where, "held"), "w").close()
+    while not os.path.exists(os.path.join(where, "release")):
+        await asyncio.sleep(0.01)
 
 
 def _read(

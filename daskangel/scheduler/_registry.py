@@ -23,7 +23,7 @@ import contextlib
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from dask.utils import format_bytes
@@ -88,6 +88,9 @@ class ArrayRegistry:
         self.ctx_select: dict[str, dict[str, Any]] = {}
         # callbacks run when a context closes (other services forget it)
         self.on_close: list[Callable[[str], None]] = []
+        # awaited with an array's name before its blocks are freed (the snapshot
+        # service lets a snapshot writing it finish)
+        self.before_drop: list[Callable[[str], Awaitable[None]]] = []
         # events of callers in wait_meta, set on every metadata change
         self._waiters: set[asyncio.Event] = set()
         # the plugin's Lifecycle (not imported: it imports this module): is the
@@ -279,6 +282,8 @@ class ArrayRegistry:
         meta = self.arrays.pop(name, None)
         if meta is None:
             return False
+        for wait in self.before_drop:
+            await wait(name)
         lost = set(meta.get("lost", ()))
         servers = {(s[0], s[1]) for b, s in enumerate(meta["servers"]) if b not in lost}
         await self._drop_blocks(name, list(servers), meta["transport"])

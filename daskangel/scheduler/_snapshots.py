@@ -42,7 +42,12 @@ import dask.config
 
 from .. import _snapshot_format as fmt
 from .. import config
-from ..errors import ContextClosedError, InvalidArgumentError, SnapshotError
+from ..errors import (
+    ContextClosedError,
+    InvalidArgumentError,
+    SnapshotAbandonedError,
+    SnapshotError,
+)
 from ._placement import place_blocks
 
 if TYPE_CHECKING:
@@ -83,6 +88,9 @@ class SnapshotService:
         #           "job": job id}} clock-driven snapshots of training jobs
         self.cuts: dict[str, dict[str, Any]] = {}
         self._writing: set[asyncio.Task[Any]] = set()
+        # {array name: futures of the snapshots writing it now}: a drop waits for them
+        self._inflight: dict[str, list[asyncio.Future[None]]] = {}
+        registry.before_drop.append(self.settle)
         # workers being handed off (set by the plugin): no block is rebuilt there
         self.leaving: set[str] = set()
         # the clock service (set by the plugin): running jobs, rollbacks
@@ -166,6 +174,41 @@ class SnapshotService:
     def _lock(self, ctx: str) -> asyncio.Lock:
         return self._locks.setdefault(ctx, asyncio.Lock())
 
+    async def settle(self, name: str) -> None:
+        """Called before the blocks of array ``name`` are freed: wait (at most
+        ``daskangel.snapshot.drop-wait``) for the snapshots writing it to finish.
+
+        A snapshot still writing after that is abandoned when it meets the freed
+        blocks: its version is removed, so it is either complete or absent.
+        """
+        running = [f for f in self._inflight.get(name, ()) if not f.done()]
+        if not running:
+            return
+        try:
+            await asyncio.wait_for(
+                asyncio.shield(asyncio.gather(*running, return_exceptions=True)),
+                config.get_seconds("daskangel.snapshot.drop-wait"),
+            )
+        except TimeoutError:
+            logger.info("daskangel: array %s dropped while a snapshot writes it", name)
+
+    @contextlib.contextmanager
+    def _writing_arrays(self, names: list[str]) -> Any:
+        """Mark ``names`` as being written by one snapshot for :meth:`settle`."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for n in names:
+            self._inflight.setdefault(n, []).append(done)
+        try:
+            yield
+        finally:
+            done.set_result(None)
+            for n in names:
+                futs = self._inflight.get(n, [])
+                if done in futs:
+                    futs.remove(done)
+                if not futs:
+                    self._inflight.pop(n, None)
+
     # -- taking snapshots ----------------------------------------------------------
 
     def _arrays(self, ctx: str, names: list[str] | None) -> dict[str, dict[str, Any]]:
@@ -223,6 +266,8 @@ class SnapshotService:
     async def _clock_snapshot(self, ctx: str, clock: int, job: str, cut: str) -> None:
         try:
             await self.snapshot(ctx, clock=clock, cut_begun=True, job=job, cut=cut)
+        except SnapshotAbandonedError as e:  # the job freed its arrays: nothing to save
+            logger.info("daskangel: snapshot of %s at clock %d: %s", ctx, clock, e)
         except Exception as e:  # noqa: BLE001 - training goes on; the next boundary retries
             logger.log(
                 self._level(), "daskangel: snapshot of %s at clock %d failed: %s", ctx, clock, e
@@ -259,7 +304,6 @@ class SnapshotService:
         ``cut_begun``: the servers already started the cut (clock-driven snapshots).
         """
         policy = self.policies.get(ctx)
-        versioned = url is None
         root = url if url is not None else (policy.url if policy else None)
         if root is None:
             raise SnapshotError("snapshot: this PSContext has no snapshot= URL; pass one")
@@ -268,64 +312,96 @@ class SnapshotService:
             lost = {n: m["lost"] for n, m in metas.items() if m.get("lost")}
             if lost:
                 raise SnapshotError(f"snapshot: arrays have blocks on lost servers: {lost}")
+            with self._writing_arrays(list(metas)):
+                return await self._take(ctx, clock, url, root, policy, metas, cut_begun, job, cut)
+
+    async def _take(
+        self,
+        ctx: str,
+        clock: int | None,
+        url: str | None,
+        root: str,
+        policy: Policy | None,
+        metas: dict[str, dict[str, Any]],
+        cut_begun: bool,
+        job: str | None,
+        cut: str | None,
+    ) -> dict[str, Any]:
+        """Write one snapshot of ``metas`` (under the context's snapshot lock)."""
+        versioned = url is None
+        if versioned:
+            old = await asyncio.to_thread(fmt.list_versions, root)
+            number = 1 + max((int(v[1:7]) for v in old), default=0)
+            version = fmt.new_version_name(number)
+            target = fmt.join(root, version)
+        else:
+            target = root
+        storage = await asyncio.to_thread(fmt.create_arrays, target, metas)
+        servers = sorted({(s[0], int(s[1])) for m in metas.values() for s in m["servers"]})
+        if not cut_begun:
+            if self.cuts.get(ctx, {}).get("pending") is not None:
+                raise SnapshotError(
+                    f"snapshot: a snapshot of training at clock {self.cuts[ctx]['pending']} "
+                    "is under way; try again when it is written"
+                )
+            cut = uuid.uuid4().hex
+            await asyncio.gather(
+                *(self._call(ctx, s, "cut_begin", clock=clock, cut=cut) for s in servers)
+            )
+        try:
+            checksums = {}
+            for name, m in metas.items():
+                checksums[name] = await self._write_array(ctx, target, name, m, storage[name])
+        except Exception as e:
+            gone = [n for n, m in metas.items() if not self._same_array(n, m)]
+            if not gone:
+                raise
+            # an array was dropped while this wrote it (past daskangel.snapshot.drop-wait):
+            # abandon the snapshot, leaving no half-written version behind
             if versioned:
-                old = await asyncio.to_thread(fmt.list_versions, root)
-                number = 1 + max((int(v[1:7]) for v in old), default=0)
-                version = fmt.new_version_name(number)
-                target = fmt.join(root, version)
-            else:
-                target = root
-            storage = await asyncio.to_thread(fmt.create_arrays, target, metas)
-            servers = sorted({(s[0], int(s[1])) for m in metas.values() for s in m["servers"]})
-            if not cut_begun:
-                if self.cuts.get(ctx, {}).get("pending") is not None:
-                    raise SnapshotError(
-                        f"snapshot: a snapshot of training at clock {self.cuts[ctx]['pending']} "
-                        "is under way; try again when it is written"
-                    )
-                cut = uuid.uuid4().hex
-                await asyncio.gather(
-                    *(self._call(ctx, s, "cut_begin", clock=clock, cut=cut) for s in servers)
-                )
-            try:
-                checksums = {}
-                for name, m in metas.items():
-                    checksums[name] = await self._write_array(ctx, target, name, m, storage[name])
-            finally:
-                await asyncio.gather(
-                    *(self._call(ctx, s, "cut_end", cut=cut) for s in servers),
-                    return_exceptions=True,
-                )
-            _fail_at("chunks")
-            running = self.clocks.jobs.get(job) if job and self.clocks is not None else None
-            manifest = {
-                "format": fmt.FORMAT,
-                "clock": clock,
-                "job": job,
-                # what train(..., resume=url) checks and continues from
-                # (with the arrays in creation order: a model's resumed fit matches its own)
-                "job_state": (
-                    {**running.state(), "arrays": list(metas)} if running is not None else None
-                ),
-                "created": datetime.datetime.now(datetime.UTC).isoformat(),
-                "arrays": {
-                    n: {
-                        **{k: m[k] for k in ("shape", "ndim", "dtype", "sparse", "layout", "init")},
-                        "storage": storage[n],
-                        "blocks": m["blocks"],
-                        "checksums": checksums[n],
-                    }
-                    for n, m in metas.items()
-                },
-            }
-            await asyncio.to_thread(fmt.write_manifest, target, manifest)
-            _fail_at("manifest")
-            if not versioned:
-                return {"url": target, "clock": clock, "arrays": sorted(metas)}
-            await asyncio.to_thread(fmt.write_latest, root, version)
-            self.latest[ctx] = {"url": target, "version": version, "clock": clock, "job": job}
-            await asyncio.to_thread(self._prune, root, version, policy.keep if policy else 2)
-            return {"url": target, "version": version, "clock": clock, "arrays": sorted(metas)}
+                await asyncio.to_thread(fmt.remove_version, root, version)
+            raise SnapshotAbandonedError(
+                f"snapshot: abandoned, arrays {gone} were dropped while it wrote them"
+            ) from e
+        finally:
+            await asyncio.gather(
+                *(self._call(ctx, s, "cut_end", cut=cut) for s in servers),
+                return_exceptions=True,
+            )
+        _fail_at("chunks")
+        running = self.clocks.jobs.get(job) if job and self.clocks is not None else None
+        manifest = {
+            "format": fmt.FORMAT,
+            "clock": clock,
+            "job": job,
+            # what train(..., resume=url) checks and continues from
+            # (with the arrays in creation order: a model's resumed fit matches its own)
+            "job_state": (
+                {**running.state(), "arrays": list(metas)} if running is not None else None
+            ),
+            "created": datetime.datetime.now(datetime.UTC).isoformat(),
+            "arrays": {
+                n: {
+                    **{k: m[k] for k in ("shape", "ndim", "dtype", "sparse", "layout", "init")},
+                    "storage": storage[n],
+                    "blocks": m["blocks"],
+                    "checksums": checksums[n],
+                }
+                for n, m in metas.items()
+            },
+        }
+        await asyncio.to_thread(fmt.write_manifest, target, manifest)
+        _fail_at("manifest")
+        if not versioned:
+            return {"url": target, "clock": clock, "arrays": sorted(metas)}
+        await asyncio.to_thread(fmt.write_latest, root, version)
+        self.latest[ctx] = {"url": target, "version": version, "clock": clock, "job": job}
+        await asyncio.to_thread(self._prune, root, version, policy.keep if policy else 2)
+        return {"url": target, "version": version, "clock": clock, "arrays": sorted(metas)}
+
+    def _same_array(self, name: str, meta: dict[str, Any]) -> bool:
+        """Whether ``name`` is still the array ``meta`` describes (not dropped)."""
+        return self.registry.arrays.get(name) is meta
 
     async def _write_array(
         self, ctx: str, target: str, name: str, meta: dict[str, Any], storage: str
