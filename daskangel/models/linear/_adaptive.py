@@ -103,6 +103,23 @@ def adagrad_packed(  # type: ignore[no-untyped-def]
     return _adagrad1(indptr, indices, data, y, order, ws, keys, kind, eps, has_bias, eta, alpha, l1)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _lazy1(ws, j, gap, eta, alpha, l1):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Key ``j``'s L2 decay and L1 shrinkage of the ``gap`` steps it missed, on
+    :func:`_adagrad1`'s workspace (its step is unchanged since its last touch);
+    returns the weight (stored back when ``gap > 0``)."""
+    w = ws[j, 0]
+    if gap > 0.0:
+        if alpha > 0.0:
+            w *= _decay(gap * ws[j, 2])
+        if l1 > 0.0:
+            g = ws[j, 1]
+            c = (eta / math.sqrt(g) if g > 0.0 else eta) * l1 * gap
+            w = w - c if w > c else (w + c if w < -c else 0.0)
+        ws[j, 0] = w
+    return w
+
+
 @njit(nogil=True, cache=True)
 def _adagrad1(  # type: ignore[no-untyped-def]  # pragma: no cover
     indptr, indices, data, y, order, ws, keys, kind, eps, has_bias, eta, alpha, l1
@@ -127,15 +144,7 @@ def _adagrad1(  # type: ignore[no-untyped-def]  # pragma: no cover
             j = indices[q]
             w = ws[j, 0]
             if lazy and w != 0.0:
-                gap = t - ws[j, 3]
-                if gap > 0.0:
-                    if alpha > 0.0:
-                        w *= _decay(gap * ws[j, 2])
-                    if l1 > 0.0:
-                        g = ws[j, 1]
-                        c = (eta / math.sqrt(g) if g > 0.0 else eta) * l1 * gap
-                        w = w - c if w > c else (w + c if w < -c else 0.0)
-                    ws[j, 0] = w
+                w = _lazy1(ws, j, t - ws[j, 3], eta, alpha, l1)
             ws[j, 3] = t
             acc += w * data[q]
         lv, d = _dloss(kind, acc, y[r], eps)
@@ -157,16 +166,8 @@ def _adagrad1(  # type: ignore[no-untyped-def]  # pragma: no cover
     if lazy:
         for u in range(keys.shape[0]):
             j = keys[u]
-            w = ws[j, 0]
-            gap = n - ws[j, 3]
-            if w != 0.0 and gap > 0.0:
-                if alpha > 0.0:
-                    w *= _decay(gap * ws[j, 2])
-                if l1 > 0.0:
-                    g = ws[j, 1]
-                    c = (eta / math.sqrt(g) if g > 0.0 else eta) * l1 * gap
-                    w = w - c if w > c else (w + c if w < -c else 0.0)
-                ws[j, 0] = w
+            if ws[j, 0] != 0.0:
+                _lazy1(ws, j, n - ws[j, 3], eta, alpha, l1)
     if has_bias:
         ws[nk - 1, 0] = b
         ws[nk - 1, 1] = gb
