@@ -24,22 +24,21 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..psarray import ArrayMeta, Partition, psf_name
+from ..psarray import Partition, psf_name
 from ..psarray._routing import normalize_index, route_coo
-from ._base import UpdateFunc
-from ._optim import BoundOptimizer, Optimizer, _rule
+from ._optim import BoundOptimizer, Optimizer, RuleStep, _rule
 
 __all__ = ["AccumulatedStep", "step_accumulated"]
 
 
 @dataclass(frozen=True)
-class AccumulatedStep(UpdateFunc):
+class AccumulatedStep(RuleStep):
     """The psf of one step with accumulated gradients: arrays are the weights, the
     accumulator, then the rule's state slots (see the module docstring).
 
@@ -47,9 +46,7 @@ class AccumulatedStep(UpdateFunc):
     """
 
     arity: ClassVar[tuple[int, int]] = (2, 64)
-    rule: str = ""
-    hyper: dict[str, Any] = field(default_factory=dict)
-    plan: Any = field(default=None, compare=False)
+    _sized: ClassVar[str] = "rows"
 
     @classmethod
     def of(cls, opt: Optimizer, meta: Any, rows: Any) -> AccumulatedStep:
@@ -69,18 +66,6 @@ class AccumulatedStep(UpdateFunc):
         routed = route_coo(meta.layout, rr, cc, np.arange(rr.shape[0]))
         plan = {b: {"rows": p["coo_rows"], "cols": p["coo_cols"]} for b, p in routed.items()}
         return cls(psf_name(type(opt)), opt.hyper(), plan)
-
-    def params(self) -> dict[str, Any]:
-        return {"rule": self.rule, "hyper": self.hyper}
-
-    def writes_for(self, n_arrays: int) -> tuple[int, ...]:
-        return tuple(range(n_arrays))
-
-    def split(self, metas: list[ArrayMeta]) -> dict[int, dict[str, Any]]:
-        return dict(self.plan)
-
-    def cost(self, metas: list[ArrayMeta], block: int, params: dict[str, Any]) -> int:
-        return int(np.asarray(params["rows"]).size) * 8 * len(metas)
 
     def partition_update(self, *parts: Partition, **params: Any) -> None:
         rule = _rule(self.rule, self.hyper)

@@ -114,13 +114,16 @@ class _Fan(UpdateFunc):
 
 
 @dataclass(frozen=True)
-class XavierUniform(_Fan):
-    """Glorot uniform: ``U(-b, b)``, ``b = gain * sqrt(6 / (fan_in + fan_out))``."""
-
+class _Xavier(_Fan):
     gain: float = 1.0
     seed: int = 0
     fan_in: int | None = None
     fan_out: int | None = None
+
+
+@dataclass(frozen=True)
+class XavierUniform(_Xavier):
+    """Glorot uniform: ``U(-b, b)``, ``b = gain * sqrt(6 / (fan_in + fan_out))``."""
 
     def bound(self, fan_in: int, fan_out: int) -> float:
         return float(self.gain * math.sqrt(6.0 / (fan_in + fan_out)))
@@ -131,13 +134,8 @@ class XavierUniform(_Fan):
 
 
 @dataclass(frozen=True)
-class XavierNormal(_Fan):
+class XavierNormal(_Xavier):
     """Glorot normal: ``N(0, s)``, ``s = gain * sqrt(2 / (fan_in + fan_out))``."""
-
-    gain: float = 1.0
-    seed: int = 0
-    fan_in: int | None = None
-    fan_out: int | None = None
 
     def partition_update(self, *parts: Partition, **params: Any) -> None:
         fi, fo = self.fans(parts[0])
@@ -146,9 +144,7 @@ class XavierNormal(_Fan):
 
 
 @dataclass(frozen=True)
-class KaimingUniform(_Fan):
-    """He uniform: ``U(-b, b)``, ``b = gain * sqrt(3 / fan)`` (``mode`` picks the fan)."""
-
+class _Kaiming(_Fan):
     gain: float = math.sqrt(2.0)
     mode: str = "fan_in"
     seed: int = 0
@@ -160,30 +156,27 @@ class KaimingUniform(_Fan):
         if self.mode not in ("fan_in", "fan_out"):
             raise InvalidArgumentError(f"mode: expected 'fan_in' or 'fan_out', got {self.mode!r}")
 
+    def fan(self, p: Partition) -> int:
+        """The fan ``mode`` picks."""
+        fi, fo = self.fans(p)
+        return fi if self.mode == "fan_in" else fo
+
+
+@dataclass(frozen=True)
+class KaimingUniform(_Kaiming):
+    """He uniform: ``U(-b, b)``, ``b = gain * sqrt(3 / fan)`` (``mode`` picks the fan)."""
+
     def partition_update(self, *parts: Partition, **params: Any) -> None:
-        fi, fo = self.fans(parts[0])
-        b = self.gain * math.sqrt(3.0 / (fi if self.mode == "fan_in" else fo))
+        b = self.gain * math.sqrt(3.0 / self.fan(parts[0]))
         _draw(parts[0], InitSpec("uniform", -float(b), float(b), int(self.seed)))
 
 
 @dataclass(frozen=True)
-class KaimingNormal(_Fan):
+class KaimingNormal(_Kaiming):
     """He normal: ``N(0, gain / sqrt(fan))`` (``mode`` picks the fan)."""
 
-    gain: float = math.sqrt(2.0)
-    mode: str = "fan_in"
-    seed: int = 0
-    fan_in: int | None = None
-    fan_out: int | None = None
-
-    def check(self, metas: list[ArrayMeta]) -> None:
-        super().check(metas)
-        if self.mode not in ("fan_in", "fan_out"):
-            raise InvalidArgumentError(f"mode: expected 'fan_in' or 'fan_out', got {self.mode!r}")
-
     def partition_update(self, *parts: Partition, **params: Any) -> None:
-        fi, fo = self.fans(parts[0])
-        s = self.gain / math.sqrt(fi if self.mode == "fan_in" else fo)
+        s = self.gain / math.sqrt(self.fan(parts[0]))
         _draw(parts[0], InitSpec("normal", 0.0, float(s), int(self.seed)))
 
 

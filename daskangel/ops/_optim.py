@@ -44,7 +44,7 @@ from ._base import GetFunc, UpdateFunc
 if TYPE_CHECKING:
     from ..context import PSContext
 
-__all__ = ["BoundOptimizer", "OPTIMIZERS", "Optimizer", "OptimizerStep", "PullWithVersions"]
+__all__ = ["BoundOptimizer", "OPTIMIZERS", "Optimizer", "OptimizerStep", "PullWithVersions", "RuleStep"]
 
 # {"module:QualName": Optimizer subclass}: rules servers may run by name
 OPTIMIZERS: dict[str, type] = {}
@@ -117,13 +117,12 @@ def _rule(name: str, hyper: dict[str, Any]) -> Optimizer:
 
 
 @dataclass(frozen=True)
-class OptimizerStep(UpdateFunc):
-    """The psf of one optimiser step: arrays are the weights then the state slots.
+class RuleStep(UpdateFunc):
+    """A psf applying an update rule (``rule``, ``hyper``) to every array it names,
+    with a caller-side ``plan`` ``{block: params}``; ``_sized`` names the param
+    whose size prices a block."""
 
-    ``plan`` (caller only) is ``{block: params}`` from :func:`plan_gradient`.
-    """
-
-    arity: ClassVar[tuple[int, int]] = (1, 64)
+    _sized: ClassVar[str] = "g"
     rule: str = ""
     hyper: dict[str, Any] = field(default_factory=dict)
     plan: Any = field(default=None, compare=False)
@@ -138,7 +137,17 @@ class OptimizerStep(UpdateFunc):
         return dict(self.plan)
 
     def cost(self, metas: list[ArrayMeta], block: int, params: dict[str, Any]) -> int:
-        return int(np.asarray(params["g"]).size) * 8 * len(metas)
+        return int(np.asarray(params[self._sized]).size) * 8 * len(metas)
+
+
+@dataclass(frozen=True)
+class OptimizerStep(RuleStep):
+    """The psf of one optimiser step: arrays are the weights then the state slots.
+
+    ``plan`` (caller only) is ``{block: params}`` from :func:`plan_gradient`.
+    """
+
+    arity: ClassVar[tuple[int, int]] = (1, 64)
 
     def partition_update(self, *parts: Partition, **params: Any) -> None:
         rule = _rule(self.rule, self.hyper)
