@@ -44,7 +44,14 @@ from ._base import GetFunc, UpdateFunc
 if TYPE_CHECKING:
     from ..context import PSContext
 
-__all__ = ["BoundOptimizer", "OPTIMIZERS", "Optimizer", "OptimizerStep", "PullWithVersions", "RuleStep"]
+__all__ = [
+    "BoundOptimizer",
+    "OPTIMIZERS",
+    "Optimizer",
+    "OptimizerStep",
+    "PullWithVersions",
+    "RuleStep",
+]
 
 # {"module:QualName": Optimizer subclass}: rules servers may run by name
 OPTIMIZERS: dict[str, type] = {}
