@@ -52,7 +52,7 @@ from ._binding import Binding, get_binding
 from ._keylists import KeySet
 from ._meta import ArrayMeta
 from ._plan import assemble, direct_targets, plan_get
-from ._pullcache import Fetch, UnitStore, covered
+from ._pullcache import DirectStore, Fetch, UnitStore, covered, make_store
 from ._pusher import UpdatePusher
 from ._routing import check_shape, normalize_index
 
@@ -111,8 +111,8 @@ class PSAgent(KeySetPulls):
         self._lock = threading.Lock()
         # {job: slowest clock known}; job None is reads outside training
         self.known_min: dict[str | None, int] = {}
-        # {(job, array, mode): UnitStore}
-        self.stores: dict[tuple[str | None, str, str], UnitStore] = {}
+        # {(job, array, mode): UnitStore or DirectStore}
+        self.stores: dict[tuple[str | None, str, str], UnitStore | DirectStore] = {}
         # {tag: _KeyPlan} for key sets registered from this process
         self.keysets: dict[str, _KeyPlan] = {}
         # {(job, tag): Fetch} key-set pulls, cached (done) or in flight
@@ -258,12 +258,20 @@ class PSAgent(KeySetPulls):
         with self._lock:
             store = self.stores.get((job, name, mode))
             if store is None:
-                store = self.stores[(job, name, mode)] = UnitStore(width, m.dtype)
+                n_units = m.shape[0] if mode == "rows" else m.shape[1]
+                store = self.stores[(job, name, mode)] = make_store(n_units, width, m.dtype)
             if floor is not None:
                 hit, vals = store.lookup(uniq, floor)
-                pending.out[hit] = vals
-                need_at = np.flatnonzero(~hit)
-                self._count(task, cache_hits=int(hit.sum()))
+                n_hit = vals.shape[0]
+                if n_hit == uniq.shape[0]:
+                    need_at = np.arange(0)
+                    pending._out = vals  # every unit from the cache: its copy, no other
+                elif n_hit:
+                    pending.out[hit] = vals
+                    need_at = np.flatnonzero(~hit)
+                else:  # nothing cached: the result is the fetch's own array (no copy)
+                    need_at = np.arange(uniq.shape[0])
+                self._count(task, cache_hits=n_hit)
             else:
                 need_at = np.arange(uniq.shape[0])
             for f in store.inflight:
@@ -288,7 +296,9 @@ class PSAgent(KeySetPulls):
             self._start_fetch(name, mode, store, new, task)
         return pending
 
-    def _start_fetch(self, name: str, mode: str, store: UnitStore, fetch: Fetch, task: Any) -> None:
+    def _start_fetch(
+        self, name: str, mode: str, store: UnitStore | DirectStore, fetch: Fetch, task: Any
+    ) -> None:
         arr = PSArray(name, binding=self.binding)
         try:
             if mode == "rows":
@@ -325,7 +335,7 @@ class PSAgent(KeySetPulls):
 
         cf.add_done_callback(lambda f: self._merger.submit(complete, f))
 
-    def _fail_fetch(self, store: UnitStore, fetch: Fetch, e: BaseException) -> None:
+    def _fail_fetch(self, store: UnitStore | DirectStore, fetch: Fetch, e: BaseException) -> None:
         with self._lock:
             if fetch in store.inflight:
                 store.inflight.remove(fetch)

@@ -8,8 +8,13 @@ clocks ``< m``.  A read at clock ``c`` under staleness ``s`` needs every update
 of clocks ``<= c - s - 1``, so it may use a copy with ``fresh >= c - s`` (its
 *floor*).
 
-The store keeps units as three sorted parallel arrays, so a lookup or insert of
-a batch of units is a few vectorised numpy calls, never a loop per unit.  A
+:class:`UnitStore` keeps units as three sorted parallel arrays, so a lookup or
+insert of a batch of units is a few vectorised numpy calls, never a loop per
+unit; but an insert of new units moves the whole store (``np.insert``).  When an
+index of every unit of the array is small (``daskangel.agent.direct-index-bytes``,
+4 bytes a unit), :class:`DirectStore` is used instead: a slot per unit, so a
+lookup or an insert costs the batch's size, whatever the store holds (a
+minibatch SGD task pulls a batch's keys of a million-entry vector every clock).  A
 fetch in flight is listed too, so a concurrent reader of the same units waits
 for it instead of sending a second request (de-duplication).
 
@@ -32,7 +37,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Fetch", "UnitStore", "covered", "positions"]
+from .. import config
+
+__all__ = ["DirectStore", "Fetch", "UnitStore", "covered", "make_store", "positions"]
 
 
 class Fetch:
@@ -132,6 +139,127 @@ class UnitStore:
 
     def __repr__(self) -> str:
         return f"UnitStore<{self.keys.shape[0]} units x {self.width}>"
+
+
+_ABSENT = np.iinfo(np.int64).min  # the freshness of a unit not cached
+
+
+class DirectStore:
+    """Cached units of one array indexed by unit id (not thread-safe: the agent locks).
+
+    ``slot[unit]`` is the unit's row in ``vals`` / ``fresh`` / ``units`` (or -1);
+    ``fresh`` has one more entry than the slots, always :data:`_ABSENT`, so that
+    ``fresh[slot[want]]`` reads "absent" for units without a slot.  Lookups and
+    inserts cost the batch, not the store; rows are appended and compacted only
+    by :meth:`evict`.
+
+    Example
+    -------
+    >>> s = DirectStore(n_units=10, width=1, dtype=np.dtype("float64"))
+    >>> s.insert(np.array([2, 5]), np.ones((2, 1)), fresh=3)
+    >>> s.lookup(np.array([2, 4, 5]), floor=3)[0].tolist()
+    [True, False, True]
+    """
+
+    def __init__(self, n_units: int, width: int, dtype: np.dtype) -> None:
+        self.width = width
+        self.dtype = np.dtype(dtype)
+        self.slot = np.full(n_units, -1, np.int32 if n_units < 2**31 else np.int64)
+        self.n = 0  # slots in use
+        self.units = np.empty(0, np.int64)  # unit of each slot
+        self.vals = np.empty((0, width), self.dtype)
+        self.fresh = np.full(1, _ABSENT, np.int64)  # per slot, then the "absent" entry
+        self.inflight: list[Fetch] = []
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.slot.nbytes + self.units.nbytes + self.vals.nbytes + self.fresh.nbytes)
+
+    @property
+    def keys(self) -> np.ndarray:
+        """The cached units, sorted (for inspection; not on the read path)."""
+        return np.sort(self.units[: self.n])
+
+    def lookup(self, want: np.ndarray, floor: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(hit mask, values of the hits)`` for unique ``want`` (sorted or not)."""
+        s = self.slot[want]
+        hit = self.fresh[s] >= floor
+        return hit, self.vals[s[hit]]
+
+    def insert(self, keys: np.ndarray, vals: np.ndarray, fresh: int) -> None:
+        """Add or replace units (unique ``keys``) fetched at ``fresh``; a unit cached
+        fresher than this fetch keeps its value."""
+        if keys.shape[0] == 0:
+            return
+        s = self.slot[keys]
+        found = s >= 0
+        upd = found & (self.fresh[s] <= fresh)
+        if upd.any():
+            self.vals[s[upd]] = vals[upd]
+            self.fresh[s[upd]] = fresh
+        new = np.flatnonzero(~found)
+        m = new.shape[0]
+        if m == 0:
+            return
+        n = self.n
+        if n + m > self.units.shape[0]:
+            self._grow(max(n + m, 2 * self.units.shape[0], 1024))
+        self.units[n : n + m] = keys[new]
+        self.vals[n : n + m] = vals[new]
+        self.fresh[n : n + m] = fresh
+        self.slot[keys[new]] = np.arange(n, n + m)
+        self.n = n + m
+
+    def _grow(self, cap: int) -> None:
+        n = self.n
+        cap = min(cap, self.slot.shape[0])
+        units = np.empty(cap, np.int64)
+        units[:n] = self.units[:n]
+        vals = np.empty((cap, self.width), self.dtype)
+        vals[:n] = self.vals[:n]
+        fresh = np.full(cap + 1, _ABSENT, np.int64)
+        fresh[:n] = self.fresh[:n]
+        self.units, self.vals, self.fresh = units, vals, fresh
+
+    def evict(self, max_bytes: int) -> int:
+        """Drop the least fresh units until the cached rows fit ``max_bytes``; return
+        how many were dropped (the slot index itself is not counted)."""
+        per = 16 + self.width * self.dtype.itemsize
+        n = self.n
+        if n * per <= max_bytes:
+            return 0
+        keep_n = max(0, max_bytes // per)
+        order = np.argsort(self.fresh[:n], kind="stable")
+        self.slot[self.units[order[: n - keep_n]]] = -1
+        keep = np.sort(order[n - keep_n :])
+        self._compact(keep)
+        return n - keep_n
+
+    def _compact(self, keep: np.ndarray) -> None:
+        k = keep.shape[0]
+        self.units[:k] = self.units[keep]
+        self.vals[:k] = self.vals[keep]
+        self.fresh[:k] = self.fresh[keep]
+        self.fresh[k:] = _ABSENT
+        self.slot[self.units[:k]] = np.arange(k)
+        self.n = k
+
+    def clear(self) -> None:
+        self.slot[self.units[: self.n]] = -1
+        self.fresh[: self.n] = _ABSENT
+        self.n = 0
+
+    def __repr__(self) -> str:
+        return f"DirectStore<{self.n} of {self.slot.shape[0]} units x {self.width}>"
+
+
+def make_store(n_units: int, width: int, dtype: np.dtype) -> UnitStore | DirectStore:
+    """A :class:`DirectStore` when its slot index fits
+    ``daskangel.agent.direct-index-bytes``, else a :class:`UnitStore`."""
+    limit = config.get_bytes("daskangel.agent.direct-index-bytes")
+    if n_units * (4 if n_units < 2**31 else 8) <= limit:
+        return DirectStore(n_units, width, dtype)
+    return UnitStore(width, dtype)
 
 
 def covered(need: np.ndarray, fetch: Fetch) -> np.ndarray:

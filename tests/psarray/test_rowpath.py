@@ -3,6 +3,7 @@ agent reads without extra copies, and compressed-row (CSR) writes into dense mat
 
 from __future__ import annotations
 
+import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -137,16 +138,24 @@ def test_server_rejects_bad_csr_parts_and_changes_nothing() -> None:
     assert got[0, 1] == 1 and got[2, 4] == 1 and got.sum() == 2
 
 
-def test_cache_insert_merges_in_place() -> None:
-    """UnitStore.insert merges sorted keys (no re-sort of the store per fetch) and keeps
-    a cached unit fresher than the fetch, as before."""
-    from daskangel.psarray._pullcache import UnitStore
+@pytest.mark.parametrize("kind", ["sorted", "direct"])
+def test_cache_insert_merges_in_place(kind: str) -> None:
+    """Both pull-cache stores (sorted unit lists; a slot per unit, whose inserts cost
+    the batch and not the store) keep a cached unit fresher than the fetch, evict the
+    least fresh first and forget everything on clear."""
+    from daskangel.psarray._pullcache import DirectStore, UnitStore, make_store
 
     rng = np.random.default_rng(0)
-    s = UnitStore(2, np.dtype("float32"))
+    s: UnitStore | DirectStore = (
+        UnitStore(2, np.dtype("float32"))
+        if kind == "sorted"
+        else DirectStore(1000, 2, np.dtype("float32"))
+    )
     ref: dict[int, tuple[np.ndarray, int]] = {}
     for _ in range(200):
         k = np.unique(rng.integers(0, 1000, int(rng.integers(1, 50))))
+        if kind == "direct":
+            k = rng.permutation(k)  # a direct store takes unsorted units
         v = rng.random((k.size, 2)).astype("float32")
         f = int(rng.integers(0, 10))
         s.insert(k, v, f)
@@ -155,5 +164,21 @@ def test_cache_insert_merges_in_place() -> None:
                 ref[kk] = (vv, f)
     ks = sorted(ref)
     assert s.keys.tolist() == ks
-    np.testing.assert_array_equal(s.vals, np.array([ref[k][0] for k in ks]))
-    assert s.fresh.tolist() == [ref[k][1] for k in ks]
+    want = np.arange(1000)
+    for floor in (0, 5, 9):
+        hit, vals = s.lookup(want, floor)
+        exp = [k for k in ks if ref[k][1] >= floor]
+        assert want[hit].tolist() == exp
+        np.testing.assert_array_equal(vals, np.array([ref[k][0] for k in exp]).reshape(-1, 2))
+    per = 16 + 2 * 4
+    assert s.evict(100 * per) == len(ks) - 100
+    hit, _ = s.lookup(want, 0)
+    kept = want[hit]
+    assert kept.size == 100 and min(ref[k][1] for k in kept) >= max(
+        ref[k][1] for k in set(ks) - set(kept.tolist())
+    )
+    s.clear()
+    assert not s.lookup(want, -(2**62))[0].any()
+    assert isinstance(make_store(1000, 2, np.dtype("float32")), DirectStore)
+    with dask.config.set({"daskangel.agent.direct-index-bytes": 100}):
+        assert isinstance(make_store(1000, 2, np.dtype("float32")), UnitStore)
