@@ -153,6 +153,9 @@ def test_dense_rows_stay_dense_in_memory_and_read_the_same_everywhere(client):
             ds = angel.data.from_array(X, y, dense=True, storage=level).persist(n_partitions=2)
         parts = client.gather(ds.map_partitions(lambda p: p.csr()))
         assert all(isinstance(p, angel.data.DenseBatch) == (level == "memory") for p in parts)
+        if level == "memory":  # the CSR view is made once, not on every access
+            assert all(p.indices is p.indices and p.indptr is p.indptr for p in parts)
+            assert all(np.shares_memory(p.data, p.X) for p in parts)
         got = sp.vstack([p.to_scipy() for p in parts]).toarray()
         np.testing.assert_array_equal(got, X)
         np.testing.assert_array_equal(np.concatenate([p.labels for p in parts]), y)
