@@ -10,13 +10,16 @@ Iteration ``t`` of a task is:
 2. if the shift is at most ``tol`` (absolute: the estimator scales the user's
    ``tol`` by the data's mean variance, as scikit-learn does) or ``max_iter``
    updates are done, stop;
-3. assign every row (:mod:`._kernels`) and **push**: *set* the task's own rows of
+3. assign every row (:mod:`._kernels`; dense rows with Hamerly's bounds,
+   :mod:`._bounds`, which skip the rows whose nearest centre cannot have changed) and **push**: *set* the task's own rows of
    ``S_t`` (sums, counts, its farthest rows as re-seed candidates, its inertia);
 4. ``clock()``.
 
 The stop is the same in every task (all read the same figures).  After it, the
 task assigns its rows once more with the final centres and returns its labels
-and inertia; task 0 also returns the per-iteration history it read.  The
+and inertia, its rows and the seconds it spent pulling, assigning, pushing and
+waiting at the clock (the balance of the tasks); task 0 also returns the
+per-iteration history it read.  The
 initial centres are ``S_{-1}``: task 0's cluster rows of the third array
 (counts 1), which task 0 overwrites in full at ``t = 2``.
 
@@ -36,7 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from ... import config
 from .._core import ExitHook
+from ._bounds import Bounded, BoundedOut
 from ._psfs import Centres, Geometry, farthest
 from ._rows import TaskRows, rows_of
 
@@ -54,22 +59,28 @@ class Plan:
 
 
 def task_values(g: Geometry, rows: TaskRows, out: Any, cols: np.ndarray) -> np.ndarray:
-    """The values of a task's own rows of ``S_t`` on the physical columns ``cols``."""
+    """The values of a task's own rows of ``S_t`` on the physical columns ``cols``
+    (``out``: an :class:`~._kernels.Assigned`, or a :class:`~._bounds.BoundedOut`
+    carrying its re-seed candidates ``far`` / ``far_dist``)."""
     k, m = g.n_clusters, g.n_cand
     at_feat = np.searchsorted(cols, g.phys(rows.keys))
     at_count = np.searchsorted(cols, g.count_cols())
     V = np.zeros((k + m + 1, cols.shape[0]))
     V[:k, at_feat] = out.sums
     V[:k, at_count] = out.counts[:, None]
-    far = farthest(out.dist, m)
-    far = far[out.dist[far] > 0]
+    if isinstance(out, BoundedOut):
+        far, far_dist = out.far, out.far_dist
+    else:
+        far = farthest(out.dist, m)
+        far = far[out.dist[far] > 0]
+        far_dist = out.dist[far]
     if far.size:
         if rows.dense is not None:
             cand = rows.dense[far].astype(np.float64)
         else:
             cand = np.stack([rows.row(int(i)) for i in far])  # at most n_cand rows
         V[k + np.arange(far.size)[:, None], at_feat[None, :]] = cand
-        V[k + np.arange(far.size)[:, None], at_count[None, :]] = out.dist[far][:, None]
+        V[k + np.arange(far.size)[:, None], at_count[None, :]] = far_dist[:, None]
     V[k + m, np.searchsorted(cols, 0)] = out.inertia
     V[k + m, np.searchsorted(cols, 1)] = float(rows.n)
     return V
@@ -91,13 +102,20 @@ class LloydTask:
         cols = np.unique(np.concatenate([g.phys(rows.keys), g.count_cols(), [0, 1]]))
         own = np.concatenate([g.cluster_rows(me), g.cand_rows(me), [g.metrics_row(me)]])
         t = int(ctx.iteration)  # a resubmitted task resumes here
+        bounded = None
+        if rows.dense is not None and bool(config.get("daskangel.kmeans.bounds")):
+            bounded = Bounded(rows.dense, rows.xnorm)
         last: np.ndarray | None = None
         history: list[dict[str, float]] = []
         t0 = time.perf_counter()
         hook = ExitHook.from_config("kmeans", "exit-at-iteration")
+        spent = dict.fromkeys(("pull", "assign", "push", "clock"), 0.0)
         while True:
+            ta = time.perf_counter()
             got = S[(t - 1) % 3 if t >= 1 else 2].psf(pull, S[(t - 2) % 3 if t >= 2 else 2])
             C = got["centres"]
+            tb = time.perf_counter()
+            spent["pull"] += tb - ta
             if last is not None:  # an empty cluster nothing re-seeded keeps its centre
                 C = np.where(np.isnan(C), last, C)
             C = np.nan_to_num(C)
@@ -109,14 +127,21 @@ class LloydTask:
                                     "time": time.perf_counter() - t0})  # fmt: skip
             if t >= p.max_iter or (t >= 1 and got["shift"] <= p.tol):
                 break
-            out = rows.assign(C, accumulate=True)
+            out = bounded.step(C, g.n_cand) if bounded is not None else rows.assign(C, True)
+            tc = time.perf_counter()
             full = me == 0 and t == 2  # erase the initial centres in S_{-1}'s array
             at = np.arange(g.n_phys) if full else cols
             S[t % 3].set(task_values(g, rows, out, at), rows=own, cols=at)
             hook.at(ctx, t)  # the test hook: die after this iteration's push
+            td = time.perf_counter()
             ctx.clock()
+            te = time.perf_counter()
+            spent["assign"] += tc - tb
+            spent["push"] += td - tc
+            spent["clock"] += te - td
             last = C
             t += 1
         out = rows.assign(C, accumulate=False)
         return {"index": int(part.index), "labels": out.labels, "n_iter": t,
-                "inertia": out.inertia, "history": history}  # fmt: skip
+                "inertia": out.inertia, "history": history, "rows": rows.n,
+                "seconds": spent}  # fmt: skip

@@ -14,6 +14,7 @@ from sklearn.datasets import make_blobs
 
 from daskangel.errors import InvalidArgumentError
 from daskangel.models import KMeans, load
+from daskangel.models.kmeans._bounds import Bounded
 from daskangel.models.kmeans._init import take_share
 from daskangel.models.kmeans._kernels import assign_dense_blocks, row_norms
 from daskangel.models.kmeans._psfs import Geometry, centres_of, farthest
@@ -47,6 +48,27 @@ def test_dense_kernel_matches_brute_force() -> None:
     assert out.counts.sum() == 1000
     for j in range(7):
         np.testing.assert_allclose(out.sums[j], X[out.labels == j].sum(0), rtol=1e-5, atol=1e-4)
+
+
+def test_bounded_lloyd_gives_plain_lloyds_labels_sums_and_inertia() -> None:
+    """Hamerly's bounds skip rows, not results: every iteration equals the full pass."""
+    X, _ = make_blobs(n_samples=3000, n_features=6, centers=9, cluster_std=2.0, random_state=2)
+    X = X.astype(np.float32)
+    xn = row_norms(X)
+    C = X[:9].astype(np.float64)  # a poor start: clusters move, split and merge
+    b = Bounded(X, xn)
+    with dask.config.set({"daskangel.kmeans.block-rows": 64}):
+        for it in range(8):
+            got, want = b.step(C, 3), assign_dense_blocks(X, xn, C, True)
+            assert (got.labels == want.labels).mean() > 0.999, it
+            assert got.inertia == pytest.approx(want.inertia, rel=1e-6)
+            np.testing.assert_allclose(got.counts, want.counts, atol=1.0)
+            np.testing.assert_allclose(got.sums, want.sums, rtol=1e-4, atol=20.0)
+            far = np.argsort(-b.upper, kind="stable")[:3]
+            assert got.far.tolist() == far.tolist()
+            np.testing.assert_allclose(got.far_dist, want.dist[far], rtol=1e-4)
+            C = want.sums / np.maximum(want.counts, 1.0)[:, None]
+    assert b.queued < X.shape[0] // 2  # the bounds did skip rows
 
 
 def test_centres_of_sums_tasks_and_reseeds_empty() -> None:
