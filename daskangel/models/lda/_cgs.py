@@ -86,6 +86,7 @@ class Plan:
     snap_every: int = 0  # clocks between snapshots (0: none)
     recovery: str = "continue"  # the context's recovery mode
     z_fresh: bool = True  # ``z`` was made for this fit (holds nothing of a previous one)
+    resume_clock: int = 0  # a fit resumed from a snapshot: its clock (``z`` holds its topics)
 
 
 def evaluate_docs(
@@ -125,13 +126,15 @@ class CGSTask:
         zoff = p.z_offsets[part.index] if p.z is not None else 0
         # a second start in this job, or a start past clock 0: restarted after a failure
         restart = c.job == ctx.job or ctx.iteration > 0
-        c.job = ctx.job
+        first_start, c.job = c.job is None, ctx.job
         if c.z is not None and p.z_fresh and ctx.iteration == 0 and not restart:
             c.zps = None  # a new z array: write every token
         if restart and ctx.iteration == 0 and p.sweep0 > 0 and p.z_fresh:
             zarr = None  # z holds nothing from before this fit: the tokens cannot come back
         if restart and not (ctx.iteration == 0 and p.sweep0 == 0):
-            restore_z(ctx, zarr, c, zoff, K, p.recovery)  # the snapshot's assignments
+            # the snapshot's assignments (a resumed fit's tasks start at its clock)
+            resumed = p.resume_clock > 0 and ctx.iteration == p.resume_clock and first_start
+            restore_z(ctx, zarr, c, zoff, K, "rollback" if resumed else p.recovery)
         elif ctx.iteration == 0 and (c.z is None or restart):
             c.z = np.empty(c.n_tokens, np.int32)
             c.zps = None
@@ -228,7 +231,7 @@ class CGSTask:
                 ev = time.perf_counter() - t1
                 met.increment(np.array([ll, n, ev]), rows=s - 1, cols=np.arange(3))
             tm["eval"] += ev
-            if zarr is not None and ((s + 1) % p.snap_every == 0 or s == p.sweeps):
+            if zarr is not None and p.snap_every and ((s + 1) % p.snap_every == 0 or s == p.sweeps):
                 write_z(zarr, c, zoff)  # in the snapshot at clock s + 1 (and kept for the next fit)
             ctx.report(eval_s=ev, tokens=int(c.n_tokens))
             t2 = time.perf_counter()

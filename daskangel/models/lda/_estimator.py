@@ -49,7 +49,7 @@ from ._params import (
     priors,
     validate_dataset,
 )
-from ._recover import make_z, token_offsets
+from ._recover import make_z, resume_clock_of, token_offsets
 from ._svi_fit import make_svi_arrays, run_svi
 
 __all__ = ["LDA"]
@@ -211,16 +211,31 @@ class LDA(TransformerMixin, PSEstimator):
 
     # -- fitting ------------------------------------------------------------------------
 
-    def fit(self, X: Any, y: Any = None) -> LDA:
+    def fit(self, X: Any, y: Any = None, *, resume: str | None = None) -> LDA:
         """Learn the topics of the document-word counts ``X`` (``y`` is ignored).
 
         ``X``: ``scipy.sparse`` or numpy counts, a dask array, or a daskangel
-        Dataset (e.g. ``angel.data.read_docword(url)``).
+        Dataset (e.g. ``angel.data.read_docword(url)``).  ``resume``: a snapshot
+        taken during an earlier CGS fit of this model with the same parameters and
+        data (``snapshot=url, snapshot_every=N``): the counts and the topic
+        assignments come back from it and the fit continues from its sweep (see
+        :meth:`PSEstimator._resuming`); one task under BSP ends with exactly the
+        counts of the fit that ran through.
+
+        .. warning::
+           A resumed fit's ``history_`` holds the sweeps it ran itself (from the
+           snapshot's clock on).  ``resume`` needs ``solver='cgs'``.
         """
         check_params(self)
-        if not self.warm_start or not hasattr(self, "n_features_in_") or self._switched():
+        if resume is not None and self.solver != "cgs":
+            raise InvalidArgumentError(
+                f"resume: expected solver='cgs' (a CGS fit's snapshot), got {self.solver!r}"
+            )
+        if resume is not None or not self.warm_start or not hasattr(self, "n_features_in_") \
+                or self._switched():  # fmt: skip
             self._forget()
-        return self._fit(X, self.max_iter)
+        with self._resuming(resume):
+            return self._fit(X, self.max_iter, resume)
 
     def partial_fit(self, X: Any, y: Any = None) -> LDA:
         """One more sweep over ``X`` (its tokens' topics continue where they were).
@@ -249,16 +264,18 @@ class LDA(TransformerMixin, PSEstimator):
     def fit_transform(self, X: Any, y: Any = None, **kw: Any) -> Any:
         return self.fit(X).transform(X)
 
-    def _fit(self, X: Any, sweeps: int) -> LDA:
+    def _fit(self, X: Any, sweeps: int, resume: str | None = None) -> LDA:
         client = self._client()
         n_tasks = self._n_tasks(client)
         data = as_unlabelled(X, client, n_tasks, est=self)
         try:
-            return self._fit_dataset(client, data, sweeps)
+            return self._fit_dataset(client, data, sweeps, resume)
         finally:
             data.release()
 
-    def _fit_dataset(self, client: Any, data: Prepared, sweeps: int) -> LDA:
+    def _fit_dataset(
+        self, client: Any, data: Prepared, sweeps: int, resume: str | None = None
+    ) -> LDA:
         ds = data.ds
         V = int(ds.n_features)
         if hasattr(self, "n_features_in_") and self.n_features_in_ != V:
@@ -296,7 +313,7 @@ class LDA(TransformerMixin, PSEstimator):
             val_fraction=float(self.validation_fraction),
             evaluate_every=evaluate_every(self),
             fold_in=int(config.get("daskangel.lda.fold-in-iters")),
-            **self._z_plan(ps, sizes),
+            **self._z_plan(ps, sizes, resume),
         )  # fmt: skip
         try:
             res = train(
@@ -308,17 +325,24 @@ class LDA(TransformerMixin, PSEstimator):
         finally:
             with contextlib.suppress(Exception):
                 ps.drop(met.name)
+        if resume is not None and not plan.snap_every:  # z only carried the snapshot's topics
+            with contextlib.suppress(Exception):
+                ps.drop(self._arrays.pop("z"))
         self.n_train_tokens_ = int(ps.get_array(plan.nk).get().sum())
-        self._record(res, rows, sweeps, sweep0, 1)
+        self._record(res, rows, sweeps, sweep0, 1, first=max(plan.resume_clock, 1))
         return self._done(sweep0, sweeps, res)
 
-    def _z_plan(self, ps: PSContext, sizes: list[tuple[int, int]]) -> dict[str, Any]:
+    def _z_plan(
+        self, ps: PSContext, sizes: list[tuple[int, int]], resume: str | None = None
+    ) -> dict[str, Any]:
         """The plan's fields keeping the assignments in the snapshots (``._recover``):
-        with clock snapshots, the ``z`` array of this data's layout (kept between fits
-        on the same data, made anew otherwise)."""
+        with clock snapshots or a resume, the ``z`` array of this data's layout (kept
+        between fits on the same data, made anew otherwise; a resume loads the
+        snapshot's into it)."""
         every = int(getattr(ps, "snapshot_every_clocks", None) or 0)
         recovery = str(getattr(ps, "recovery", "continue"))
-        if not every:
+        resume_clock = resume_clock_of(resume)
+        if not every and resume is None:
             return {"recovery": recovery}
         offsets = token_offsets(sizes)
         layout = tuple(int(o) for o in offsets)
@@ -330,7 +354,7 @@ class LDA(TransformerMixin, PSEstimator):
             self._arrays["z"] = make_z(ps, f"{self._arrays['nwk']}.z", int(offsets[-1]))
             self._z_layout = layout
         return {"z": self._arrays["z"], "z_offsets": layout[:-1], "snap_every": every,
-                "recovery": recovery, "z_fresh": fresh}  # fmt: skip
+                "recovery": recovery, "z_fresh": fresh, "resume_clock": resume_clock}  # fmt: skip
 
     def _done(self, sweep0: int, sweeps: int, res: Any) -> LDA:
         self.t_ = sweep0 + sweeps
@@ -347,8 +371,13 @@ class LDA(TransformerMixin, PSEstimator):
             self.seed_ = int(np.random.default_rng().integers(0, 2**31) if rs is None else rs)
         return int(self.seed_)
 
-    def _record(self, res: Any, rows: np.ndarray, sweeps: int, sweep0: int, per: int) -> None:
-        self._append_history(sweep_records(res, rows, sweeps, sweep0, per), sweep0, res.job)
+    def _record(
+        self, res: Any, rows: np.ndarray, sweeps: int, sweep0: int, per: int, first: int = 1
+    ) -> None:
+        """``history_`` rows of the sweeps ``first ..`` of this fit (a resumed fit: the
+        sweeps it ran)."""
+        recs = sweep_records(res, rows, sweeps, sweep0, per)[first - 1 :]
+        self._append_history(recs, sweep0, res.job)
         self.heldout_ll_before_ = rows[0, 0] / rows[0, 1] if rows[0, 1] else float("nan")
 
     # -- using the topics -----------------------------------------------------------------

@@ -15,7 +15,10 @@ A task that starts again in the same fit (recovery ``"rollback"``: every task
 restarts from the snapshot's clock, counts restored) throws its worker-side
 assignments away, reads them back from ``z`` and rebuilds ``n_dk`` from them;
 at clock 0 of a first fit (the counts are back to zero) it draws them again.
-A worker's state that was ahead (it survived) is discarded the same way.
+A worker's state that was ahead (it survived) is discarded the same way.  A fit
+resumed from a snapshot (``fit(X, resume=url)``) makes a ``z`` array even without
+snapshots of its own; the snapshot's is loaded into it and every task starts by
+reading its tokens back (:func:`resume_clock_of` tells it the clock to expect).
 
 .. warning:: Exact only with ``recovery="rollback"`` and clock snapshots: a task
    restarted in ``"continue"`` mode (other tasks kept going, only the lost blocks
@@ -39,13 +42,26 @@ import numpy as np
 
 from ...errors import InvalidStateError
 
-__all__ = ["doc_topic", "make_z", "restore_z", "token_offsets", "write_z"]
+__all__ = ["doc_topic", "make_z", "restore_z", "resume_clock_of", "token_offsets", "write_z"]
 
 
 def token_offsets(parts: list[tuple[int, int]]) -> np.ndarray:
     """Start of each partition's tokens in ``z`` from ``[(rows, tokens)]`` per partition
     (the training tokens of a partition are at most its tokens); the last is the size."""
     return np.concatenate([[0], np.cumsum([t for _, t in parts])]).astype(np.int64)
+
+
+def resume_clock_of(url: str | None) -> int:
+    """The clock of the snapshot ``url`` a fit resumes from (0: none, or unreadable:
+    ``train`` then reports it)."""
+    if url is None:
+        return 0
+    from ..._snapshot_format import resolve
+
+    try:
+        return int(resolve(url)[1].get("clock") or 0)
+    except Exception:
+        return 0
 
 
 def make_z(ps: Any, name: str, size: int) -> str:

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from distributed import Client
 
 import daskangel as angel
+from daskangel import _snapshot_format as fmt
 from daskangel.errors import InvalidArgumentError, InvalidTypeError
 from daskangel.models import LDA
 from daskangel.models.lda import completion_log_likelihood, heldout_mask
@@ -144,6 +145,37 @@ def test_inputs_dataset_and_dask(client: Client, corpus: Any, tmp_path: Any) -> 
 def test_bad_parameters(client: Client, corpus: Any, params: Any, err: Any, name: str) -> None:
     with pytest.raises(err, match=name):
         LDA(**params, progress=False).fit(corpus[0])
+
+
+def test_resume_ends_with_the_uninterrupted_model(
+    client: Client, corpus: Any, tmp_path: Any
+) -> None:
+    """fit(X, resume=version) from the snapshot at clock 2 of a one-task BSP fit (dense
+    sampler): counts, topic assignments and the held-out scores of every sweep it ran
+    are exactly those of the fit that ran through."""
+    X, _ = corpus
+    kw: dict[str, Any] = dict(n_topics=4, doc_topic_prior=0.1, topic_word_prior=0.01,
+                              max_iter=5, n_tasks=1, evaluate_every=1, random_state=0,
+                              progress=False)  # fmt: skip
+    url = tmp_path / "snap"
+    ref = LDA(snapshot=str(url), snapshot_every=2, **kw).fit(X)
+    want = _counts(ref)
+    versions = [str(v) for v in sorted(url.iterdir()) if v.name.startswith("v")]
+    at2 = next(v for v in versions if fmt.read_manifest(v).get("clock") == 2)
+    got = LDA(**kw).fit(X, resume=at2)
+    assert int(got.train_result_.history.clock.min()) == 2
+    nwk, nk = _counts(got)
+    np.testing.assert_array_equal(nwk, want[0])
+    np.testing.assert_array_equal(nk, want[1])
+    assert got.n_train_tokens_ == ref.n_train_tokens_ and got.t_ == 5
+    assert list(got.history_.sweep) == [2, 3, 4, 5]
+    np.testing.assert_array_equal(got.history_.heldout_ll, ref.history_.heldout_ll[1:])
+    assert "z" not in got._arrays  # the assignments' array went with the resume
+    np.testing.assert_array_equal(got.transform(X[:20]), ref.transform(X[:20]))
+    with pytest.raises(InvalidArgumentError, match="solver='cgs'"):
+        LDA(solver="ma-svi", progress=False).fit(X, resume=at2)
+    ref.close()
+    got.close()
 
 
 def test_bad_input_changes_nothing(client: Client, corpus: Any) -> None:

@@ -1,5 +1,6 @@
 """A worker process killed in the middle of a CGS fit: the fit goes back to the newest
-snapshot (counts and topic assignments) and ends with exact counts."""
+snapshot (counts and topic assignments) and ends with exact counts; a fresh fit resumed
+from one of that run's snapshots (``fit(X, resume=version)``) too."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from distributed import Client
 
+from daskangel import _snapshot_format as fmt
 from daskangel.models import LDA
 from daskangel.models.lda import heldout_mask
 from tests.conftest import make_cluster
@@ -51,3 +53,17 @@ def test_worker_killed_mid_fit_keeps_counts_exact(tmp_path: Path) -> None:
         assert int(nk.sum()) == int(X[~held].sum()) == m.n_train_tokens_
         assert list(m.history_.sweep) == list(range(1, 7))
         m.close()
+        # a new model continues the stopped run from its snapshot of clock 4
+        snap = tmp_path / "snap"
+        versions = [str(v) for v in sorted(snap.iterdir()) if v.name.startswith("v")]
+        at4 = next(v for v in versions if fmt.read_manifest(v).get("clock") == 4)
+        got = LDA(n_topics=4, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=6,
+                  n_tasks=2, random_state=0, evaluate_every=0, progress=False)  # fmt: skip
+        got.fit(X, resume=at4)
+        assert int(got.train_result_.history.clock.min()) == 4
+        nwk = np.asarray(got._ps.get_array(got._arrays["nwk"]).get())
+        nk = np.asarray(got._ps.get_array(got._arrays["nk"]).get())[0]
+        assert (nwk >= 0).all() and np.array_equal(nwk.sum(axis=0), nk)
+        assert int(nk.sum()) == int(X[~held].sum()) == got.n_train_tokens_
+        assert list(got.history_.sweep) == [4, 5, 6]
+        got.close()
