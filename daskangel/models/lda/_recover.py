@@ -60,7 +60,7 @@ def resume_clock_of(url: str | None) -> int:
 
     try:
         return int(resolve(url)[1].get("clock") or 0)
-    except Exception:
+    except (FileNotFoundError, KeyError, TypeError, ValueError):
         return 0
 
 
