@@ -18,7 +18,10 @@ manifest lists the arrays the snapshot's context held in creation order
 (``job_state["arrays"]``); those of the snapshot missing here are matched, in
 that order, with those of this context missing from the snapshot (same shape,
 dtype and kind, else the resume is refused) and loaded under their names here
-(:func:`match_arrays`).  A deterministic fit therefore ends with the model the
+(:func:`match_arrays`).  When one of them is cut into blocks otherwise than
+the snapshot's (the fit ran on a cluster of another size), the fresh arrays are
+dropped and made again with the snapshot's layouts, in its creation order
+(:func:`relayout`).  A deterministic fit therefore ends with the model the
 uninterrupted fit made.
 
 .. warning::
@@ -39,6 +42,7 @@ daskangel.errors.InvalidArgumentError: resume: the snapshot ckpt was taken by a 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -46,7 +50,9 @@ from typing import Any
 from .. import _snapshot_format as fmt
 from ..errors import InvalidArgumentError
 
-__all__ = ["check_state", "match_arrays", "resume_from", "resuming", "take_pending"]
+__all__ = [
+    "check_state", "match_arrays", "relayout", "resume_from", "resuming", "take_pending",
+]  # fmt: skip
 
 # the snapshot the next train() in this context resumes from (model.fit(resume=))
 _PENDING: ContextVar[str | None] = ContextVar("daskangel_resume", default=None)
@@ -121,6 +127,25 @@ def match_arrays(
     return dict(zip(old, new, strict=True))
 
 
+def relayout(
+    ps: Any, rename: dict[str, str], stored_layouts: dict[str, Any], order: list[str]
+) -> list[str] | None:
+    """Drop the fresh arrays ``rename`` loads into when any is partitioned otherwise
+    than its stored array (``stored_layouts``); return the stored names to load,
+    in creation order (``order``), so that :meth:`PSContext.load` makes them again
+    with the stored layouts.  ``None``: every layout matches, nothing dropped."""
+    here = {new: ps.get_array(new).meta.to_dict()["layout"] for new in rename.values()}
+    same = all(
+        json.dumps(stored_layouts[old], sort_keys=True) == json.dumps(here[new], sort_keys=True)
+        for old, new in rename.items()
+    )
+    if same:
+        return None
+    for new in rename.values():  # made by this fit, empty: the load fills them anyway
+        ps.drop(new)
+    return list(order)
+
+
 def check_state(state: dict[str, Any] | None, n_tasks: int, groups: list[int], url: str) -> None:
     """Refuse a job whose tasks or groups differ from those of the snapshot's job."""
     if not state:
@@ -157,5 +182,8 @@ def resume_from(ps: Any, url: str, n_tasks: int, groups: list[int]) -> int:
     kinds = {n: _kind(manifest["arrays"][n]) for n in stored}
     here = list(ps.client.sync(ps._scheduler.daskangel_list, ctx=ps.id, created=True))
     here_kinds = {n: _kind(ps.get_array(n).meta.to_dict()) for n in here if n not in kinds}
-    ps.load(version, rename=match_arrays(stored, kinds, here, {**kinds, **here_kinds}) or None)
+    rename = match_arrays(stored, kinds, here, {**kinds, **here_kinds})
+    layouts = {n: manifest["arrays"][n]["layout"] for n in rename}
+    arrays = relayout(ps, rename, layouts, stored) if rename else None
+    ps.load(version, arrays=arrays, rename=rename or None)
     return int(clock)

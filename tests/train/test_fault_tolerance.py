@@ -286,3 +286,12 @@ def test_resume_on_a_new_scheduler_gives_the_same_model(c4: Any, tmp_path: Path)
         )
         assert res.clocks == [CLOCKS] * N_TASKS
         np.testing.assert_array_equal(ps2.get_array("W").get(), expected_total())
+    # a fresh array of another name and block layout (a model's fit on a cluster of
+    # another size): made again with the snapshot's layout, then loaded
+    with angel.PSContext(c) as ps3:
+        ps3.zeros("W3", SHAPE, dtype="int64", block_shape=(5, 400))
+        angel.train(ps3, step, [None] * N_TASKS, sync=angel.BSP(), epochs=CLOCKS, resume=url,
+                    progress=False)  # fmt: skip
+        w3 = ps3.get_array("W3")
+        assert list(w3.meta.to_dict()["layout"]["row_bounds"]) == [0, 2, 4, 6, 8]
+        np.testing.assert_array_equal(w3.get(), expected_total())
