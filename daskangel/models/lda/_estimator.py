@@ -321,7 +321,7 @@ class LDA(TransformerMixin, PSEstimator):
                 sync=as_sync(self.sync), epochs=sweeps + 1, progress=self.progress,
                 unit="sweep",
             )  # fmt: skip
-            rows = np.asarray(met.get())
+            rows = np.asarray(ps.get_array(met.name).get())  # (a resume may remake it)
         finally:
             with contextlib.suppress(Exception):
                 ps.drop(met.name)
