@@ -12,8 +12,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import (  # noqa: F401 - _compat registers serialisers (lazily)
+from . import (  # noqa: F401 - _compat registers serialisers (lazily), _exit an atexit handler
     _compat,
+    _exit,
     config,
     errors,
 )
