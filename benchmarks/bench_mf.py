@@ -6,7 +6,8 @@ Run::
     python benchmarks/bench_mf.py --sections explicit --datasets ml-latest-small
     python benchmarks/bench_mf.py --sections synthetic --synthetic-ratings 20000000
     python benchmarks/bench_mf.py --smoke                  # tiny: 12,000 MovieLens ratings
-                                                           # (skipped without the data), 20,000 synthetic
+                                                           # (skipped without the data), 20,000 synthetic,
+                                                           # in-process workers (figures mean nothing)
 
 Data: ``../shared/data/ml-latest-small/ratings.csv`` and
 ``../shared/data/jester/jester-data-1.zip`` (``$DASKANGEL_DATA`` to point
@@ -36,7 +37,8 @@ Protocol (issue 16):
 * **synthetic**: a Netflix-shaped set made here with a seed (17,770 items,
   users in proportion to ``--synthetic-ratings``: 480,189 users at 100 M;
   power-law popularity and activity, planted rank-10 structure plus biases and
-  noise, ratings in [1, 5]).  Rank 50: one SGD epoch of the numba yardstick
+  noise, ratings in [1, 5]; :func:`daskangel.models.mf.planted_ratings`, ~1 min
+  at 100 M).  Rank 50: one SGD epoch of the numba yardstick
   (one process) against daskangel SGD on 2 workers (updates/s, ratio), one ALS
   iteration of ``implicit`` against daskangel's, and the peak RSS of every worker.
 
@@ -228,6 +230,9 @@ def precision_at_k(
 
 
 _CLUSTERS: dict[int, tuple[Any, Any]] = {}
+# --smoke: in-process workers (no process imports daskangel and loads the kernels again:
+# most of the smoke's time on 2 loaded cores); the figures of a smoke run mean nothing
+_PROCESSES = [True]
 
 
 def cluster(n_workers: int) -> Any:
@@ -241,7 +246,7 @@ def cluster(n_workers: int) -> Any:
         _CLUSTERS.clear()
         lc = LocalCluster(
             n_workers=n_workers, threads_per_worker=1, dashboard_address=":0",
-            worker_dashboard_address=None,
+            worker_dashboard_address=None, processes=_PROCESSES[0],
         )  # fmt: skip
         _CLUSTERS[n_workers] = (lc, Client(lc))
     return _CLUSTERS[n_workers][1]
@@ -467,6 +472,7 @@ def main() -> None:
     if a.smoke:
         a.factors, a.sgd_epochs, a.als_epochs, a.workers = 8, 3, 2, [2]
         a.synthetic_ratings, a.synthetic_epochs = 20_000, 1
+        _PROCESSES[0] = False
     print(f"bench_mf: {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}, load "
           f"{os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")  # fmt: skip
     root = data_root()
