@@ -7,6 +7,7 @@ from . import (
     _handoff_ops,  # noqa: F401 - registers the hand-off server operations
     _keylists,  # noqa: F401 - registers the key-list server operations
     _rank,  # noqa: F401 - registers the feature indexer's server ops
+    _refresh_ops,  # noqa: F401 - registers the eager-refresh server op
     _snapshot_ops,  # noqa: F401 - registers the snapshot server ops
 )
 from ._agent import PSAgent, agent_of, get_agent

@@ -54,6 +54,7 @@ from ._meta import ArrayMeta
 from ._plan import assemble, direct_targets, plan_get
 from ._pullcache import DirectStore, Fetch, UnitStore, covered, make_store
 from ._pusher import UpdatePusher
+from ._refresh import EagerRefresh
 from ._routing import check_shape, normalize_index
 
 __all__ = ["PSAgent", "agent_of", "get_agent"]
@@ -119,6 +120,7 @@ class PSAgent(KeySetPulls):
         self.keyset_fetches: dict[tuple[str | None, str], Fetch] = {}
         self.pusher = UpdatePusher(binding)
         self.pusher.budget.weights = self.cached_weights
+        self.refresher = EagerRefresh(self)
         self._merger = ThreadPoolExecutor(1, thread_name_prefix="daskangel-agent-merge")
         # {task id or None: {counter: value}}
         self.counters: defaultdict[Any, dict[str, float]] = defaultdict(
@@ -134,6 +136,8 @@ class PSAgent(KeySetPulls):
         with self._lock:
             if m > self.known_min.get(job, -(2**62)):
                 self.known_min[job] = m
+        if job is not None:
+            self.refresher.poke()
 
     def _count(self, task: Any, **kw: float) -> None:
         c = self.counters[task]

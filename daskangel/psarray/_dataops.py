@@ -289,4 +289,6 @@ def _stats(server: PSServer) -> dict[str, Any]:
         "arrays": dict(per_array),
         "waiting": server.waiting,
         "ops": {k: list(v) for k, v in server.op_stats.items()},
+        # eager refresh (``_refresh_ops``): budget, bytes sent, held back, rate
+        "refresh": refresh.status() if (refresh := getattr(server, "refresh", None)) else {},
     }

@@ -76,6 +76,11 @@ def server_row(stats: dict[str, Any]) -> dict[str, Any]:
         "calls": calls,
         "latency_ms": 1000.0 * seconds / calls if calls else 0.0,
         "queue": int(stats.get("waiting", 0)),
+        # eager refresh (daskangel.comm.refresh): the server's budget and traffic
+        **{
+            k: float(stats.get("refresh", {}).get(k, 0.0))
+            for k in ("refresh_budget", "refresh_sent", "refresh_held_back", "refresh_rate")
+        },
     }
 
 

@@ -26,7 +26,15 @@ from daskangel.psarray._pushbuffer import MergeBuffer
 
 IN_PROCESS = True  # config set here reaches the workers; nothing crosses processes
 
-DEFAULTS = {"budget": None, "policy": "magnitude", "interval": "50ms", "warn_interval": "30s"}
+DEFAULTS = {
+    "budget": None,
+    "policy": "magnitude",
+    "interval": "50ms",
+    "warn_interval": "30s",
+    "refresh": False,
+    "refresh_interval": "50ms",
+    "server_budget": None,
+}
 
 
 @pytest.fixture
@@ -154,10 +162,14 @@ def test_small_budget_loses_no_update(ps, cluster, managed, policy):
     ps.zeros("c_cnt", shape=SHAPES["c_cnt"], dtype="int64", block_shape=(100, 20))
     budget = 64 * 1024
     configure(managed, budget=budget, policy=policy, interval="5ms")
+    if policy == "random":  # with eager refresh of the cached rows too (servers' budget)
+        configure(managed, refresh=True, refresh_interval="5ms", server_budget="16KiB")
     res = angel.train(
         ps, _additive, [1] * 4, sync=angel.SSP(staleness=1), epochs=N_CLOCKS, progress=False
     )
     assert res.clocks == [N_CLOCKS] * 4
+    if policy == "random":
+        assert sum(managed.run(_refreshed).values()) > 0
     for name in SHAPES:
         want = sum(r[name] for r in res.results)
         np.testing.assert_array_equal(ps.get_array(name).get(), want)  # exactly
@@ -170,6 +182,14 @@ def test_small_budget_loses_no_update(ps, cluster, managed, policy):
     if policy == "magnitude":  # the dashboard page shows the same, per worker
         texts = _page_comm(f"http://127.0.0.1:{cluster.scheduler.http_server.port}", res.job)
         assert len(texts) == 4 and all(t.startswith("budget 64.00 kiB/s, sent ") for t in texts)
+
+
+def _refreshed(dask_worker) -> int:
+    """Units this worker's eager refresh wrote into its cache."""
+    from daskangel.psarray import agent_of
+
+    b = getattr(dask_worker, "_daskangel_binding", None)
+    return 0 if b is None else int(agent_of(b).refresher.units)
 
 
 def _page_comm(base: str, job: str) -> list[str]:

@@ -63,10 +63,14 @@ def _ssp_task(ctx, seed):
 )
 def test_ssp_bound_holds_on_reads_and_clock_spread(ps, client, staleness, comm):
     """Also with managed communication on (daskangel.comm.*: budgeted pushes between
-    clock boundaries, magnitude-ranked or random): the boundary flush keeps the bound."""
+    clock boundaries, magnitude-ranked or random; with random also eager refresh of
+    the cached log rows within a small server budget): the bound holds."""
     ps.zeros("ssp_log", shape=(N_TASKS, N_CLOCKS), dtype="float32")
+    refresh = comm == "random"
     if comm is not None:
         configure(client, budget=2048, policy=comm, interval="5ms", min_send_bytes=16)
+    if refresh:
+        configure(client, refresh=True, refresh_interval="5ms", server_budget=4096)
     try:
         res = angel.train(
             ps,
@@ -76,10 +80,18 @@ def test_ssp_bound_holds_on_reads_and_clock_spread(ps, client, staleness, comm):
             epochs=N_CLOCKS,
             progress=False,
         )
+        refreshed = client.run(_refreshed) if refresh else {}
     finally:
         if comm is not None:
             configure(
-                client, budget=None, policy="magnitude", interval="50ms", min_send_bytes="1KiB"
+                client,
+                budget=None,
+                policy="magnitude",
+                interval="50ms",
+                min_send_bytes="1KiB",
+                refresh=False,
+                refresh_interval="50ms",
+                server_budget=None,
             )
     assert res.clocks == [N_CLOCKS] * N_TASKS
     for r in res.results:
@@ -91,6 +103,19 @@ def test_ssp_bound_holds_on_reads_and_clock_spread(ps, client, staleness, comm):
     np.testing.assert_array_equal(ps.get_array("ssp_log").get(), 1)
     if comm is not None:  # and budgeted pushes did go out between clock boundaries
         assert ps.status(max_age=0).query("kind == 'task'")["comm_sent"].max() > 0
+    if refresh:  # and servers refreshed cached rows between them, within their budget
+        assert sum(refreshed.values()) > 0, refreshed
+        servers = ps.status(max_age=0).query("kind == 'server'")
+        assert (servers["refresh_budget"] == 4096).all()
+        assert servers["refresh_sent"].sum() > 0
+
+
+def _refreshed(dask_worker) -> int:
+    """Units this worker's eager refresh wrote into its cache."""
+    from daskangel.psarray import agent_of
+
+    b = getattr(dask_worker, "_daskangel_binding", None)
+    return 0 if b is None else int(agent_of(b).refresher.units)
 
 
 def _bsp_task(ctx, part):
