@@ -51,7 +51,11 @@ class EagerRefresh:
 
     def poke(self) -> None:
         """Start the thread if ``daskangel.comm.refresh`` is on (cheap; called per clock)."""
-        if self._thread is None and not self._stop.is_set() and config.get("daskangel.comm.refresh"):
+        if (
+            self._thread is None
+            and not self._stop.is_set()
+            and config.get("daskangel.comm.refresh")
+        ):
             self._thread = threading.Thread(
                 target=self._run, name="daskangel-comm-refresh", daemon=True
             )

@@ -151,7 +151,9 @@ def _refresh(
         return out
     pr = np.concatenate([priorities(d, c, epsilon) for _, _, c, d in found])
     unit_bytes = [8 + c.shape[1] * c.dtype.itemsize for _, _, c, _ in found]
-    cost = np.concatenate([np.full(f[1].shape[0], u, np.int64) for f, u in zip(found, unit_bytes)])
+    cost = np.concatenate(
+        [np.full(f[1].shape[0], u, np.int64) for f, u in zip(found, unit_bytes, strict=True)]
+    )
     tokens = st.tokens()
     budget = float(cost.sum()) if tokens == float("inf") else tokens
     at = select(pr, cost, budget, policy, st.rng)
