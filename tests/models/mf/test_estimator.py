@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+import dask
 import numpy as np
 import pandas as pd
 import pytest
@@ -191,14 +192,18 @@ def test_server_side_optimisers_learn(client: Client, data: Any, optimizer: str)
 @pytest.mark.parametrize("sync", ["ssp:1", "asp"])
 def test_ssp_and_asp(client: Client, data: Any, sync: str) -> None:
     train, test = data
-    mf = MatrixFactorization(
-        n_factors=8,
-        max_iter=20,
-        learning_rate=0.05,
-        clocks_per_epoch=2,
-        sync=sync,
-        validation_fraction=0.1,
-        **FAST,
-    ).fit(train)
+    # SSP: every clock pulls all its rows, then trains ungrouped (as at scale, where a
+    # clock has many ratings per row); ASP: the pipelined pull-group path
+    group = 0 if sync == "ssp:1" else 10**9
+    with dask.config.set({"daskangel.models.mf.group-ratings": group}):
+        mf = MatrixFactorization(
+            n_factors=8,
+            max_iter=20,
+            learning_rate=0.05,
+            clocks_per_epoch=2,
+            sync=sync,
+            validation_fraction=0.1,
+            **FAST,
+        ).fit(train)
     assert mf.rmse(test) < 0.75 * _bias_only_rmse(train, test)
     assert "val_rmse" in mf.history_
