@@ -75,6 +75,9 @@ def _drop(server: PSServer, array: str) -> int:
     for k in [k for k in server.moving if k[0] == array]:
         del server.moving[k]
     server.uids.pop(array, None)
+    refresh = getattr(server, "refresh", None)  # eager refresh's subscriptions of it
+    if refresh is not None:
+        refresh.forget(array)
     return len(keys)
 
 

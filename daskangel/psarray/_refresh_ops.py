@@ -58,6 +58,9 @@ class RefreshState:
     def __init__(self) -> None:
         # {(array, subscriber, block): (block object, sorted local ids, last values sent)}
         self.subs: dict[tuple[str, str, int], tuple[Block, np.ndarray, np.ndarray]] = {}
+        # {(array, subscriber): last request} subscriptions idle past
+        # daskangel.comm.refresh-idle (a finished job's) are forgotten
+        self.seen: dict[tuple[str, str], float] = {}
         self.bucket: TokenBucket | None = None
         self.budget: float | None = None
         self.stats = CommStats(config.get_seconds("daskangel.comm.rate-window"))
@@ -77,6 +80,21 @@ class RefreshState:
             else:
                 self.bucket.retune(budget, burst)
         return float("inf") if self.bucket is None else self.bucket.available()
+
+    def forget(self, array: str | None = None, idle: float | None = None) -> None:
+        """Drop the subscriptions of ``array`` (dropped), or those idle ``idle`` s."""
+        now = time.monotonic()
+        gone = {
+            k
+            for k, t in self.seen.items()
+            if k[0] == array or (idle is not None and now - t > idle)
+        }
+        if not gone:
+            return
+        for k in gone:
+            del self.seen[k]
+        for k in [k for k in self.subs if (k[0], k[1]) in gone]:
+            del self.subs[k]
 
     def status(self) -> dict[str, float]:
         """``refresh_*`` counters for ``ps.status()``."""
@@ -118,6 +136,8 @@ def _refresh(
     besides those already subscribed (None: no new ones; ``"all"``: the block's).
     """
     st = refresh_state(server)
+    st.forget(idle=config.get_seconds("daskangel.comm.refresh-idle"))
+    st.seen[(array, sub)] = time.monotonic()
     found: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []  # part, ids, cur, delta
     for i, p in enumerate(parts):
         b = int(p["block"])

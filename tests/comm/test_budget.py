@@ -214,3 +214,37 @@ def test_a_budget_below_a_clock_warns_with_figures_and_does_not_hang(ps, managed
         agent.flush()
     np.testing.assert_array_equal(a.get(), 1.0)
     assert agent.pusher.comm_status()["comm_short_clocks"] >= 1
+
+
+def test_server_refresh_sends_changed_rows_within_its_budget_and_forgets_dropped():
+    """Eager refresh on one server (no cluster): only moved rows, largest relative
+    change first, within daskangel.comm.server-budget; a drop frees the subscriptions."""
+    from daskangel.psarray._initspec import InitSpec
+    from daskangel.psarray._server import PSServer
+
+    s = PSServer("local", 0)
+    spec = {"block": 0, "kind": "dense", "shape": (6, 4), "dtype": "float64",
+            "init": InitSpec().to_dict(), "row0": 10, "col0": 0, "n_cols": 4}  # fmt: skip
+    s.dispatch("create", array="W", blocks=[spec])
+    s.dispatch("update", array="W", add=False, parts=[{"block": 0, "rows": None,
+               "cols": None, "values": np.ones((6, 4))}])  # fmt: skip
+    kw = {"array": "W", "sub": "w1", "mode": "rows", "policy": "magnitude", "epsilon": 1e-6}
+    first = s.dispatch("refresh", parts=[{"block": 0, "units": "all"}], **kw)[0]
+    assert first["keys"].shape == (0,)  # subscribed; nothing moved yet
+    d = np.zeros((6, 4))
+    d[1], d[4] = 0.5, 3.0  # row 4 moved most
+    s.dispatch("update", array="W", add=True, parts=[{"block": 0, "rows": None, "cols": None,
+               "values": d}])  # fmt: skip
+    with dask.config.set({"daskangel.comm.server-budget": 40, "daskangel.comm.burst": "1s"}):
+        st = s.refresh  # type: ignore[attr-defined]
+        st.tokens()
+        st.bucket.tokens = 40.0  # one row of 8 + 32 bytes now
+        got = s.dispatch("refresh", parts=[{"block": 0, "units": None}], **kw)[0]
+        assert got["keys"].tolist() == [14]  # global row 10 + 4
+        np.testing.assert_array_equal(got["vals"], np.full((1, 4), 4.0))
+        st.bucket.tokens = 40.0
+        got = s.dispatch("refresh", parts=[{"block": 0, "units": None}], **kw)[0]
+        assert got["keys"].tolist() == [11]  # the held-back row goes next
+        assert st.status()["refresh_held_back"] == 40 and st.status()["refresh_sent"] == 80
+    s.dispatch("drop", array="W")
+    assert not st.subs and not st.seen
