@@ -91,8 +91,8 @@ class RefreshState:
         }
         if not gone:
             return
-        for k in gone:
-            del self.seen[k]
+        for g in gone:
+            del self.seen[g]
         for k in [k for k in self.subs if (k[0], k[1]) in gone]:
             del self.subs[k]
 
