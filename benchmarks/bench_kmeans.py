@@ -4,6 +4,7 @@ Run::
 
     python benchmarks/bench_kmeans.py                     # jester (dense) + 20news tf-idf (sparse), k=20
     python benchmarks/bench_kmeans.py --datasets jester
+    python benchmarks/bench_kmeans.py --seeds 0,1,2       # KMeans(n_init=3) like for like, by seed
     python benchmarks/bench_kmeans.py --synthetic         # seeded dense and sparse sets, k=100
     python benchmarks/bench_kmeans.py --smoke             # tiny blobs + a jester slice when present, < 60 s
 
@@ -33,7 +34,11 @@ first, ``copy_x=False``; the driver's copy is dropped before daskangel runs):
 daskangel's is the median step between iterations of its history, scikit-learn's
 the difference between a fit of ``--iters`` iterations and one of 2 (so neither
 counts a fit's set-up passes); peak RSS per worker.  Dense input is stored dense
-on the workers (``DenseBatch``: 4 bytes an entry).
+on the workers (``DenseBatch``: 4 bytes an entry), persisted once and fitted twice:
+every row assigned every iteration (``daskangel.kmeans.bounds: false``), then with
+Hamerly's bounds (the default); each fit prints every step and, per task, its rows
+and its seconds pulling, assigning, pushing and waiting at the clock (the balance).
+``--sk-elkan`` adds scikit-learn's ``algorithm='elkan'`` (its bounded Lloyd) per iteration.
 """
 
 from __future__ import annotations
@@ -55,12 +60,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _data import data_root, have
 
 
-def read_jester(root: Any) -> np.ndarray | None:
+def read_jester(root: Any, max_rows: int | None = None) -> np.ndarray | None:
     path = root / "jester" / "jester-data-1.zip"
     if not have(path):
         return None
     with zipfile.ZipFile(path) as z, z.open("jester-data-1.csv") as f:
-        A = np.loadtxt(io.TextIOWrapper(f), delimiter=",")
+        A = np.loadtxt(io.TextIOWrapper(f), delimiter=",", max_rows=max_rows)
     X = A[:, 1:]
     return np.where(X == 99, 0.0, X)
 
@@ -194,7 +199,7 @@ def compare(
     X: Any,
     k: int,
     n_init: int,
-    minibatch_kw: dict[str, Any],
+    minibatch_kw: dict[str, Any] | None,
     peers: bool = True,
     n_inits: tuple[int, ...] = (1,),
     ours_kw: dict[str, Any] | None = None,
@@ -208,9 +213,41 @@ def compare(
         rows.append(run_daskml(client, X, k))
     for n_init in n_inits:
         rows.append(run_ours(X, k, False, n_init=n_init, **(ours_kw or {})))
-    rows.append(run_ours(X, k, True, **minibatch_kw))
+    if minibatch_kw is not None:
+        rows.append(run_ours(X, k, True, **minibatch_kw))
     table(name, rows, rows[0]["inertia"])
     print(f"  peak RSS per worker: {peak_rss_mib(client):.0f} MiB")
+
+
+def seeds_table(client: Any, name: str, X: Any, k: int, seeds: list[int]) -> None:
+    """Like for like: scikit-learn ``KMeans(n_init=3)`` and daskangel ``KMeans(n_init=3)``
+    (each keeping the best of its 3 runs) with the same ``random_state`` values."""
+    from sklearn.cluster import KMeans as SkKMeans
+    from threadpoolctl import threadpool_limits
+
+    from daskangel.models import KMeans
+
+    print(f"\n{name}: KMeans(n_init=3) by random_state, inertia from the returned centres")
+    print(
+        f"  {'seed':>4s} {'scikit-learn':>14s} {'daskangel':>14s} {'diff':>8s} {'vs sklearn seed 0':>18s}"
+    )
+    sk_all, ours_all = [], []
+    for seed in seeds:
+        with threadpool_limits(2):
+            sk = inertia(
+                X, SkKMeans(n_clusters=k, n_init=3, random_state=seed).fit(X).cluster_centers_
+            )
+        km = KMeans(n_clusters=k, n_init=3, random_state=seed).fit(X)
+        ours = inertia(X, km.cluster_centers_)
+        km.close()
+        sk_all.append(sk)
+        ours_all.append(ours)
+        print(f"  {seed:4d} {sk:14.6g} {ours:14.6g} {ours / sk - 1:+8.2%} {ours / sk_all[0] - 1:+18.2%}",
+              flush=True)  # fmt: skip
+    a, b = float(np.median(sk_all)), float(np.median(ours_all))
+    print(
+        f"  median {a:12.6g} {b:14.6g} {b / a - 1:+8.2%}  (mean: {np.mean(ours_all) / np.mean(sk_all) - 1:+.2%})"
+    )
 
 
 def dense_chunk(i: int, rows: int, k: int, d: int = 100) -> np.ndarray:
@@ -254,7 +291,9 @@ def sparse_set(rows: int, d_sparse: int) -> sp.csr_matrix:
     return Xs
 
 
-def sk_per_iteration(X: Any, init: np.ndarray, iters: int) -> tuple[float, int]:
+def sk_per_iteration(
+    X: Any, init: np.ndarray, iters: int, algorithm: str = "lloyd"
+) -> tuple[float, int]:
     """scikit-learn (2 threads): seconds per Lloyd iteration from ``init`` (``tol=0``):
     the time of a fit of ``iters`` iterations minus that of a fit of 2, over the
     difference (a fit's own passes -- row norms, the final labels -- cancel out)."""
@@ -266,52 +305,82 @@ def sk_per_iteration(X: Any, init: np.ndarray, iters: int) -> tuple[float, int]:
     with threadpool_limits(2):
         for n in (2, max(iters, 3)):
             t = time.perf_counter()
-            sk = SkKMeans(n_clusters=k, init=init, n_init=1, max_iter=n, tol=0.0, copy_x=False)
+            sk = SkKMeans(n_clusters=k, init=init, n_init=1, max_iter=n, tol=0.0, copy_x=False,
+                          algorithm=algorithm)  # fmt: skip
             sk.fit(X)
             took[int(sk.n_iter_)] = time.perf_counter() - t
     (a, ta), (b, tb) = sorted(took.items())
     return (tb - ta) / max(b - a, 1), b
 
 
-def ours_per_iteration(X: Any, init: np.ndarray, iters: int) -> tuple[float, int, float]:
+def ours_per_iteration(
+    client: Any, X: Any, init: np.ndarray, iters: int, bounds: bool
+) -> dict[str, Any]:
     """daskangel: seconds per Lloyd iteration (the median step of its history's
-    clock), iterations, fit seconds (with spreading the rows and preparing them)."""
+    clock), iterations, fit seconds, and where each task's seconds went.
+    ``bounds``: ``daskangel.kmeans.bounds`` on the workers (Hamerly's bounds on dense rows)."""
+    import dask
+
     from daskangel.models import KMeans
 
+    client.run(lambda: dask.config.set({"daskangel.kmeans.bounds": bounds}))
     t = time.perf_counter()
     km = KMeans(n_clusters=init.shape[0], init=init, max_iter=iters, tol=0.0).fit(X)
     fit_s = time.perf_counter() - t
     n = max(int(km.n_iter_), 1)
     steps = np.diff(km.history_.time.to_numpy(float))
     per = float(np.median(steps)) if steps.size else float(km.history_.time.iloc[-1]) / n
+    tasks = [
+        (int(r["rows"]), r["seconds"])
+        for r in sorted(km.train_result_.results, key=lambda r: r["index"])
+    ]
     km.close()
-    return per, n, fit_s
+    client.run(lambda: dask.config.set({"daskangel.kmeans.bounds": True}))
+    return {"per": per, "n": n, "fit": fit_s, "steps": steps, "tasks": tasks}
 
 
-def report(client: Any, name: str, shape: tuple[int, int], k: int, sk: Any, ours: Any) -> None:
+def report(client: Any, name: str, shape: tuple[int, int], k: int, sk: Any, ours: dict[str, Any],
+           label: str = "daskangel") -> None:  # fmt: skip
     print(
         f"synthetic {name} {shape[0]} x {shape[1]}, k={k}: per Lloyd iteration "
-        f"daskangel {ours[0] * 1e3:.1f} ms ({ours[1]} its; fit {ours[2]:.1f} s with the "
-        f"data's spreading and preparation), scikit-learn (2 threads) {sk[0] * 1e3:.1f} ms "
-        f"({sk[1]} its), ratio {ours[0] / sk[0]:.2f}; peak RSS per worker "
+        f"{label} {ours['per'] * 1e3:.1f} ms ({ours['n']} its; fit {ours['fit']:.1f} s with the "
+        f"data's preparation), scikit-learn (2 threads) {sk[0] * 1e3:.1f} ms "
+        f"({sk[1]} its), ratio {ours['per'] / sk[0]:.2f}; peak RSS per worker "
         f"{peak_rss_mib(client):.0f} MiB",
         flush=True,
     )
+    print(f"  {label} steps (ms): " + " ".join(f"{s * 1e3:.0f}" for s in ours["steps"]))
+    for i, (rows, sec) in enumerate(ours["tasks"]):
+        parts = ", ".join(f"{a} {b:.2f}" for a, b in sec.items())
+        print(f"  task {i}: {rows} rows; seconds: {parts}", flush=True)
 
 
-def synthetic(client: Any, rows: int, sparse_rows: int, d_sparse: int, k: int, iters: int) -> None:
+def synthetic(
+    client: Any, rows: int, sparse_rows: int, d_sparse: int, k: int, iters: int, elkan: bool = False
+) -> None:
     """Time per Lloyd iteration on seeded dense and sparse sets (module docstring)."""
+    from daskangel.data import from_array
+
     if rows:
         local, Xd = dense_set(rows, k)
         init = np.asarray(local[:k], np.float64)
         sk = sk_per_iteration(local, init, iters)
+        print(f"scikit-learn lloyd (2 threads): {sk[0] * 1e3:.1f} ms an iteration", flush=True)
+        if elkan:
+            ske = sk_per_iteration(local, init, iters, "elkan")
+            print(f"scikit-learn elkan (2 threads): {ske[0] * 1e3:.1f} ms an iteration", flush=True)
         del local  # scikit-learn's copy goes before daskangel's workers fill up
-        report(client, "dense", (rows, 100), k, sk, ours_per_iteration(Xd, init, iters))
+        ds = from_array(Xd, dense=True).persist(client, n_partitions=2)
+        for bounds in (False, True):
+            label = "daskangel" + (" (Hamerly's bounds)" if bounds else " (every row)")
+            report(client, "dense", (rows, 100), k, sk,
+                   ours_per_iteration(client, ds, init, iters, bounds), label)  # fmt: skip
+        ds.release()
     if sparse_rows:
         Xs = sparse_set(sparse_rows, d_sparse)
         init = np.asarray(Xs[:k].toarray(), np.float64)
         sk = sk_per_iteration(Xs, init, iters)
-        report(client, "sparse", Xs.shape, k, sk, ours_per_iteration(Xs, init, iters))
+        report(client, "sparse", Xs.shape, k, sk, ours_per_iteration(client, Xs, init, iters, True))
 
 
 def main() -> None:
@@ -323,10 +392,14 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--n-init", default="1,3", help="daskangel KMeans runs, one row each")
     ap.add_argument("--synthetic", action="store_true")
+    ap.add_argument(
+        "--seeds", default=None, help="e.g. 0,1,2: KMeans(n_init=3) like for like by seed"
+    )
     ap.add_argument("--rows", type=int, default=1_000_000, help="dense synthetic rows")
     ap.add_argument("--sparse-rows", type=int, default=None, help="default: --rows; 0 skips")
     ap.add_argument("--sparse-features", type=int, default=100_000)
     ap.add_argument("--iters", type=int, default=10, help="--synthetic: Lloyd iterations")
+    ap.add_argument("--sk-elkan", action="store_true", help="--synthetic: scikit-learn's elkan too")
     args = ap.parse_args()
     from distributed import Client, LocalCluster
 
@@ -340,24 +413,29 @@ def main() -> None:
             # dask-ml is left out: on the shared 2 cores it alone can outlast the smoke budget.
             # Every section, tiny: the data sets' first rows when they are there, and
             # the synthetic sets (dense and sparse per-iteration paths).
-            J = read_jester(data_root())
+            J = read_jester(data_root(), max_rows=1000)
             if J is not None:
-                compare(client, "smoke jester[:1000]", J[:1000], 5, 1, {"max_iter": 1},
-                        peers=False, ours_kw={"max_iter": 10})  # fmt: skip
+                compare(client, "smoke jester[:1000]", J, 5, 1, {"max_iter": 1},
+                        peers=False, ours_kw={"max_iter": 5})  # fmt: skip
+                seeds_table(client, "smoke jester[:300]", J[:300], 3, [0])
             N = read_20news_tfidf(data_root(), max_lines=20_000)
             if N is not None:
-                compare(client, f"smoke 20news[:{N.shape[0]}]", N, 5, 1, {"max_iter": 1},
-                        peers=False, ours_kw={"max_iter": 10})  # fmt: skip
+                compare(client, f"smoke 20news[:{N.shape[0]}]", N, 5, 1, None,
+                        peers=False, ours_kw={"max_iter": 5})  # fmt: skip
             synthetic(client, 1000, 1000, 500, 4, 2)
             return
         if args.synthetic:
             sparse_rows = args.rows if args.sparse_rows is None else args.sparse_rows
-            synthetic(client, args.rows, sparse_rows, args.sparse_features, 100, args.iters)
+            synthetic(client, args.rows, sparse_rows, args.sparse_features, 100, args.iters,
+                      args.sk_elkan)  # fmt: skip
             return
         root = data_root()
         for name in args.datasets.split(","):
             X = read_jester(root) if name == "jester" else read_20news_tfidf(root)
             if X is None:
+                continue
+            if args.seeds is not None:
+                seeds_table(client, name, X, args.k, [int(v) for v in args.seeds.split(",")])
                 continue
             n_inits = tuple(int(v) for v in args.n_init.split(","))
             compare(client, name, X, args.k, 3, {"max_iter": 30}, n_inits=n_inits)
