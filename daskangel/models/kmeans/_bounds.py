@@ -106,7 +106,7 @@ def full_pass(X, xnorm, CT, cnorm, chunk, labels, upper, lower, sums, counts):  
     return changed
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})  # the dot below vectorised
 def bounded_pass(X, xnorm, C, CT, cnorm, drift, half, chunk, labels, upper, lower, sums, counts):  # type: ignore[no-untyped-def]
     """One pruned pass (module docstring); returns ``(queued rows, changed labels)``."""
     n, d = X.shape
