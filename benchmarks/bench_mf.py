@@ -414,11 +414,19 @@ def synthetic(a: argparse.Namespace) -> None:
     gen = time.perf_counter() - t
     print(f"\n## synthetic Netflix-shaped: {len(df):,} ratings, {n_users:,} users x "
           f"{n_items:,} items (generated in {gen:.1f} s), rank {a.factors}")  # fmt: skip
-    y = numba_sgd(df, None, a.factors, a.synthetic_epochs)
     print(f"{'what':46} {'s/epoch':>9} {'M upd/s':>8} {'ratio':>6}  peak RSS per worker")
+    client = cluster(2)
+    if "sgd" in a.synthetic_solvers.split(","):
+        sgd_rows(client, df, a)
+    if "als" in a.synthetic_solvers.split(","):
+        als_rows(client, df, n_users, n_items, a)
+
+
+def sgd_rows(client: Any, df: pd.DataFrame, a: argparse.Namespace) -> None:
+    """One SGD epoch of the numba yardstick, then daskangel's on 2 workers."""
+    y = numba_sgd(df, None, a.factors, a.yardstick_epochs or a.synthetic_epochs)
     print(f"{'numba SGD epoch, 1 process':46} {y['epoch']:>9.3f} "
           f"{y['n'] / y['epoch'] / 1e6:>8.2f} {'1.00':>6}")  # fmt: skip
-    client = cluster(2)
     r = run_daskangel(
         client, df, None, a.synthetic_epochs, n_factors=a.factors, solver="sgd", random_state=0
     )
@@ -429,8 +437,12 @@ def synthetic(a: argparse.Namespace) -> None:
         print(f"  (fit wall {r['wall']:.1f} s for {a.synthetic_epochs} epochs, ingest included)")
         print_breakdown(r["model"], a.synthetic_epochs)
         r["model"].close()
-    if "als" not in a.synthetic_solvers.split(","):
-        return
+
+
+def als_rows(
+    client: Any, df: pd.DataFrame, n_users: int, n_items: int, a: argparse.Namespace
+) -> None:
+    """One implicit ALS iteration of ``implicit`` (2 threads), then daskangel's on 2 workers."""
     per_peer = None
     if not a.no_peers:
         got = run_implicit_lib(implicit_matrix(df, n_users, n_items, 1.0), a.factors,
@@ -464,6 +476,9 @@ def main() -> None:
     ap.add_argument("--synthetic-ratings", type=float, default=100_000_000)
     ap.add_argument("--synthetic-epochs", type=int, default=3)
     ap.add_argument("--synthetic-solvers", default="sgd,als", help="sgd: the SGD rows only")
+    ap.add_argument(
+        "--yardstick-epochs", type=int, default=0, help="numba SGD epochs (0: --synthetic-epochs)"
+    )
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
