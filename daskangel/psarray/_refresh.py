@@ -22,6 +22,7 @@ Example
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from typing import Any
@@ -91,10 +92,39 @@ class EagerRefresh:
         self.rounds += 1
         return got
 
+    async def _ask(
+        self, name: str, meta: Any, by_block: dict[int, dict[str, Any]], extra: dict[str, Any]
+    ) -> dict[int, Any] | None:
+        """One ``refresh`` per server, straight to the servers of the cached routing.
+
+        Unlike a read this never refreshes metadata or retries: a block that moved
+        or an array dropped meanwhile only skips this round (None).
+        """
+        b = self.agent.binding
+        groups: dict[Any, list[int]] = {}
+        for blk in by_block:
+            groups.setdefault(meta.servers[blk], []).append(blk)
+        try:
+            replies = await asyncio.gather(
+                *(
+                    b.call(s, "refresh", 0, meta.transport, None, array=name,
+                           parts=[by_block[blk] for blk in blks], **extra)
+                    for s, blks in groups.items()
+                )
+            )  # fmt: skip
+        except Exception:  # noqa: BLE001 - moved, dropped, a server lost: next round
+            return None
+        out: dict[int, Any] = {}
+        for blks, rep in zip(groups.values(), replies, strict=True):
+            out.update(zip(blks, rep, strict=True))
+        return out
+
     def _one(self, key: tuple[Any, str, str], store: Any, keys: np.ndarray, fresh: int) -> int:
         job, name, mode = key
         a = self.agent
-        meta = a._meta(name)
+        meta = a.binding.metas.get(name)
+        if meta is None:  # forgotten (dropped): never ask the scheduler from here
+            return 0
         if mode == "rows":
             parts = plan_get(meta, keys, None)[1]
             local = {b: p["rows"] for b, p in parts.items()}
@@ -114,10 +144,11 @@ class EagerRefresh:
             "policy": policy,
             "epsilon": float(config.get("daskangel.comm.epsilon")),
         }
-        b = a.binding
-        res = b.submit(b.call_blocks, name, "refresh", by_block, {}, extra).result(
+        res = a.binding.submit(self._ask, name, meta, by_block, extra).result(
             config.get_seconds("daskangel.client.recovery-wait")
         )
+        if res is None:
+            return 0
         self._subscribed[key] = (store, keys.shape[0])
         ks = [r["keys"] for r in res.values() if r["keys"].shape[0]]
         if not ks:
