@@ -337,7 +337,13 @@ class PSAgent(KeySetPulls):
                 )
             fetch.future.set_result(vals)
 
-        cf.add_done_callback(lambda f: self._merger.submit(complete, f))
+        if fetch.fresh is None:
+            # nothing to cache: assembling the reply (its parts landed in place) is
+            # cheap, so it is done where the reply arrives, without a hop through
+            # the merge thread before the reader wakes
+            cf.add_done_callback(complete)
+        else:
+            cf.add_done_callback(lambda f: self._merger.submit(complete, f))
 
     def _fail_fetch(self, store: UnitStore | DirectStore, fetch: Fetch, e: BaseException) -> None:
         with self._lock:

@@ -169,8 +169,9 @@ class PSArray:
         m = self.meta
         rows, rank = sort_rows(m, rows)
         m, parts, places, cost, full, shape = plan_get(m, rows, cols)
-        out, into = direct_targets(m.dtype, full, places, cost)
         b = self._binding
+        # rows planned sorted land in a scratch buffer, then are gathered back
+        out, into = direct_targets(m.dtype, full, places, cost, None if rank is None else b.scratch)
         fut = b.submit(b.call_blocks, self.name, "get", parts, cost, {}, into)
         return PSFuture(fut, _in_order(assemble(m, places, full, shape, out, into), rank))
 
@@ -189,8 +190,9 @@ class PSArray:
         m = self.meta
         rows, rank = sort_rows(m, rows)
         m, parts, places, cost, full, shape = plan_get(m, rows, cols)
-        out, into = direct_targets(m.dtype, full, places, cost)
         b = self._binding
+        # rows planned sorted land in a scratch buffer, then are gathered back
+        out, into = direct_targets(m.dtype, full, places, cost, None if rank is None else b.scratch)
         results = b.run(b.call_blocks, self.name, "get", parts, cost, {}, into)
         return _in_order(assemble(m, places, full, shape, out, into), rank)(results)
 

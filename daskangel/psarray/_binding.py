@@ -36,6 +36,7 @@ from .. import config
 from .._wire import call_server, check_wire_config
 from ..errors import BlockMovingError, ServerLostError, StaleLayoutError
 from ._meta import ArrayMeta, ServerId
+from ._recvpool import ReceivePool, pooled
 from ._server import PLUGIN_NAME
 
 __all__ = ["Binding", "get_binding"]
@@ -64,6 +65,15 @@ class Binding:
         self.metas: dict[str, ArrayMeta] = {}
         self.writer_id = uuid.uuid4().hex
         self._seq = itertools.count()
+        self._scratch: ReceivePool | None = None
+
+    def scratch(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An uninitialised array in a reused buffer (``daskangel.client.scratch-bytes``
+        in all, then new arrays): for results that are only copied from, so their
+        pages are not faulted in again on every call."""
+        if self._scratch is None:
+            self._scratch = ReceivePool(config.get_bytes("daskangel.client.scratch-bytes"))
+        return pooled(self._scratch, shape, dtype)
 
     def next_tag(self) -> list[Any]:
         """A fresh ``[writer_id, seq]`` write tag (thread-safe: ``count`` is atomic)."""

@@ -31,6 +31,7 @@ from ..errors import PSIndexError, ShapeMismatchError
 from . import _kernels as K
 from ._initspec import InitSpec
 from ._packed import PACK_SHIFT, unpack_reduce
+from ._recvpool import pooled
 
 __all__ = ["DenseBlock", "SparseBlock", "make_block"]
 
@@ -79,13 +80,18 @@ class DenseBlock:
         _check_local("cols", cols, self.data.shape[1])
 
     def get(
-        self, rows: np.ndarray | None, cols: np.ndarray | None, lend: bool = False
+        self,
+        rows: np.ndarray | None,
+        cols: np.ndarray | None,
+        lend: bool = False,
+        pool: Any = None,
     ) -> np.ndarray:
         """The selected entries, always a new array, except that a whole-block read
         with ``lend=True`` returns the block's own array: the block then copies it
         before its next write (copy-on-write), so the reader's array stays as read.
         Only a reader that never writes into the result may ask to borrow (the comm
-        handler, which serialises it)."""
+        handler, which serialises it).  ``pool`` (a ``ReceivePool``): selected rows
+        are gathered into one of its buffers (checked indices: no bounds check)."""
         d = self.data
         if rows is None and cols is None:
             if lend:
@@ -93,6 +99,11 @@ class DenseBlock:
                 return d
             return d.copy()
         if cols is None:
+            n = rows.shape[0] * d.shape[1] * d.itemsize if rows is not None else 0
+            if pool is not None and n >= config.get_bytes("daskangel.client.direct-read-bytes"):
+                assert rows is not None
+                out = pooled(pool, (rows.shape[0], d.shape[1]), d.dtype)
+                return np.take(d, rows, axis=0, out=out, mode="clip")
             return d[rows]
         if rows is None:
             return d[:, cols]

@@ -102,14 +102,17 @@ def _get(
 ) -> list[np.ndarray]:
     """Read parts of blocks: new arrays, never views of live blocks.  With ``lend``
     (the comm handler, which only serialises the reply) a whole dense block is
-    sent as is and copied before its next write instead (``DenseBlock.get``)."""
+    sent as is and copied before its next write instead (``DenseBlock.get``), and
+    selected rows are gathered into a buffer of the server's ``reply_pool``
+    (reused once the reply has left)."""
     parts = _plain_indices(parts)
     blocks = [server.block(array, int(p["block"])) for p in parts]
     for b, p in zip(blocks, parts, strict=True):
         b.check(p["rows"], p["cols"])
     if lend:
+        pool = server.reply_pool
         return [
-            b.get(p["rows"], p["cols"], lend=True)  # type: ignore[call-arg]
+            b.get(p["rows"], p["cols"], lend=True, pool=pool)  # type: ignore[call-arg]
             if isinstance(b, DenseBlock)
             else b.get(p["rows"], p["cols"])
             for b, p in zip(blocks, parts, strict=True)

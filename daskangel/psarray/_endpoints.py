@@ -51,6 +51,9 @@ class PSWorkerPlugin(WorkerPlugin):
         self.servers: dict[int, PSServer] = {}
         self.worker: Worker | None = None
         self.receive_pool = ReceivePool()
+        # the rows a get selects are gathered into these buffers for the reply, so
+        # their pages are not faulted in again for every reply
+        self.reply_pool = ReceivePool()
 
     def setup(self, worker: Worker) -> None:
         self.worker = worker
@@ -95,6 +98,7 @@ class PSWorkerPlugin(WorkerPlugin):
             assert self.worker is not None
             s = self.servers[index] = PSServer(self.worker.address, index)
             s.peer = self._peer
+            s.reply_pool = self.reply_pool
         return s
 
     async def _peer(self, address: str, index: int, op: str, kwargs: dict[str, Any]) -> Any:

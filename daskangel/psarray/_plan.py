@@ -100,8 +100,12 @@ def direct_targets(
     full: tuple[int, int],
     places: dict[int, tuple[Any, Any]],
     cost: dict[int, int],
+    alloc: Callable[[tuple[int, int], np.dtype], np.ndarray] | None = None,
 ) -> tuple[np.ndarray | None, dict[int, tuple[int, np.ndarray | None]] | None]:
     """The preallocated output of a large get and ``{block: (bytes, target)}``.
+
+    ``alloc(shape, dtype)`` makes that output (default ``np.empty``): a scratch
+    buffer when the caller only gathers from it (rows planned sorted).
 
     A block's result can be read straight into the output when its place there is
     one contiguous run (whole rows of a row range, or a column range of one row)
@@ -118,7 +122,7 @@ def direct_targets(
             runs[b] = (rs.start * n_cols + cs.start, (rs.stop - 1) * n_cols + cs.stop)
     if not runs:
         return None, None
-    out = np.empty(full, dtype=dtype)
+    out = np.empty(full, dtype=dtype) if alloc is None else alloc(full, dtype)
     flat = out.reshape(-1)
     into: dict[int, tuple[int, np.ndarray | None]] = {}
     for b, (rs, cs) in places.items():

@@ -33,6 +33,7 @@ True
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ from .. import config
 from .._recv import read_into_targets
 from ..errors import InvalidArgumentError
 
-__all__ = ["ReceivePool", "read_follow"]
+__all__ = ["ReceivePool", "pooled", "read_follow"]
 
 _ALIGN = 64  # each part's values start on a cache line
 
@@ -55,7 +56,9 @@ class ReceivePool:
 
     ``limit`` caps the bytes the pool keeps (default
     ``daskangel.server.receive-pool-bytes``); a request that does not fit gets a
-    buffer of its own, freed as usual.  Use from one thread (the event loop).
+    buffer of its own, freed as usual.  :meth:`take` may be called from several
+    threads (a server's get gathers its reply on the event loop or in the
+    server's thread).
     """
 
     def __init__(self, limit: int | None = None) -> None:
@@ -66,6 +69,11 @@ class ReceivePool:
         # ``base`` (numpy collapses view chains to the owner), so a buffer is free
         # when only this list refers to it.
         self._bufs: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> Any:
+        # a plugin holding a pool is pickled to the workers: an empty pool there
+        return (ReceivePool, (self.limit,))
 
     @property
     def nbytes(self) -> int:
@@ -98,7 +106,12 @@ class ReceivePool:
     def take(self, sizes: list[int]) -> list[np.ndarray]:
         """One uint8 array per size, each 64-byte aligned, in one (pooled) buffer."""
         total = sum(_padded(s) for s in sizes)
-        buf = self._buffer(total)
+        with self._lock:
+            buf = self._buffer(total)
+            return self._cut(buf, sizes)
+
+    @staticmethod
+    def _cut(buf: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
         pos = (-buf.ctypes.data) % _ALIGN
         out = []
         for s in sizes:
@@ -137,3 +150,13 @@ async def read_follow(comm: Any, follow: list[Any], pool: ReceivePool) -> list[n
             f"follow: expected a message of {len(sizes)} arrays, got {type(msg).__name__}"
         )
     return list(values)
+
+
+def pooled(pool: ReceivePool | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array of ``shape`` in a buffer of ``pool`` (reused once
+    nothing refers to it, so its pages are not faulted in again), or a new
+    array without a pool."""
+    if pool is None:
+        return np.empty(shape, dtype)
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return pool.take([n])[0].view(dtype).reshape(shape)

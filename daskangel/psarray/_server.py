@@ -132,6 +132,9 @@ class PSServer(Holds, WriteBehind):
         # the endpoints, ``_wire.payload_nbytes``): what ``ps.status()`` reports
         self.op_stats: defaultdict[str, list[float]] = defaultdict(op_counters)
         self.waiting = 0
+        # buffers a get's rows are gathered into for a reply (a ``ReceivePool`` the
+        # comm handler's plugin sets; None: new arrays), reused once sent
+        self.reply_pool: Any = None
         # {writer_id: OrderedDict(seq -> {(array, block) applied})}: recently applied
         # write tags, so a retried write is applied exactly once per block
         self.applied: dict[str, OrderedDict[int, set[tuple[str, int]]]] = {}

@@ -3,6 +3,8 @@ agent reads without extra copies, and compressed-row (CSR) writes into dense mat
 
 from __future__ import annotations
 
+from typing import Any
+
 import dask
 import numpy as np
 import pytest
@@ -55,6 +57,34 @@ def test_get_iter_and_agent_reads(ps: angel.PSContext) -> None:
     got = agent.get("g", rows=np.arange(10))
     got[:] = -1
     np.testing.assert_array_equal(a.get(rows=np.arange(10)), ref[:10])
+
+
+def _reply_pools(dask_worker: Any) -> int:
+    return len(dask_worker.plugins["daskangel-ps"].reply_pool._bufs)
+
+
+def test_row_gets_reuse_their_buffers(ps: angel.PSContext) -> None:
+    """Servers gather a get's rows into reused reply buffers and the caller receives
+    rows planned sorted into a reused scratch buffer: repeated gets allocate no new
+    buffers, and every result stays its own (no later get changes an earlier one)."""
+    ref = np.arange(3000 * 40, dtype="float64").reshape(3000, 40)  # 320 bytes a row
+    a = ps.zeros("pooled", ref.shape, dtype="float64")  # a block per server
+    a.set(ref)
+    rng = np.random.default_rng(3)
+    rows = rng.choice(3000, 1200, replace=False)
+    idx = [rng.permutation(rows) for _ in range(8)]  # the same sizes every time
+    # a reply's buffer is free once Dask's comm handler drops it (at its next request)
+    got = [a.get(rows=i) for i in idx[:3]]
+    before = sum(ps.client.run(_reply_pools).values())
+    scratch = a._binding._scratch
+    assert scratch is not None and len(scratch._bufs) == 1
+    got += [a.get(rows=i) for i in idx[3:]]
+    got.append(a.get_async(rows=idx[0]).result())
+    assert sum(ps.client.run(_reply_pools).values()) == before > 0
+    assert len(scratch._bufs) == 1
+    for i, g in zip(idx + idx[:1], got, strict=True):
+        np.testing.assert_array_equal(g, ref[i])
+        assert not np.shares_memory(g, scratch._bufs[0])
 
 
 @pytest.mark.parametrize("dtype", ["int32", "float32", "float64"])
