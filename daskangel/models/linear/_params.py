@@ -30,6 +30,7 @@ from .._core._input import Prepared
 from .._core._params import check_fraction, check_int, check_number, early_stopping_on
 from .._core._params import train_rows as _train_rows
 from ._inplace import in_place_order
+from ._minibatch import sgd_group, sgd_prefetch, sgd_pull_group
 from ._solvers import _per_round
 from ._task import Plan
 
@@ -140,6 +141,10 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
             in_place_block=block,
             in_place_streams=streams,
             read_barrier=as_sync(self.sync).staleness == 0,
+        )
+    if solver in ("sgd", "ftrl"):
+        plan = _replace(
+            plan, group=sgd_group(), pull_group=sgd_pull_group(), prefetch=sgd_prefetch()
         )
     if solver not in ("lbfgs", "owlqn") and train_rows:
         per = _per_round(plan)

@@ -5,11 +5,12 @@ clock is one *round* and an epoch is ``plan.rounds`` rounds, the same number
 for every task (a task whose rows run out does empty rounds), so clocks line up
 under BSP / SSP and a resubmitted task resumes at its epoch and round.
 
-* ``'sgd'`` / ``'ftrl'`` (Angel's mini-batch SGD): a round is one minibatch of
-  ``batch`` rows: pull the weights of the batch's keys, compute the gradient
-  (compiled), and push it to the server-side optimiser psf (``ops.SGD``,
-  ``Momentum``, ``AdaGrad``, ``Adam`` or ``FTRL``), which steps the weights
-  and its state where they live.
+* ``'sgd'`` / ``'ftrl'`` (Angel's mini-batch SGD): a minibatch of ``batch``
+  rows pulls the weights of its keys, computes the gradient (compiled), and
+  pushes it to the server-side optimiser psf (``ops.SGD``, ``Momentum``,
+  ``AdaGrad``, ``Adam`` or ``FTRL``), which steps the weights and its state
+  where they live; a round is ``plan.group`` minibatches whose pulls and pushes
+  overlap their compute (:mod:`._minibatch`).
 * ``'ma-sgd'`` (model averaging, MLlib*): a round pulls the weights of the
   partition's keys once (a pruned pull by key-set tag), runs ``local_steps``
   minibatch SGD steps locally with lazy L2/L1 (a whole pass by default), and
@@ -56,7 +57,8 @@ from .._core._order import rows_per_round
 from .._core._rounds import check_finite_step
 from .._core._rows import pull, push
 from ._inplace import InPlaceData, prepare_in_place
-from ._kernels import SQ_HINGE, SQUARED, batch_keys, grad_rows
+from ._kernels import SQ_HINGE, SQUARED
+from ._minibatch import MinibatchRounds
 from ._task import Plan, TaskData, prepare
 
 __all__ = ["Monitor", "SGDTask", "check_finite_step", "round_share", "step_cap"]
@@ -68,6 +70,8 @@ def round_share(plan: Plan, task: int, rnd: int) -> float:
 
 
 def _per_round(plan: Plan) -> int:
+    if plan.solver in ("sgd", "ftrl"):  # plan.group minibatches a clock (see _minibatch)
+        return plan.batch * plan.group
     return rows_per_round(plan.solver, plan.local_steps, plan.batch, plan.train_rows)
 
 
@@ -97,8 +101,23 @@ class Monitor(_Monitor):
     plan: Plan
 
     def __init__(self, ctx: Any, plan: Plan, data: TaskData | InPlaceData) -> None:
-        super().__init__(ctx, plan, lambda W: data.evaluate(W, plan))
         self.data = data
+        self._epoch = 0
+        super().__init__(ctx, plan, self._sums)
+
+    def evaluate(self, epoch: int, W: np.ndarray) -> None:
+        """The shared monitor's, once ``W`` and its sums are checked finite: ``'sgd'``
+        pushes its last steps after its last pull, so a step that blew the servers'
+        weights up is first seen here (a DivergedError, not a non-finite metric)."""
+        check_finite_step(0.0, W, epoch, self.plan.eta(epoch))
+        self._epoch = epoch
+        super().evaluate(epoch, W)
+
+    def _sums(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        res = self.data.evaluate(W, self.plan)
+        if res is not None and not all(np.isfinite(a).all() for a in res):
+            check_finite_step(float("inf"), None, self._epoch, self.plan.eta(self._epoch))
+        return res
 
     def latest(self, keys: np.ndarray) -> np.ndarray:
         """The weights of ``keys`` as the servers hold them now (not the task's view).
@@ -135,12 +154,9 @@ class SGDTask:
         acc = ctx.array(p.accum) if p.adaptive else None  # AdaGrad's sums, pulled alike
         acc_base = acc.plain if acc is not None and mon.staleness != 0 else acc
         tm["prep"] += time.perf_counter() - t_0
-        nk = d.keys.shape[0]
-        W = np.zeros((nk, K))
-        G = np.zeros((nk, K))
-        mark = np.full(nk, -1, np.int64)
         per = _per_round(p)
         cap = step_cap(p, d.max_sq_norm()) if p.solver == "ma-sgd" else float("inf")
+        mb = MinibatchRounds(p, d, w, p.prefetch) if isinstance(d, TaskData) else None
         m = p.clocks_per_round
         total = p.epochs * p.rounds * m
         order = np.arange(0)
@@ -198,34 +214,8 @@ class SGDTask:
                 loss_sum += loss
                 loss_n += rows.size
             elif rows.size:
-                assert isinstance(d, TaskData)  # in place: ma-sgd only
-                t = d.train
-                t_0 = time.perf_counter()
-                bk = batch_keys(t.indptr, t.indices, rows, mark, c)
-                if p.has_bias:
-                    bk = np.append(bk, nk - 1)
-                W[bk] = pull(w, d.keys[bk], K, None, not p.prune and False)
-                t_1 = time.perf_counter()
-                G[bk] = 0.0
-                loss = grad_rows(
-                    t.indptr, t.indices, t.data, d.y_train, rows, W, p.kind, p.eps,
-                    p.has_bias, G,
-                )  # fmt: skip
-                g = G[bk] / rows.size
-                check_finite_step(loss, g, epoch, eta)
-                if p.decay_grad:
-                    g *= eta / p.eta0
-                keys = d.keys[bk]
-                opt = p.step_optimizer(epoch, rnd)
-                t_2 = time.perf_counter()
-                if K == 1:
-                    opt.step(g[:, 0], cols=keys, casting="same_kind", atomic=False)
-                else:
-                    opt.step(g, rows=keys, casting="same_kind", atomic=False)
-                tm["pull"] += t_1 - t_0
-                tm["sgd"] += t_2 - t_1
-                tm["push"] += time.perf_counter() - t_2
-                loss_sum += loss
+                assert mb is not None  # in place: ma-sgd only
+                loss_sum += mb.run(rows, epoch, rnd, eta, tm)
                 loss_n += rows.size
             elif m == 2 and phase == 0:
                 ctx.clock()  # no rows this round: the read barrier all the same

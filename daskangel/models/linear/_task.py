@@ -93,6 +93,9 @@ class Plan:
     read_barrier: bool = False  # 'ma-sgd' under BSP: two clocks a round (see _solvers)
     adaptive: bool = False  # 'ma-sgd': per-feature AdaGrad steps (see _adaptive)
     accum: str = ""  # ... the PS array of their squared-gradient sums (shaped as weights)
+    group: int = 1  # 'sgd' / 'ftrl': minibatches a round (clock), see _minibatch
+    pull_group: int = 1  # ... minibatches a pull (their keys' union)
+    prefetch: int = 0  # ... pulls in flight ahead of the group computing
 
     @property
     def clocks_per_round(self) -> int:
@@ -103,7 +106,7 @@ class Plan:
         return self.task == "classifier" and self.n_outputs == 1
 
     def step_optimizer(self, epoch: int, rnd: int) -> Any:
-        """The server optimiser for round ``rnd`` of ``epoch`` (solvers ``'sgd'``, ``'ftrl'``).
+        """The server optimiser for minibatch ``rnd`` of ``epoch`` (solvers ``'sgd'``, ``'ftrl'``).
 
         FTRL's ``z`` sums every minibatch's mean gradient since the start, so its
         ``l1`` / ``l2`` weigh against that many losses: they are ``l1`` and ``alpha``

@@ -1,0 +1,178 @@
+"""The rounds of ``'sgd'`` / ``'ftrl'``: minibatches whose pulls and pushes overlap compute.
+
+Angel's PS-SGD pulls a minibatch's keys, computes its gradient and pushes it to
+the server-side optimiser.  Done one after the other, with a clock per
+minibatch, a step is three round trips with the CPUs idle (13,000 rows/s on 2
+workers).  Here a *round* (one clock) is ``plan.group`` minibatches
+(``daskangel.models.sgd-group``) and within it:
+
+* the pulls of the next ``daskangel.models.sgd-prefetch`` minibatches are in
+  flight while this one computes (each reads the servers' newest weights, so a
+  minibatch misses at most the pushes of the few before it: asynchronous SGD
+  with a delay bounded by the prefetch depth, as a PS worker thread pool has);
+  ``daskangel.models.sgd-pull-group`` minibatches share one pull of their keys'
+  union (default 1: on 30-nnz rows a union pull was no faster, and its later
+  minibatches read staler weights, see ``benchmarks/RESULTS.md``);
+* every push (an optimiser step, ``BoundOptimizer.step_async``) is asynchronous
+  and all of them are applied before the round's clock, so the clock rule
+  (BSP / SSP / ASP) holds between rounds as it does for every other solver:
+  a round reads everything pushed before the round's staleness floor.
+
+The first pull of a task goes through the task's clock-aware array (it waits
+for the read floor); later pulls follow a ``ctx.clock()``, which returns only
+once the floor of the next clock holds, so they read the servers directly
+(no clock cache: they want the newest weights).
+
+.. warning:: Within a round the model is read asynchronously: two fits with
+   one ``random_state`` differ by the arrival order of the pushes (as they did
+   with a clock per minibatch: a faster task's step could land before a
+   slower one's pull).  ``'ma-sgd'`` is the deterministic solver.
+
+Example
+-------
+>>> rounds = MinibatchRounds(ctx, plan, data, ctx.array(plan.weights))  # doctest: +SKIP
+>>> loss = rounds.run(rows, epoch=0, rnd=0, eta=0.1, tm=timings)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from ... import config
+from ...errors import InvalidArgumentError
+from .._core._rounds import check_finite_step
+from ._kernels import batch_keys, grad_rows
+from ._task import Plan, TaskData
+
+__all__ = ["MinibatchRounds", "sgd_group", "sgd_prefetch", "sgd_pull_group"]
+
+
+def _positive(key: str, least: int) -> int:
+    value = config.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidArgumentError(f"{key}: expected an int >= {least}, got {value!r}")
+    return value
+
+
+def sgd_group() -> int:
+    """``daskangel.models.sgd-group``: minibatches of ``'sgd'`` / ``'ftrl'`` a clock."""
+    return _positive("daskangel.models.sgd-group", 1)
+
+
+def sgd_pull_group() -> int:
+    """``daskangel.models.sgd-pull-group``: minibatches a pull (the union of their keys)."""
+    return _positive("daskangel.models.sgd-pull-group", 1)
+
+
+def sgd_prefetch() -> int:
+    """``daskangel.models.sgd-prefetch``: minibatch pulls in flight (0: none ahead)."""
+    return _positive("daskangel.models.sgd-prefetch", 0)
+
+
+class MinibatchRounds:
+    """One task's ``'sgd'`` / ``'ftrl'`` rounds (see the module docstring)."""
+
+    def __init__(self, plan: Plan, data: TaskData, w: Any, prefetch: int) -> None:
+        self.p, self.d = plan, data
+        self.w = w  # the task's array: its first pull waits for the read floor
+        self.plain = w.plain
+        nk, K = data.keys.shape[0], plan.n_outputs
+        self.W = np.zeros((nk, K))
+        self.G = np.zeros((nk, K))
+        self.mark = np.full(nk, -1, np.int64)
+        self.stamp = 0
+        self.prefetch = prefetch
+        self.first = True
+
+    def _keys(self, rows: np.ndarray) -> np.ndarray:
+        t = self.d.train
+        bk = batch_keys(t.indptr, t.indices, rows, self.mark, self.stamp)
+        self.stamp += 1
+        if self.p.has_bias:
+            bk = np.append(bk, self.d.keys.shape[0] - 1)
+        return bk  # type: ignore[no-any-return]
+
+    def _pull(self, bk: np.ndarray) -> Any:
+        """A pull of the local slots ``bk``: a future (``result()`` -> values)."""
+        keys = self.d.keys[bk]
+        if self.first:  # through the clock rule once; after a clock() the floor holds
+            self.first = False
+            v = self.w.get(cols=keys) if self.p.n_outputs == 1 else self.w.get(rows=keys)
+            return _Done(v)
+        if self.p.n_outputs == 1:
+            return self.plain.get_async(cols=keys)
+        return self.plain.get_async(rows=keys)
+
+    def run(
+        self, rows: np.ndarray, epoch: int, rnd: int, eta: float, tm: dict[str, float]
+    ) -> float:
+        """Train on a round's ``rows`` (minibatches of ``plan.batch``); the loss sum.
+
+        The round's minibatches are pulled ``plan.pull_group`` at a time (one pull
+        of their keys' union), ``plan.prefetch`` such pulls in flight ahead of the
+        group computing.  Every step of the round has been applied on the servers
+        when this returns.
+        """
+        p, d, W, G = self.p, self.d, self.W, self.G
+        t, K = d.train, p.n_outputs
+        b, pg = p.batch, max(1, p.pull_group)
+        batches = [rows[i : i + b] for i in range(0, rows.size, b)]
+        keys = [self._keys(r) for r in batches]
+        groups = [range(i, min(i + pg, len(batches))) for i in range(0, len(batches), pg)]
+        gkeys = [
+            keys[g[0]] if len(g) == 1 else np.unique(np.concatenate([keys[i] for i in g]))
+            for g in groups
+        ]
+        pulls: deque[Any] = deque()
+        pushes = []
+        loss_sum = 0.0
+        nxt = 0
+        for gi, grp in enumerate(groups):
+            t_0 = time.perf_counter()
+            while nxt < len(groups) and nxt <= gi + self.prefetch:
+                pulls.append(self._pull(gkeys[nxt]))
+                nxt += 1
+            uk = gkeys[gi]
+            W[uk] = np.asarray(pulls.popleft().result(), np.float64).reshape(uk.shape[0], K)
+            tm["pull"] += time.perf_counter() - t_0
+            for i in grp:
+                t_1 = time.perf_counter()
+                r, bk = batches[i], keys[i]
+                G[bk] = 0.0
+                loss = grad_rows(
+                    t.indptr, t.indices, t.data, d.y_train, r, W, p.kind, p.eps, p.has_bias, G
+                )
+                g = G[bk] / r.size
+                check_finite_step(loss, g, epoch, eta)
+                if p.decay_grad:
+                    g *= eta / p.eta0
+                opt = p.step_optimizer(epoch, rnd * p.group + i)
+                gk = d.keys[bk]
+                t_2 = time.perf_counter()
+                if K == 1:
+                    f = opt.step_async(g[:, 0], cols=gk, casting="same_kind", atomic=False)
+                else:
+                    f = opt.step_async(g, rows=gk, casting="same_kind", atomic=False)
+                pushes.append(f)
+                tm["sgd"] += t_2 - t_1
+                tm["push"] += time.perf_counter() - t_2
+                loss_sum += float(loss)
+        t_0 = time.perf_counter()
+        for f in pushes:  # applied before the clock: the next round's reads see them
+            f.result()
+        tm["push"] += time.perf_counter() - t_0
+        return loss_sum
+
+
+class _Done:
+    """A finished pull, shaped as a future."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
