@@ -237,7 +237,8 @@ class CGSTask:
             t2 = time.perf_counter()
             ctx.clock()
             tm["clock"] += time.perf_counter() - t2
-            mon.stop(ctx.iteration)
+            if _due(p, s - 1) or s % 10 == 0 or s == p.sweeps:  # the dashboard's rows (a pull)
+                mon.stop(ctx.iteration)
         if has_val and ctx.iteration == p.sweeps + 1:
             t0 = time.perf_counter()
             ctx.flush()
