@@ -7,7 +7,8 @@ Run::
     python benchmarks/bench_lda.py --staleness           # BSP vs SSP(1) vs SSP(3), LL per second
     python benchmarks/bench_lda.py --fig10 --png lda.png # data vs model vs hybrid (Angel Fig. 10)
     python benchmarks/bench_lda.py --synthetic           # K=1000 planted corpus (>= 100 M tokens)
-    python benchmarks/bench_lda.py --smoke               # tiny generated corpus, < 60 s
+    python benchmarks/bench_lda.py --smoke               # tiny generated corpus, < 60 s,
+                                                         # in-process workers (figures mean nothing)
 
 Data: ``../shared/data/kos`` and ``../shared/data/20news-bow`` (UCI docword;
 ``--data`` to point elsewhere).  A dataset whose file is absent is skipped with
@@ -89,12 +90,15 @@ def planted(n_docs: int, V: int, K: int, doc_len: int, seed: int) -> sp.csr_matr
     return planted_counts(n_docs, V, K, doc_len, seed)
 
 
-def cluster(n_workers: int = 2) -> Any:
+def cluster(n_workers: int = 2, processes: bool = True) -> Any:
+    """The 2-worker cluster (``processes=False`` for ``--smoke``: no worker process
+    imports daskangel and loads the kernels again, most of a smoke run's time on 2
+    loaded cores; a smoke run's figures mean nothing)."""
     from distributed import Client, LocalCluster
 
     lc = LocalCluster(
         n_workers=n_workers, threads_per_worker=1, dashboard_address=":0",
-        worker_dashboard_address=None,
+        worker_dashboard_address=None, processes=processes,
     )  # fmt: skip
     return lc, Client(lc)
 
@@ -381,7 +385,7 @@ def smoke(data: str) -> None:
             X = X[:, np.unique(X.indices)]  # the words these documents use
         else:
             print(f"{name}: read by full runs only (the smoke run takes a slice of KOS)")
-    svi = {"passes": 2, "batch": 64}
+    svi = {"passes": 1, "batch": 64}
     if X is not None:
         compare("smoke (KOS, first 300 documents)", X, 10, 4, 2, peers=True, svi=svi)
     else:
@@ -414,7 +418,7 @@ def main() -> None:
     ap.add_argument("--no-sklearn", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
-    lc, client = cluster()
+    lc, client = cluster(processes=not a.smoke)
     try:
         if a.smoke:
             smoke(a.data)
