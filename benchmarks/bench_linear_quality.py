@@ -54,8 +54,8 @@ row).  Solvers:
 Targets (issue 7): test accuracy within 0.3 points and AUC within 0.003 of
 scikit-learn's for the binary sets; accuracy within 1 point for dna.
 
-A 2-worker LocalCluster (processes, 1 thread each: one training task per
-worker).  Times are wall-clock fit times (daskangel's includes spreading the
+A 2-worker LocalCluster (processes, in-process with ``--smoke``; 1 thread each: one
+training task per worker).  Times are wall-clock fit times (daskangel's includes spreading the
 rows to the workers), median of ``--repeat`` runs.
 """
 
@@ -325,9 +325,12 @@ def main() -> None:
     deltas: dict[tuple[str, str], list[float]] = {}  # {(dataset, solver): [d acc per seed]}
     all_pass = True
     print(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores)")
+    # --smoke: a run check of the sections on in-process workers (the fits' first
+    # calls loaded every kernel in two fresh worker processes: ~10 s of a smoke run);
+    # tests/models/linear fit between processes
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            n_workers=2, threads_per_worker=1, processes=not args.smoke, dashboard_address=":0"
         ) as cluster,
         Client(cluster) as client,
     ):
