@@ -232,12 +232,12 @@ def test_chaos_scale_down_up_and_kill(c4: Any, tmp_path: Path, snapshots: bool) 
 # -- resume after the scheduler is gone -------------------------------------------------
 
 
-def stopping_step(marker: str, prefix: str, at: int = 5) -> Any:
-    """The additive workload; the first time task 0 reaches clock ``at`` it tells
-    the driver and waits for its cluster to be closed under it."""
+def stopping_step(marker: str, prefix: str, at: int = 5, name: str = "W") -> Any:
+    """The additive workload on array ``name``; the first time task 0 reaches clock
+    ``at`` it tells the driver and waits for its cluster to be closed under it."""
 
     def step(ctx: Any, part: Any) -> int:
-        W = ctx.array("W")
+        W = ctx.array(name)
         for c in ctx.epochs(CLOCKS):
             rows, vals = _delta(ctx.task_id, c)
             W.increment(vals, rows=rows)
@@ -287,10 +287,13 @@ def test_resume_on_a_new_scheduler_gives_the_same_model(c4: Any, tmp_path: Path)
         assert res.clocks == [CLOCKS] * N_TASKS
         np.testing.assert_array_equal(ps2.get_array("W").get(), expected_total())
     # a fresh array of another name and block layout (a model's fit on a cluster of
-    # another size): made again with the snapshot's layout, then loaded
+    # another size): made again with the snapshot's layout, then loaded; the tasks
+    # write the array by its name here (the newest snapshot may be ps2's last clock
+    # or an earlier one, if ps2's close abandoned a write: either ends with the total)
     with angel.PSContext(c) as ps3:
         ps3.zeros("W3", SHAPE, dtype="int64", block_shape=(5, 400))
-        angel.train(ps3, step, [None] * N_TASKS, sync=angel.BSP(), epochs=CLOCKS, resume=url,
+        step3 = stopping_step(marker, tmp_path.name, name="W3")  # the marker exists: no stop
+        angel.train(ps3, step3, [None] * N_TASKS, sync=angel.BSP(), epochs=CLOCKS, resume=url,
                     progress=False)  # fmt: skip
         w3 = ps3.get_array("W3")
         assert list(w3.meta.to_dict()["layout"]["row_bounds"]) == [0, 2, 4, 6, 8]
