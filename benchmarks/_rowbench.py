@@ -38,6 +38,7 @@ from distributed.protocol import to_serialize
 from distributed.utils import sync
 
 import daskangel as angel
+from daskangel._compat import workers_info
 
 __all__ = ["bench_rows"]
 
@@ -179,7 +180,7 @@ def bench_rows(repeat: int, smoke: bool, plugin: Any) -> list[tuple[str, str, st
         Client(cluster) as client,
     ):
         client.register_plugin(plugin)
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = sorted(workers_info(client))
         with angel.PSContext(client, workers=workers[:2]) as ps:
             for label, (shape, dtype) in shapes.items():
                 name = f"rows-{label}"

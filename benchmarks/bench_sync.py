@@ -39,6 +39,7 @@ import numpy as np
 from distributed import Client, LocalCluster
 
 import daskangel as angel
+from daskangel._compat import workers_info
 from daskangel.psarray import PSArray
 
 
@@ -160,7 +161,7 @@ def main() -> None:
         ) as cluster,
         Client(cluster) as client,
     ):
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = sorted(workers_info(client))
         with angel.PSContext(client, workers=workers[:2]) as ps:
             far = [workers[2]]
 

@@ -17,6 +17,7 @@ from distributed.security import Security
 
 import daskangel as angel
 from daskangel import models
+from daskangel._compat import workers_info
 
 pytest.importorskip("cryptography", reason="Security.temporary() needs cryptography")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -51,7 +52,7 @@ def test_fit_with_snapshots_save_and_load_over_tls(
 ) -> None:
     client, _ = tls
     assert client.scheduler.address.startswith("tls://")
-    assert all(w.startswith("tls://") for w in client.scheduler_info()["workers"])
+    assert all(w.startswith("tls://") for w in workers_info(client))
     X, y = _data()
     snap = tmp_path / "snap"
     with angel.PSContext(client, snapshot=str(snap), snapshot_every=1) as ps:
@@ -89,7 +90,7 @@ def test_a_plain_tcp_peer_is_refused_by_scheduler_and_ps_workers(
     tls: tuple[Client, Security],
 ) -> None:
     client, _ = tls
-    workers = list(client.scheduler_info()["workers"])
+    workers = list(workers_info(client))
     for address in [client.scheduler.address, *workers]:
         plain = address.replace("tls://", "tcp://")
         err = _refused(plain)
@@ -100,7 +101,7 @@ def test_a_certificate_from_another_ca_is_refused(tls: tuple[Client, Security]) 
     client, _ = tls
     stranger = Security.temporary()  # its own CA
     args = stranger.get_connection_args("client")
-    for address in [client.scheduler.address, *client.scheduler_info()["workers"]]:
+    for address in [client.scheduler.address, *workers_info(client)]:
         err = _refused(address, **args)
         assert isinstance(err, (OSError, EOFError)), repr(err)
     with pytest.raises(OSError):

@@ -16,6 +16,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 import daskangel as angel
+from daskangel._compat import workers_info
 from daskangel.errors import RequestTooLargeError, ServerMemoryError
 from daskangel.psarray import get_agent
 
@@ -64,7 +65,7 @@ def test_an_array_larger_than_the_servers_memory_is_refused_with_the_figures():
         angel.PSContext(client) as ps,
     ):
         keep = ps.full("keep", (1000,), 3.0)
-        workers = set(client.scheduler_info()["workers"])
+        workers = set(workers_info(client))
         with pytest.raises(ServerMemoryError) as e:
             ps.zeros("huge", (2**30,), dtype="float32")  # 4 GiB on two 1 GiB workers
         msg = str(e.value)
@@ -73,7 +74,7 @@ def test_an_array_larger_than_the_servers_memory_is_refused_with_the_figures():
         assert isinstance(e.value, MemoryError)
         assert "huge" not in ps.arrays()
         np.testing.assert_array_equal(keep.get(), 3.0)  # nothing lost, nobody restarted
-        assert set(client.scheduler_info()["workers"]) == workers
+        assert set(workers_info(client)) == workers
         ok = ps.zeros("ok", (2**26,), dtype="float32")  # what fits is still created
         assert ok.shape == (2**26,)
         ps.drop("ok")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import daskangel as angel
+from daskangel._compat import workers_info
 from daskangel.errors import StaleLayoutError
 from daskangel.psarray import PSArray, get_agent
 from daskangel.psarray._binding import get_binding
@@ -27,7 +28,7 @@ def _use(w: PSArray) -> tuple[float, tuple[int, ...], str, float]:
 
 
 def _on_every_worker(client, w: PSArray) -> list[tuple]:
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(workers_info(client))
     return [client.submit(_use, w, workers=[a], pure=False).result() for a in workers]
 
 

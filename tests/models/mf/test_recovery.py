@@ -14,6 +14,7 @@ import dask
 import pytest
 from distributed import Client
 
+from daskangel._compat import workers_info
 from daskangel.models import MatrixFactorization
 from tests.conftest import kill_worker, make_cluster
 
@@ -68,7 +69,7 @@ def test_worker_killed_mid_fit_gives_the_fault_free_rmse(tmp_path: Path) -> None
         t.start()
         try:
             assert reached.wait(60), "the fit never reached the kill clock"
-            victim = sorted(c.scheduler_info()["workers"])[0]
+            victim = sorted(workers_info(c))[0]
             kill_worker(c, cluster, victim)
         finally:
             t.join(100)
