@@ -29,6 +29,7 @@ __all__ = [
     "array_data",
     "comm_text",
     "data_table",
+    "refresh_text",
     "server_data",
     "task_data",
 ]
@@ -63,6 +64,7 @@ SERVER_COLUMNS = [
     ("calls_rate_text", "call rate"),
     ("latency_text", "latency"),
     ("queue", "queue"),
+    ("refresh_text", "eager refresh (server)"),
 ]
 ARRAY_COLUMNS = [
     ("array", "array"),
@@ -75,7 +77,15 @@ ARRAY_COLUMNS = [
 ]
 
 # relative widths of the columns holding long text (the others get 90)
-_WIDTHS = {"id": 260, "worker": 170, "server": 200, "array": 240, "metrics": 520, "comm_text": 330}
+_WIDTHS = {
+    "id": 260,
+    "worker": 170,
+    "server": 200,
+    "array": 240,
+    "metrics": 520,
+    "comm_text": 330,
+    "refresh_text": 330,
+}
 
 
 def task_data(rows: list[dict[str, Any]], latest: dict[str, dict[str, float]]) -> dict[str, list]:
@@ -156,7 +166,32 @@ def server_data(rows: list[dict[str, Any]], rates: dict[str, dict[str, float]]) 
         out["calls_text"].append(fmt_count(r.get("calls", 0)))
         out["calls_rate_text"].append(fmt_rate(cps, "calls"))
         out["latency_text"].append(fmt_time(r.get("latency_ms", 0.0) / 1000.0))
+        out["refresh_text"].append(refresh_text(r))
     return out
+
+
+def refresh_text(row: dict[str, Any]) -> str:
+    """The server's eager refresh (``refresh_*`` of a server row), or ``""`` when off.
+
+    Without a server budget (``daskangel.comm.server-budget: null``) a server that
+    refreshed still shows its traffic, as ``"no budget"``.
+
+    >>> refresh_text({"refresh_budget": 16384.0, "refresh_sent": 81920.0,
+    ...               "refresh_held_back": 2048.0, "refresh_rate": 4096.0})
+    'budget 16.00 kiB/s, sent 80.00 kiB, held back 2.00 kiB, rate 4.00 kiB/s'
+    >>> refresh_text({"refresh_budget": 0.0, "refresh_sent": 40.0})
+    'no budget, sent 40 B, held back 0 B, rate 0 B/s'
+    >>> refresh_text({"refresh_budget": 0.0, "refresh_sent": 0.0})
+    ''
+    """
+    keys = ("refresh_budget", "refresh_sent", "refresh_held_back", "refresh_rate")
+    budget, sent, held, rate = (_num(row.get(k)) for k in keys)
+    if not (budget or sent or held):
+        return ""
+    head = f"budget {fmt_rate_bytes(budget)}" if budget else "no budget"
+    return (
+        f"{head}, sent {fmt_bytes(sent)}, held back {fmt_bytes(held)}, rate {fmt_rate_bytes(rate)}"
+    )
 
 
 def array_data(rows: list[dict[str, Any]]) -> dict[str, list]:
@@ -190,6 +225,12 @@ def data_table(source: Any, columns: list[tuple[str, str]], height: int) -> Any:
         index_position=None,
         sizing_mode="stretch_width",
     )
+
+
+def _num(v: Any) -> float:
+    """A counter as a float, 0 for a missing or NaN one (a row from before the key)."""
+    x = float(v or 0.0)
+    return 0.0 if math.isnan(x) else x
 
 
 def _slow_text(row: dict[str, Any]) -> str:

@@ -173,15 +173,28 @@ def test_small_budget_loses_no_update(ps, cluster, managed, policy):
     for name in SHAPES:
         want = sum(r[name] for r in res.results)
         np.testing.assert_array_equal(ps.get_array(name).get(), want)  # exactly
-    tasks = ps.status(max_age=0).query("kind == 'task'")
+    status = ps.status(max_age=0)
+    tasks, servers = status.query("kind == 'task'"), status.query("kind == 'server'")
     per_worker = tasks.groupby("worker")[["comm_budget", "comm_sent", "comm_held_back"]].max()
     assert (per_worker["comm_budget"] == budget).all()
     assert per_worker["comm_sent"].sum() > 0  # some went out between clock boundaries
     assert per_worker["comm_held_back"].sum() > 0  # and some waited for them
     assert (tasks["comm_rate"] >= 0).all() and (tasks["comm_short_clocks"] >= 0).all()
-    if policy == "magnitude":  # the dashboard page shows the same, per worker
-        texts = _page_comm(f"http://127.0.0.1:{cluster.scheduler.http_server.port}", res.job)
-        assert len(texts) == 4 and all(t.startswith("budget 64.00 kiB/s, sent ") for t in texts)
+    # the dashboard page shows the same: per worker, and per server with eager refresh
+    page = _page_tables(f"http://127.0.0.1:{cluster.scheduler.http_server.port}")
+    texts = [t for i, t in zip(*page["tasks"], strict=True) if str(i).startswith(res.job)]
+    assert len(texts) == 4 and all(t.startswith("budget 64.00 kiB/s, sent ") for t in texts)
+    cells = dict(zip(*page["servers"], strict=True))
+    assert set(cells) >= {str(s) for s in ps.servers}
+    sent = servers.loc[servers["refresh_sent"] > 0, "id"].tolist()
+    if policy == "random":  # the servers that refreshed: their budget and bytes sent
+        assert sent and (servers["refresh_budget"].isin([0, 16 * 1024])).all()
+        for sid in sent:
+            assert cells[sid].startswith("budget 16.00 kiB/s, sent "), cells[sid]
+            assert not cells[sid].startswith("budget 16.00 kiB/s, sent 0 B,"), cells[sid]
+            assert ", held back " in cells[sid] and ", rate " in cells[sid]
+    idle = servers.query("refresh_budget == 0 and refresh_sent == 0 and refresh_held_back == 0")
+    assert all(cells[sid] == "" for sid in idle["id"])  # eager refresh never on there
 
 
 def _refreshed(dask_worker) -> int:
@@ -192,17 +205,19 @@ def _refreshed(dask_worker) -> int:
     return 0 if b is None else int(agent_of(b).refresher.units)
 
 
-def _page_comm(base: str, job: str) -> list[str]:
-    """The "managed comm" cells of the job's task rows on the daskangel page (over HTTP)."""
+def _page_tables(base: str) -> dict[str, tuple[list, list]]:
+    """``(ids, cells)`` of the daskangel page's task table ("managed comm (worker)")
+    and server table ("eager refresh (server)"), read over HTTP."""
     from bokeh.client import pull_session
-    from bokeh.models import ColumnDataSource
 
     with pull_session(url=f"{base}/individual-daskangel") as session:
-        for src in session.document.select({"type": ColumnDataSource}):
-            if "comm_text" in src.data:
-                rows = zip(src.data["id"], src.data["comm_text"], strict=True)
-                return [t for i, t in rows if str(i).startswith(job)]
-    raise AssertionError("no task table with a managed comm column on the page")
+        doc = session.document
+        tasks = doc.select_one({"name": "daskangel-tasks"}).data
+        servers = doc.select_one({"name": "daskangel-servers"}).data
+        return {
+            "tasks": (list(tasks["id"]), list(tasks["comm_text"])),
+            "servers": (list(servers["id"]), list(servers["refresh_text"])),
+        }
 
 
 def test_a_budget_below_a_clock_warns_with_figures_and_does_not_hang(ps, managed):
