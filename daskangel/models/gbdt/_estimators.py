@@ -23,6 +23,7 @@ Example
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -63,6 +64,11 @@ _DOC = """
         ``validation_fraction`` of every partition is held out, and training
         stops once its loss has not improved by ``tol`` for
         ``n_iter_no_change`` rounds.
+    snapshot, snapshot_every
+        With ``snapshot_every`` (rounds) the model's own PS context snapshots to
+        ``snapshot`` (an fsspec URL; a temporary directory by default) with
+        ``recovery="rollback"``; every snapshot holds the finished rounds' trees
+        and metrics, and ``fit(X, y, resume=url)`` continues from one.
     random_state, n_tasks, progress, client, ps
         Seed of the splits and samples; training tasks (default one per worker
         thread); a progress bar of trees (rounds of ``K`` trees for ``K`` classes) with
@@ -111,8 +117,28 @@ class _GBDT(PSEstimator):
             return n_rows > 10_000
         return bool(self.early_stopping)
 
-    def fit(self, X: Any, y: Any = None) -> _GBDT:
-        """Grow ``n_estimators`` rounds of trees on ``X, y`` (a Dataset carries its ``y``)."""
+    def _context_options(self) -> dict[str, Any]:
+        every = getattr(self, "snapshot_every", None)
+        if every is None:
+            return {}
+        url = getattr(self, "snapshot", None) or tempfile.mkdtemp(prefix="daskangel-gbdt-snap-")
+        return {"snapshot": url, "snapshot_every": int(every), "recovery": "rollback"}
+
+    def fit(self, X: Any, y: Any = None, *, resume: str | None = None) -> _GBDT:
+        """Grow ``n_estimators`` rounds of trees on ``X, y`` (a Dataset carries its ``y``).
+
+        ``resume``: a snapshot taken during an earlier fit of this estimator
+        class with the same parameters (an int ``random_state``), data and
+        ``n_tasks`` (``snapshot=url, snapshot_every=N``, or a ``ps=`` context
+        made with them): the fit continues at the round after the snapshot's and
+        ends with the trees of the fit that was never interrupted (see
+        :meth:`PSEstimator._resuming`).  A snapshot of another model, other
+        parameters or other data is refused before anything is made.
+
+        .. warning::
+           ``history_`` holds every round (the snapshot's from the PS);
+           ``level_stats_`` only the rounds the resumed fit grew.
+        """
         check_params(self)
         self._forget()
         from sklearn.utils import check_random_state
@@ -123,7 +149,8 @@ class _GBDT(PSEstimator):
             if isinstance(rs, (int, np.integer))
             else int(check_random_state(rs).randint(2**31 - 1))
         )
-        r = fit_gbdt(self, X, y)
+        with self._resuming(resume):
+            r = fit_gbdt(self, X, y, resume)
         self._arrays = {"trees": r.trees}
         self.n_features_in_ = r.n_features
         if r.classes is not None:
@@ -234,6 +261,7 @@ class GBDTClassifier(ClassifierMixin, _GBDT):
         min_child_weight: float = 1e-3, min_samples_leaf: int = 20, reg_lambda: float = 0.0,
         subsample: float = 1.0, colsample_bytree: float = 1.0, early_stopping: Any = "auto",
         validation_fraction: float = 0.1, n_iter_no_change: int = 10, tol: float = 1e-7,
+        snapshot: str | None = None, snapshot_every: int | None = None,
         random_state: Any = None, n_tasks: int | None = None, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
@@ -286,8 +314,10 @@ class GBDTRegressor(RegressorMixin, _GBDT):
         min_child_weight: float = 1e-3, min_samples_leaf: int = 20, reg_lambda: float = 0.0,
         subsample: float = 1.0, colsample_bytree: float = 1.0, early_stopping: Any = "auto",
         validation_fraction: float = 0.1, n_iter_no_change: int = 10, tol: float = 1e-7,
-        huber_delta: float = 1.0, random_state: Any = None, n_tasks: int | None = None,
-        progress: bool | str = "auto", client: Any = None, ps: Any = None,
+        huber_delta: float = 1.0, snapshot: str | None = None,
+        snapshot_every: int | None = None, random_state: Any = None,
+        n_tasks: int | None = None, progress: bool | str = "auto", client: Any = None,
+        ps: Any = None,
     ) -> None:  # fmt: skip
         for k, v in locals().items():
             if k not in ("self", "__class__"):

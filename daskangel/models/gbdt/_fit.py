@@ -9,9 +9,10 @@
    an error naming ``y`` (NaN, fewer than two classes);
 3. the servers merge the summaries into bin edges (``_psfs.MergeSketches``),
    which travel to the tasks in the :class:`~._plan.Plan`;
-4. the histogram array (rows cut on feature edges) and the trees array are
-   created, and ``angel.train`` runs one :class:`~._task.BoostTask` per
-   partition in one group.
+4. the histogram array (rows cut on feature edges), the trees and the
+   metrics arrays are created (named with the fingerprints a resumed fit
+   checks first, ``_resume``), and ``angel.train`` runs one
+   :class:`~._task.BoostTask` per partition in one group.
 
 Example
 -------
@@ -36,6 +37,7 @@ from ._binning import BinSpec
 from ._losses import LOSSES
 from ._plan import Plan, col_bases, hist_bounds
 from ._psfs import MergeSketches
+from ._resume import METRICS, check_snapshot, fingerprints
 from ._rows import sketch_partition
 from ._task import BoostTask
 from ._trees import NF
@@ -120,8 +122,13 @@ def _labels(est: Any, facts: list[dict[str, Any]], data: Any) -> tuple[Any, int,
     return classes, len(classes), tuple(float(x) for x in np.log(prior))
 
 
-def fit_gbdt(est: Any, X: Any, y: Any) -> Fitted:
-    """Fit ``est`` (a checked GBDT estimator) on ``X, y``; see the module docstring."""
+def fit_gbdt(est: Any, X: Any, y: Any, resume: str | None = None) -> Fitted:
+    """Fit ``est`` (a checked GBDT estimator) on ``X, y``; see the module docstring.
+
+    ``resume``: the snapshot the fit continues from, checked here against the
+    estimator's class, parameters and data before any array is made (the
+    training job itself loads it: the caller wraps this in ``est._resuming``).
+    """
     _check_y_local(y)
     client = est._client()
     n_tasks = est._n_tasks(client)
@@ -130,17 +137,18 @@ def fit_gbdt(est: Any, X: Any, y: Any) -> Fitted:
         est, X, y, client, n_tasks, classifier=classifier, classes=None, allow_nan=True
     )
     try:
-        return _fit(est, client, data, unstored_is_missing(X))
+        return _fit(est, client, data, unstored_is_missing(X), resume)
     finally:
         data.release()
 
 
-def _fit(est: Any, client: Any, data: Any, unstored_missing: bool) -> Fitted:
+def _fit(est: Any, client: Any, data: Any, unstored_missing: bool, resume: str | None) -> Fitted:
     ds = data.ds
     F = int(ds.n_features)
     parts = len(ds.partitions)
     ps = est._context(client)
-    name = f"{type(est).__name__.lower()}-{uuid.uuid4().hex[:8]}"
+    cls = type(est).__name__.lower()
+    name = f"{cls}-{uuid.uuid4().hex[:8]}"
     seed = int(est._seed)
     early = est._early(int(ds.n_rows))
     fraction = float(est.validation_fraction) if early and est.validation_fraction else 0.0
@@ -190,11 +198,17 @@ def _fit(est: Any, client: Any, data: Any, unstored_missing: bool) -> Fitted:
         renew_points=int(config.get("daskangel.gbdt.renew-points")),
         classes=None if data.encoded or classes is None else tuple(float(c) for c in classes),
     )  # fmt: skip
+    fp_params, fp_data = fingerprints(plan_kw)
+    if resume is not None:
+        check_snapshot(resume, cls, fp_params, fp_data)
+    name = f"{name}-{fp_params}{fp_data}"  # what a resumed fit checks (_resume)
+    n_est = int(est.n_estimators)
     hist = ps.zeros(
         f"{name}.hist", (B, bases[-1]), "float64", partitioner=RowBoundsPartitioner(bounds)
     )
-    trees = ps.zeros(f"{name}.trees", (int(est.n_estimators) * K, (2 * leaves - 1) * NF), "float64")
-    plan = Plan(hist=hist.name, trees=trees.name, **plan_kw)  # type: ignore[arg-type]
+    trees = ps.zeros(f"{name}.trees", (n_est * K, (2 * leaves - 1) * NF), "float64")
+    metrics = ps.zeros(f"{name}.metrics", (n_est, len(METRICS)), "float64")
+    plan = Plan(hist=hist.name, trees=trees.name, metrics=metrics.name, **plan_kw)  # type: ignore[arg-type]
     try:
         res = train(
             ps, BoostTask(plan), ds, groups=1, group_size=parts, epochs=plan.n_estimators,
@@ -205,8 +219,9 @@ def _fit(est: Any, client: Any, data: Any, unstored_missing: bool) -> Fitted:
             ps.drop(trees.name)
         raise
     finally:
-        with contextlib.suppress(Exception):
-            ps.drop(hist.name)
+        for n in (hist.name, metrics.name):
+            with contextlib.suppress(Exception):
+                ps.drop(n)
     lead = next(r for r in res.results if "history" in r)
     return Fitted(
         trees=trees.name, classes=classes, K=K, baseline=np.asarray(baseline), spec=spec,

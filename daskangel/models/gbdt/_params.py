@@ -73,3 +73,7 @@ def check_params(est: Any) -> None:
     if hasattr(est, "huber_delta"):
         _real("huber_delta", est.huber_delta, 0.0, lo_open=True)
     _int("n_tasks", est.n_tasks, 1, none=True)
+    _int("snapshot_every", getattr(est, "snapshot_every", None), 1, none=True)
+    snap = getattr(est, "snapshot", None)
+    if snap is not None and not (isinstance(snap, str) and snap):
+        raise InvalidArgumentError(f"snapshot: expected a URL (a str) or None, got {snap!r}")

@@ -10,7 +10,10 @@ PS arrays of one fit (``<model>`` is a fresh name):
   triplets ``(g, h, count)`` from ``col_base[L]``; ``K * cap(L)`` of them,
   ``cap(0) = 1`` and ``cap(L) = 2 ** (L - 1)`` (one built child per split);
 * ``<model>.trees`` (float64, ``(n_estimators * K, max_nodes * NF)``): the
-  model, one row per tree, :data:`NF` fields per node (``_trees``).
+  model, one row per tree, :data:`NF` fields per node (``_trees``);
+* ``<model>.metrics`` (float64, ``(n_estimators, len(_resume.METRICS))``,
+  dropped after the fit): a ``history_`` row per finished round, so that a fit
+  resumed from a snapshot knows them (``_resume``).
 
 Example
 -------
@@ -65,6 +68,7 @@ class Plan:
 
     hist: str  # PS array names
     trees: str
+    metrics: str
     spec: BinSpec
     K: int  # trees per round: classes of the softmax, else 1
     loss: int  # _losses.LOSSES id

@@ -16,9 +16,12 @@ level one exchange of the group channel:
    command.
 
 At the end of a round the leader writes the trees into the ``trees`` array,
-turns the tasks' metric sums into one ``history_`` row (``ctx.report``), and
-decides on early stopping; the next round's first command is then ``stop``.
-The histogram array is zeroed at the start of every round.
+turns the tasks' metric sums into one ``history_`` row (``ctx.report``, and a
+row of the ``metrics`` array), and decides on early stopping; the next round's
+first command is then ``stop``.  The histogram array is zeroed at the start of
+every round.  A task starting at a later clock (a resumed fit, a rollback to a
+snapshot) first adds the finished rounds' trees to its margins, and the leader
+reads their history back (``_resume``).
 
 Example
 -------
@@ -35,7 +38,9 @@ import numpy as np
 from .._core._metrics import auc_from_hist, should_stop
 from ._grower import Grower
 from ._plan import Plan
+from ._resume import history_rows, metrics_values
 from ._rows import prepare
+from ._trees import NF
 from ._worker import RowState
 
 __all__ = ["BoostTask", "metrics_row"]
@@ -88,10 +93,18 @@ class BoostTask:
         size = ctx.group_size
         hist = ctx.array(p.hist)
         trees = ctx.array(p.trees)
+        metrics = ctx.array(p.metrics)
         grower = Grower(p, hist) if leader else None
         history: list[dict[str, float]] = []
-        stop = False
-        built = 0
+        built = min(int(ctx.iteration), p.n_estimators)  # > 0: resumed, or rolled back
+        if built:
+            t0 = time.perf_counter()
+            flat = np.asarray(trees.plain.get(rows=np.arange(built * p.K)), np.float64)
+            st.replay(flat.reshape(built * p.K, p.max_nodes, NF))
+            if leader:
+                history = history_rows(metrics.plain.get(rows=np.arange(built)), 0)
+            tm["prep"] += time.perf_counter() - t0
+        stop = self._stop(history) if history else False
         seconds: list[float] = []  # wall time of each round
         for it in ctx.epochs(p.n_estimators):
             t_round = time.perf_counter()
@@ -134,6 +147,7 @@ class BoostTask:
                     if final:
                         trees.set(grower.tree_rows(), rows=np.arange(it * p.K, (it + 1) * p.K))
                         row = {"iteration": it + 1, **metrics_row(p, acks)}
+                        metrics.set(metrics_values(row)[None, :], rows=np.arange(it, it + 1))
                         history.append(row)
                         ctx.report(**row)  # live: the progress bar, ps.status(), the dashboard
                         stop = self._stop(history)

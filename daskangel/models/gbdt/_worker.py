@@ -13,7 +13,9 @@ node (``_hist``).  The leader's commands (``_grower``) drive it:
   the level's column triplets, and the histogram rows they touch;
 * :meth:`residuals` (absolute loss): per leaf, a summary of ``y - margin``;
 * :meth:`finish`: add the leaf values to the margins (rows in the partition
-  by their node, the others by walking the tree) and sum the metrics.
+  by their node, the others by walking the tree) and sum the metrics;
+* :meth:`replay` (a task starting at a later round: resumed, or rolled back
+  to a snapshot): add the finished rounds' trees to every margin.
 
 Example
 -------
@@ -139,6 +141,26 @@ class RowState:
         if touched.shape[0] >= 0.6 * B:
             return out, None
         return out[touched], touched
+
+    def replay(self, T: np.ndarray) -> None:
+        """Add trees ``T`` (``(n_trees, max_nodes, NF)`` rows of the trees array, the
+        finished rounds' in order) to every row's margin, as their rounds added them."""
+        p, b = self.plan, self.rows.bins
+        rows = np.arange(self.rows.n, dtype=np.int64)
+        for t in range(T.shape[0]):
+            feat, tbin = T[t, :, 0].astype(np.int64), T[t, :, 2].astype(np.int64)
+            mleft = T[t, :, 3] > 0.5
+            left, right = T[t, :, 4].astype(np.int64), T[t, :, 5].astype(np.int64)
+            value = np.ascontiguousarray(T[t, :, 6])
+            m = self.margin[t % p.K]
+            if isinstance(b, DenseBins):
+                walk_dense(b.codes, b.missing, rows, feat, tbin, mleft, left, right, value, m)
+            else:
+                walk_sparse(
+                    b.indptr, b.hrows, p.spec.offsets, rows, feat, tbin, mleft, left, right,
+                    value, m,
+                )  # fmt: skip
+        self.fresh = False
 
     # -- the end of a round ---------------------------------------------------------------
 

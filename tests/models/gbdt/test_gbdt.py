@@ -7,6 +7,7 @@ import pickle
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 from distributed import Client
@@ -103,15 +104,20 @@ def test_missing_values_follow_the_learnt_direction(client: Client) -> None:
     assert sclf.unstored_missing_
 
 
-def test_multiclass_staged_and_inputs(client: Client) -> None:
+def test_multiclass_staged_inputs_and_resume(client: Client, tmp_path: Any) -> None:
     import dask.array as da
 
     rng = np.random.default_rng(6)
     X = rng.normal(size=(3000, 3))
     y = np.digitize(X[:, 0] + 0.5 * X[:, 1], [-0.5, 0.5])  # 3 classes
     labels = np.array(["a", "b", "c"])[y]
-    kw = dict(n_estimators=5, max_depth=3, learning_rate=0.3, early_stopping=False)
-    clf = GBDTClassifier(**kw).fit(X, labels)  # type: ignore[arg-type]
+    kw: dict[str, Any] = dict(
+        n_estimators=5, max_depth=3, learning_rate=0.3, early_stopping=False, subsample=0.8,
+        colsample_bytree=0.7, random_state=0, n_tasks=2,  # 2 tasks: sums of 2, exact
+    )  # fmt: skip
+    url = str(tmp_path / "snap")
+    clf = GBDTClassifier(**kw, snapshot=url, snapshot_every=2).fit(X, labels)
+    _check_resume(clf, X, labels, url, kw)
     assert clf.n_trees_per_iteration_ == 3 and list(clf.classes_) == ["a", "b", "c"]
     p = clf.predict_proba(X)
     np.testing.assert_allclose(p.sum(axis=1), 1.0)
@@ -125,6 +131,37 @@ def test_multiclass_staged_and_inputs(client: Client) -> None:
     # dask input to fit gives the same model as numpy input
     clf2 = GBDTClassifier(**kw).fit(Xd, da.from_array(labels, chunks=700))  # type: ignore[arg-type]
     assert (clf2.predict(X) == labels).mean() > 0.9
+
+
+def _check_resume(
+    clf: GBDTClassifier, X: np.ndarray, labels: np.ndarray, url: str, kw: dict[str, Any]
+) -> None:
+    """A fresh fit resumed from the snapshot ``clf``'s fit took after 2 of its 5 rounds
+    ends with exactly its trees and history; another model, other parameters or other
+    data are refused before anything is made."""
+    from daskangel import _snapshot_format as fmt
+
+    # snapshots at clocks 2 and 4 (one at 4 is skipped while the one at 2 still writes)
+    at = {fmt.read_manifest(fmt.join(url, v))["clock"]: v for v in fmt.list_versions(url)[:1]}
+    assert list(at) == [2]
+    first = fmt.join(url, at[2])
+    got = GBDTClassifier(**kw).fit(X, labels, resume=first)
+    assert sorted(set(got.level_stats_["tree"])) == [2, 3, 4]  # it grew rounds 3 .. 5 only
+    assert got.n_estimators_ == clf.n_estimators_ == 5
+    np.testing.assert_array_equal(got._tree_array(), clf._tree_array())
+    np.testing.assert_array_equal(got.decision_function(X), clf.decision_function(X))
+    pd.testing.assert_frame_equal(got.history_, clf.history_)  # rounds 1, 2 from the PS
+    got.close()
+    y = (labels == "a").astype(float)
+    bad = [
+        (GBDTRegressor(**kw), X, y, "taken by a gbdtclassifier fit; this is a gbdtregressor"),
+        (GBDTClassifier(**{**kw, "learning_rate": 0.2}), X, labels, "other parameters"),
+        (GBDTClassifier(**kw), 2 * X, labels, "other data"),
+    ]
+    for est, Xb, yb, msg in bad:
+        with pytest.raises(InvalidArgumentError, match=f"^resume: .*{msg}"):
+            est.fit(Xb, yb, resume=url)
+        assert not hasattr(est, "n_features_in_")
 
 
 def test_dataset_input(client: Client, tmp_path: Any) -> None:
@@ -145,7 +182,7 @@ def test_dataset_input(client: Client, tmp_path: Any) -> None:
     assert (clf.predict(sp.csr_matrix(X)) == y).all()
 
 
-def test_regression_losses_and_early_stopping(client: Client) -> None:
+def test_regression_losses_and_early_stopping(client: Client, tmp_path: Any) -> None:
     rng = np.random.default_rng(8)
     X = rng.normal(size=(4000, 3))
     y = 3 * X[:, 0] + rng.standard_t(2, size=4000)
@@ -156,12 +193,26 @@ def test_regression_losses_and_early_stopping(client: Client) -> None:
         mae0 = np.abs(y - np.median(y)).mean()
         assert np.abs(r.predict(X) - y).mean() < 0.7 * mae0
     noisy = rng.normal(size=4000)
-    r = GBDTRegressor(
-        n_estimators=200, max_depth=4, learning_rate=0.3, early_stopping=True, n_iter_no_change=3
-    ).fit(X, noisy)
+    kw: dict[str, Any] = dict(
+        n_estimators=200, max_depth=4, learning_rate=0.3, early_stopping=True, n_iter_no_change=3,
+        random_state=0, n_tasks=2,
+    )  # fmt: skip
+    url = str(tmp_path / "snap")
+    r = GBDTRegressor(**kw, snapshot=url, snapshot_every=2).fit(X, noisy)
     assert r.n_estimators_ < 200
     assert "val_rmse" in r.history_.columns
     assert len(r.level_stats_) > 0
+    # resumed from the oldest snapshot kept: the validation rows' margins and the
+    # history come back, so early stopping stops at the same round
+    from daskangel import _snapshot_format as fmt
+
+    first = fmt.join(url, fmt.list_versions(url)[0])
+    clock = fmt.read_manifest(first)["clock"]
+    got = GBDTRegressor(**kw).fit(X, noisy, resume=first)
+    assert 2 <= clock <= r.n_estimators_
+    assert got.n_estimators_ == r.n_estimators_
+    pd.testing.assert_frame_equal(got.history_, r.history_)
+    np.testing.assert_array_equal(got.predict(X), r.predict(X))
 
 
 @pytest.mark.parametrize(
@@ -196,7 +247,6 @@ def test_bad_labels_name_y(client: Client) -> None:
 
 def test_pandas_and_dask_dataframe_inputs(client: Client) -> None:
     import dask.dataframe as dd
-    import pandas as pd
 
     rng = np.random.default_rng(9)
     X = rng.integers(0, 20, size=(1500, 3)).astype(float)
