@@ -207,7 +207,7 @@ def _fit(est: Any, client: Any, data: Any, unstored_missing: bool, resume: str |
         f"{name}.hist", (B, bases[-1]), "float64", partitioner=RowBoundsPartitioner(bounds)
     )
     trees = ps.zeros(f"{name}.trees", (n_est * K, (2 * leaves - 1) * NF), "float64")
-    metrics = ps.zeros(f"{name}.metrics", (n_est, len(METRICS)), "float64")
+    metrics = ps.zeros(f"{name}.metrics", (n_est, 2 * len(METRICS)), "float64")
     plan = Plan(hist=hist.name, trees=trees.name, metrics=metrics.name, **plan_kw)  # type: ignore[arg-type]
     try:
         res = train(

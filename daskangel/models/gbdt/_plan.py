@@ -11,7 +11,7 @@ PS arrays of one fit (``<model>`` is a fresh name):
   ``cap(0) = 1`` and ``cap(L) = 2 ** (L - 1)`` (one built child per split);
 * ``<model>.trees`` (float64, ``(n_estimators * K, max_nodes * NF)``): the
   model, one row per tree, :data:`NF` fields per node (``_trees``);
-* ``<model>.metrics`` (float64, ``(n_estimators, len(_resume.METRICS))``,
+* ``<model>.metrics`` (float64, ``(n_estimators, 2 * len(_resume.METRICS))``,
   dropped after the fit): a ``history_`` row per finished round, so that a fit
   resumed from a snapshot knows them (``_resume``).
 

@@ -3,7 +3,7 @@
 A GBDT fit keeps on the PS (so in every clock snapshot of its context) the
 trees of the finished rounds (``<model>.trees``, one row per tree, written by
 the leader before the round's clock) and one row of metrics per finished round
-(``<model>.metrics``, :data:`METRICS` columns, NaN where a metric is absent),
+(``<model>.metrics``: a flag per metric of :data:`METRICS`, then the values),
 besides the histogram array, which every round zeroes first.  Everything else
 is rebuilt by a task that starts at clock ``t > 0`` (a resumed fit, or a task
 rolled back to a snapshot): its rows' margins are the baseline plus the
@@ -118,15 +118,19 @@ def check_snapshot(url: str, cls: str, params: str, data: str) -> None:
 
 
 def metrics_values(row: dict[str, float]) -> np.ndarray:
-    """A round's metrics as a row of the metrics array (NaN: absent)."""
-    return np.asarray([float(row.get(k, np.nan)) for k in METRICS], np.float64)
+    """A round's metrics as a row of the metrics array: a flag per metric (1: there,
+    finite; the PS refuses NaN), then the values (0 where the flag is 0)."""
+    v = np.asarray([float(row.get(k, np.nan)) for k in METRICS], np.float64)
+    there = np.isfinite(v)
+    return np.concatenate([there.astype(np.float64), np.where(there, v, 0.0)])
 
 
 def history_rows(values: np.ndarray, start: int) -> list[dict[str, float]]:
     """``history_`` rows of the metrics array's rows (round ``start`` first)."""
     out: list[dict[str, float]] = []
+    M = len(METRICS)
     for i, v in enumerate(np.asarray(values, np.float64)):
         row: dict[str, Any] = {"iteration": start + i + 1}
-        row.update({k: float(x) for k, x in zip(METRICS, v, strict=True) if x == x})
+        row.update({k: float(v[M + j]) for j, k in enumerate(METRICS) if v[j] > 0.5})
         out.append(row)
     return out
