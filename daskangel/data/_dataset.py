@@ -445,9 +445,16 @@ class Dataset:
         return out
 
     def release(self) -> None:
-        """Free the partitions and delete spilled files now."""
+        """Free the partitions and delete spilled files now.
+
+        Returns once every worker has deleted its files.
+        """
         if self._finalizer is not None:
-            self._finalizer()
+            detached = self._finalizer.detach()
+            self._finalizer = None
+            if detached is not None:
+                _, func, args, kwargs = detached
+                func(*args, **kwargs, wait=True)
         self.partitions = []
 
     def __enter__(self) -> Dataset:

@@ -135,11 +135,17 @@ async def _release_async(dataset_id: str, dask_worker: Any = None) -> None:
     release_dataset(dataset_id, dask_worker)
 
 
-def cleanup(client: Client, dataset_id: str, parts: list[Future]) -> None:
+def cleanup(client: Client, dataset_id: str, parts: list[Future], wait: bool = False) -> None:
+    """Release a dataset's partitions and delete its spilled files on every worker.
+
+    The garbage collector calls it with ``wait=False`` (it must not block); an
+    explicit :meth:`Dataset.release` waits until every worker has deleted its
+    files, so a caller may reuse the disk space at once.
+    """
     for p in parts:
         p.release()
     try:
         if client.status == "running":
-            client.run(_release_async, dataset_id, wait=False)
+            client.run(_release_async, dataset_id, wait=wait and not client.asynchronous)
     except Exception:  # noqa: BLE001 - best effort at garbage collection
         pass
