@@ -28,6 +28,15 @@ __all__ = [
 ]
 
 
+@njit(nogil=True, cache=True, fastmath=True, inline="always")
+def _residual(p, q, K, mu, rating):  # type: ignore[no-untyped-def]
+    """``rating - (mu + b_u + b_i + p . q)`` of one user row ``p`` and item row ``q``."""
+    dot = mu + p[K] + q[K]
+    for f in range(K):
+        dot += p[f] * q[f]
+    return rating - dot
+
+
 @njit(nogil=True, cache=True, fastmath=True)
 def sgd_block(seq, u, slot, r, P, Q, mu, lr, reg, lrb, regb):  # type: ignore[no-untyped-def]
     """Plain SGD over ratings ``seq`` (in that order), updating ``P`` and ``Q`` in place.
@@ -38,14 +47,9 @@ def sgd_block(seq, u, slot, r, P, Q, mu, lr, reg, lrb, regb):  # type: ignore[no
     loss = 0.0
     for n in range(seq.shape[0]):
         k = seq[n]
-        a = u[k]
-        b = slot[k]
-        p = P[a]
-        q = Q[b]
-        dot = mu + p[K] + q[K]
-        for f in range(K):
-            dot += p[f] * q[f]
-        e = r[k] - dot
+        p = P[u[k]]
+        q = Q[slot[k]]
+        e = _residual(p, q, K, mu, r[k])
         loss += e * e
         if lrb != 0.0:
             p[K] += lrb * (e - regb * p[K])
@@ -73,10 +77,7 @@ def grad_block(seq, u, slot, r, P, H, Q, G, mu, lr, reg, lrb, regb, eps):  # typ
         h = H[a]
         q = Q[b]
         g = G[b]
-        dot = mu + p[K] + q[K]
-        for f in range(K):
-            dot += p[f] * q[f]
-        e = r[k] - dot
+        e = _residual(p, q, K, mu, r[k])
         loss += e * e
         if lrb != 0.0:
             gb = -e + regb * p[K]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tests.conftest import package_cluster
 
@@ -39,3 +40,21 @@ def split(df: pd.DataFrame, frac: float = 0.2, seed: int = 0) -> tuple[pd.DataFr
     perm = np.random.default_rng(seed).permutation(len(df))
     k = int(len(df) * frac)
     return df.iloc[perm[k:]], df.iloc[perm[:k]]
+
+
+FAST = {"progress": False, "random_state": 0}
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The planted ratings split 80 / 20 (train, test), once per module."""
+    return split(planted_ratings())
+
+
+def bias_only_rmse(train: pd.DataFrame, test: pd.DataFrame) -> float:
+    """Test RMSE of user and item mean offsets: what the factors must beat."""
+    mu = train.rating.mean()
+    bu = train.groupby("user").rating.mean() - mu
+    bi = train.groupby("item").rating.mean() - mu
+    p = mu + test.user.map(bu).fillna(0).values + test.item.map(bi).fillna(0).values
+    return float(np.sqrt(np.mean((p - test.rating.values) ** 2)))

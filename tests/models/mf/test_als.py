@@ -14,24 +14,9 @@ import daskangel as angel
 from daskangel.models import MatrixFactorization
 from daskangel.models.mf._als_kernels import als_rows, cg_rows, gram
 
-from .conftest import planted_ratings, split
+from .conftest import FAST, bias_only_rmse
 
 pytestmark = pytest.mark.timeout(240)
-
-FAST = {"progress": False, "random_state": 0}
-
-
-@pytest.fixture(scope="module")
-def data() -> tuple[pd.DataFrame, pd.DataFrame]:
-    return split(planted_ratings())
-
-
-def _bias_only_rmse(train: pd.DataFrame, test: pd.DataFrame) -> float:
-    mu = train.rating.mean()
-    bu = train.groupby("user").rating.mean() - mu
-    bi = train.groupby("item").rating.mean() - mu
-    p = mu + test.user.map(bu).fillna(0).values + test.item.map(bi).fillna(0).values
-    return float(np.sqrt(np.mean((p - test.rating.values) ** 2)))
 
 
 def test_als_rows_solve_the_regularised_least_squares() -> None:
@@ -85,7 +70,7 @@ def fitted(client: Client, data: Any) -> MatrixFactorization:
 def test_explicit_als_learns_the_planted_factors(fitted: MatrixFactorization, data: Any) -> None:
     train, test = data
     rmse = fitted.rmse(test)
-    assert rmse < 0.6 * _bias_only_rmse(train, test)
+    assert rmse < 0.6 * bias_only_rmse(train, test)
     h = fitted.history_
     assert list(h.epoch) == list(range(1, 9))
     assert h.train_rmse.iloc[-1] < h.train_rmse.iloc[0]

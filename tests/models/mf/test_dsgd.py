@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pytest
 from distributed import Client
 
@@ -13,24 +12,9 @@ import daskangel as angel
 from daskangel.models import MatrixFactorization
 from daskangel.models.mf._dsgd import groups_of, rotation
 
-from .conftest import planted_ratings, split
+from .conftest import FAST, bias_only_rmse
 
 pytestmark = pytest.mark.timeout(240)
-
-FAST = {"progress": False, "random_state": 0}
-
-
-@pytest.fixture(scope="module")
-def data() -> tuple[pd.DataFrame, pd.DataFrame]:
-    return split(planted_ratings())
-
-
-def _bias_only_rmse(train: pd.DataFrame, test: pd.DataFrame) -> float:
-    mu = train.rating.mean()
-    bu = train.groupby("user").rating.mean() - mu
-    bi = train.groupby("item").rating.mean() - mu
-    p = mu + test.user.map(bu).fillna(0).values + test.item.map(bi).fillna(0).values
-    return float(np.sqrt(np.mean((p - test.rating.values) ** 2)))
 
 
 def test_rotation_gives_every_member_every_block_once_and_no_two_alike() -> None:
@@ -59,7 +43,7 @@ def test_hybrid_strata_learn_the_planted_factors(client: Client, data: Any) -> N
         n_tasks=4, validation_fraction=0.1, **FAST,
     ).fit(train, eval_set=test)  # fmt: skip
     rmse = mf.rmse(test)
-    assert rmse < 0.8 * _bias_only_rmse(train, test)  # (10 % held out for validation)
+    assert rmse < 0.8 * bias_only_rmse(train, test)  # (10 % held out for validation)
     h = mf.history_
     assert list(h.epoch) == list(range(1, 21))
     assert h.eval_rmse.iloc[-1] == pytest.approx(rmse, rel=1e-4)
@@ -76,7 +60,7 @@ def test_model_parallel_on_dask_input(client: Client, data: Any) -> None:
     mf = MatrixFactorization(
         n_factors=8, max_iter=20, learning_rate=0.05, parallelism="model", **FAST
     ).fit(dd.from_pandas(train, npartitions=3, sort=False))
-    assert mf.rmse(test) < 0.8 * _bias_only_rmse(train, test)
+    assert mf.rmse(test) < 0.8 * bias_only_rmse(train, test)
     mf.close()
 
 
