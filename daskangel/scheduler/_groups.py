@@ -8,7 +8,9 @@ the scheduler, next to the clocks; waiting is an ``await`` on an event, never a
 blocked loop, and a stopped job wakes every waiter with ``JobAbortedError``.
 
 Rounds are numbered by ``seq``; each member counts its own calls, so all members
-agree on ``seq`` as long as they follow the same protocol.
+agree on ``seq`` as long as they follow the same protocol.  A *job barrier*
+(``daskangel_job_barrier``) spans every task of a job, across groups: e.g. "every
+task has read this clock's model" before anyone pushes its writes of the clock.
 
 Example
 -------
@@ -61,6 +63,7 @@ class GroupService:
         scheduler.handlers.update(
             {
                 "daskangel_group_barrier": self.barrier,
+                "daskangel_job_barrier": self.job_barrier,
                 "daskangel_group_send": self.send,
                 "daskangel_group_recv": self.recv,
                 "daskangel_group_ack": self.ack,
@@ -101,6 +104,25 @@ class GroupService:
         if len(r.arrived) >= self._size(s, group):
             r.event_acks.set()
             self.rounds.pop((job, group, "barrier", seq), None)
+        await r.event_acks.wait()
+        s.check_alive()
+        return {}
+
+    @reports_abort
+    async def job_barrier(self, job: str, seq: int, task: int) -> dict[str, Any]:
+        """Return once every task of ``job`` (all groups) has called the job barrier ``seq``.
+
+        Tasks that already finished the job are not waited for.  A task entering the
+        same barrier twice (a retried call, a restarted task) counts once.
+        """
+        s = self.clocks.job(job)
+        s.check_alive()
+        s.table.check_task(task)
+        r = self._round(job, -1, "job", seq)
+        r.arrived.add(task)
+        if r.arrived.issuperset(set(range(s.table.n)) - set(s.table.done)):
+            r.event_acks.set()
+            self.rounds.pop((job, -1, "job", seq), None)
         await r.event_acks.wait()
         s.check_alive()
         return {}

@@ -21,6 +21,7 @@ Example
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import time
 from collections.abc import Iterator
@@ -245,6 +246,14 @@ class TaskContext(GroupChannel):
         t = config.get_seconds("daskangel.clock.wait-timeout") + 30.0
         with seceded():
             return self._call(handler, timeout=t, **kwargs)
+
+    def _wait_future(self, future: concurrent.futures.Future[Any]) -> Any:
+        """The result of a scheduler call started on the loop (seceded while it waits)."""
+        if future.done():
+            return future.result()
+        t = config.get_seconds("daskangel.clock.wait-timeout") + 30.0
+        with seceded():
+            return future.result(timeout=t)
 
     # -- arrays and clocks ------------------------------------------------------------
 

@@ -22,21 +22,37 @@ Example
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgumentError, SyncError
+from ..errors import InvalidArgumentError, JobAbortedError, SyncError
 
 if TYPE_CHECKING:
     from ._spec import TaskSpec
 
-__all__ = ["GroupChannel"]
+__all__ = ["GroupChannel", "PendingBarrier"]
+
+
+class PendingBarrier:
+    """A job barrier entered without waiting (:meth:`GroupChannel.job_barrier`)."""
+
+    def __init__(self, ctx: GroupChannel, future: concurrent.futures.Future[Any]) -> None:
+        self._ctx = ctx
+        self._future = future
+
+    def wait(self) -> None:
+        """Return once every task of the job has entered the barrier (seceded meanwhile)."""
+        r = self._ctx._wait_future(self._future)
+        if isinstance(r, dict) and "aborted" in r:
+            raise JobAbortedError(r["aborted"])
 
 
 class GroupChannel:
     """Mixin of :class:`TaskContext`: barrier and mailboxes of the task's group."""
 
     spec: TaskSpec
+    _binding: Any
 
     def __init__(self) -> None:
         self._barrier_seq = 0  # barriers passed
@@ -49,6 +65,9 @@ class GroupChannel:
     def _wait_call(self, handler: str, **kwargs: Any) -> Any:
         raise NotImplementedError
 
+    def _wait_future(self, future: concurrent.futures.Future[Any]) -> Any:
+        raise NotImplementedError
+
     def _where(self) -> dict[str, Any]:
         return {"job": self.spec.job, "group": self.spec.group}
 
@@ -58,6 +77,23 @@ class GroupChannel:
         if self.spec.group_size == 1:
             return
         self._wait_call("daskangel_group_barrier", seq=seq, rank=self.spec.rank, **self._where())
+
+    def job_barrier(self, seq: int, *, wait: bool = True) -> PendingBarrier:
+        """Barrier ``seq`` of every task of the job (all groups, finished ones excepted).
+
+        ``wait=False`` enters the barrier and returns at once: the returned
+        :class:`PendingBarrier`'s ``wait()`` blocks until every task has entered it,
+        so the round trip overlaps the caller's work (e.g. "every task has read the
+        model of this clock" before the first write of the clock is pushed).
+        ``seq`` is the caller's to choose (e.g. the clock); every task must use the
+        same sequence.
+        """
+        b = self._binding
+        kw = {"job": self.spec.job, "seq": int(seq), "task": self.spec.task}
+        pending = PendingBarrier(self, b.submit(lambda: b.scheduler.daskangel_job_barrier(**kw)))
+        if wait:
+            pending.wait()
+        return pending
 
     def send(self, commands: Sequence[Any] | Mapping[int, Any]) -> None:
         """Leader only: post this round's command for every rank (itself included)."""

@@ -186,6 +186,25 @@ def test_waiting_tasks_leave_the_thread_pool(ps, client):
     assert res.results == list(range(size))
 
 
+def _job_barrier_step(ctx, part):
+    """Each task writes its own row, enters job barrier 0 without waiting, then waits:
+    past the barrier every task's write is in (no task reads before all have written)."""
+    w = ctx.array("w_jb")
+    w.increment(np.ones((1, 2), "int64"), rows=[ctx.task_id])
+    ctx.flush()
+    pending = ctx.job_barrier(0, wait=False)
+    pending.wait()
+    seen = int(np.asarray(w.plain.get()).sum())
+    ctx.job_barrier(1)  # the waiting form, across groups too
+    return seen
+
+
+def test_job_barrier_spans_every_group(ps):
+    ps.zeros("w_jb", shape=(4, 2), dtype="int64")
+    res = angel.train(ps, _job_barrier_step, [0, 1], groups=2, group_size=2, progress=False)
+    assert res.results == [8, 8, 8, 8]
+
+
 def _busy_step(ctx, part):
     """Real work every clock (a few matrix products), then one increment of the
     task's own row."""
