@@ -23,6 +23,7 @@ import asyncio
 import re
 import uuid
 import warnings
+import weakref
 from typing import Any, cast
 
 import numpy as np
@@ -31,9 +32,10 @@ from distributed import Client, default_client
 
 from . import _snapshot_format as fmt
 from . import config
+from ._resuming import stored_layout
 from ._wire import TRANSPORTS, actor_key
 from .errors import ContextClosedError, InvalidArgumentError, InvalidTypeError, ShapeMismatchError
-from .persist import load_into
+from .persist import StoredLayout, load_into
 from .psarray import PSArray
 from .psarray._binding import Binding, get_binding
 from .psarray._endpoints import PSServerActor, PSWorkerPlugin
@@ -160,6 +162,8 @@ class PSContext:
         self.id = f"ctx-{uuid.uuid4().hex[:12]}"
         self.closed = False
         self._actors: list[Any] = []
+        # the handles this context gave out (a resume's relayout re-pins them)
+        self._handles: weakref.WeakSet[PSArray] = weakref.WeakSet()
         if getattr(self.client, "direct_to_workers", None) is False:
             warnings.warn(
                 "client was created with direct_to_workers=False, but PS traffic goes "
@@ -286,6 +290,10 @@ class PSContext:
             bs = _shape(block_shape)
             partitioner = BlockPartitioner((1, bs[0]) if len(bs) == 1 else (bs[0], bs[1]))
         part = partitioner or AutoPartitioner()
+        # model.fit(..., resume=url): the layout of the snapshot array it will hold
+        stored = stored_layout(self, name, (shp, dt.name, bool(sparse)))
+        if stored is not None and like is None:
+            part = StoredLayout(stored)
         layout = part.layout(two_d, dt.itemsize, len(self.servers), sparse)
         meta = ArrayMeta.new(name, shp, dt, sparse, layout, init, self.transport)
         full = self.client.sync(
@@ -298,6 +306,7 @@ class PSContext:
         m = self.binding.metas[name] = ArrayMeta.from_dict(full)
         arr = PSArray(name, context=self, binding=self.binding)
         arr._uid = m.uid  # this creation, whatever later happens to the name
+        self._handles.add(arr)
         return arr
 
     def zeros(
@@ -446,6 +455,7 @@ class PSContext:
         arr = PSArray(name, context=None, binding=self.binding)
         self.binding.forget(name)
         arr.meta  # noqa: B018 - raises ArrayNotFoundError if unknown
+        self._handles.add(arr)
         return arr
 
     def arrays(self, every_context: bool = False) -> list[str]:

@@ -57,10 +57,10 @@ class _Context(Protocol):
     ) -> PSArray: ...
 
 
-__all__ = ["load_arrays", "load_into"]
+__all__ = ["StoredLayout", "load_arrays", "load_into"]
 
 
-class _StoredLayout:
+class StoredLayout:
     """A partitioner that reproduces the layout recorded in a manifest."""
 
     def __init__(self, layout: dict[str, Any]) -> None:
@@ -118,7 +118,7 @@ def load_into(
                 info["dtype"],
                 InitSpec.from_dict(info["init"]),
                 bool(info["sparse"]),
-                partitioner=_StoredLayout(info["layout"]),
+                partitioner=StoredLayout(info["layout"]),
                 like=placed.get(key),
             )
             placed.setdefault(key, n)

@@ -18,11 +18,15 @@ manifest lists the arrays the snapshot's context held in creation order
 (``job_state["arrays"]``); those of the snapshot missing here are matched, in
 that order, with those of this context missing from the snapshot (same shape,
 dtype and kind, else the resume is refused) and loaded under their names here
-(:func:`match_arrays`).  When one of them is cut into blocks otherwise than
-the snapshot's (the fit ran on a cluster of another size), the fresh arrays are
-dropped and made again with the snapshot's layouts, in its creation order
-(:func:`relayout`).  A deterministic fit therefore ends with the model the
-uninterrupted fit made.
+(:func:`match_arrays`).  Arrays created inside :func:`resuming` are cut into
+blocks as the snapshot's arrays they will hold from the start
+(:func:`daskangel._resuming.stored_layout`), so a fit resumed on a cluster of
+another size makes each array once and its handles stay valid.  An array made
+before (``train(ps, fn, data, resume=url)`` on arrays created outside
+:func:`resuming`) and cut otherwise is dropped and made again with the
+snapshot's layout (:func:`relayout`); the context's handles to it follow the new
+array.  A deterministic fit therefore ends with the model the uninterrupted fit
+made.
 
 .. warning::
    What is not on the parameter server is not in the snapshot: a task's local
@@ -41,58 +45,16 @@ daskangel.errors.InvalidArgumentError: resume: the snapshot ckpt was taken by a 
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 from .. import _snapshot_format as fmt
+from .._resuming import check_url, kind_of, resuming, take_pending
 from ..errors import InvalidArgumentError
 
 __all__ = [
     "check_state", "match_arrays", "relayout", "resume_from", "resuming", "take_pending",
 ]  # fmt: skip
-
-# the snapshot the next train() in this context resumes from (model.fit(resume=))
-_PENDING: ContextVar[str | None] = ContextVar("daskangel_resume", default=None)
-
-
-@contextlib.contextmanager
-def resuming(url: str | None) -> Iterator[None]:
-    """Within the block, the first ``train()`` given no ``resume=`` resumes from
-    ``url`` (what ``model.fit(..., resume=url)`` wraps its fit in); ``None``: no-op."""
-    if url is None:
-        yield
-        return
-    _check_url(url)
-    token = _PENDING.set(url)
-    try:
-        yield
-    finally:
-        _PENDING.reset(token)
-
-
-def take_pending() -> str | None:
-    """The URL of an enclosing :func:`resuming`, once (a second job starts afresh)."""
-    url = _PENDING.get()
-    if url is not None:
-        _PENDING.set(None)
-    return url
-
-
-def _check_url(url: Any) -> None:
-    if not isinstance(url, str) or not url:
-        raise InvalidArgumentError(f"resume: expected a snapshot URL (a str), got {url!r}")
-
-
-def _kind(info: dict[str, Any]) -> tuple[tuple[int, ...], str, bool]:
-    shape = info["shape"]
-    return (
-        (int(shape[1]),) if int(info.get("ndim", 2)) == 1 else tuple(int(x) for x in shape),
-        str(info["dtype"]),
-        bool(info["sparse"]),
-    )
 
 
 def match_arrays(
@@ -133,7 +95,8 @@ def relayout(
     """Drop the fresh arrays ``rename`` loads into when any is partitioned otherwise
     than its stored array (``stored_layouts``); return the stored names to load,
     in creation order (``order``), so that :meth:`PSContext.load` makes them again
-    with the stored layouts.  ``None``: every layout matches, nothing dropped."""
+    with the stored layouts.  ``None``: every layout matches, nothing dropped (a
+    fit's arrays, made inside :func:`resuming` with the stored layouts)."""
     here = {new: ps.get_array(new).meta.to_dict()["layout"] for new in rename.values()}
     same = all(
         json.dumps(stored_layouts[old], sort_keys=True) == json.dumps(here[new], sort_keys=True)
@@ -165,7 +128,7 @@ def resume_from(ps: Any, url: str, n_tasks: int, groups: list[int]) -> int:
     Nothing is loaded when the snapshot was not taken at a training clock or
     belongs to a job of another shape.
     """
-    _check_url(url)
+    check_url(url)
     try:
         version, manifest = fmt.resolve(url)
     except (FileNotFoundError, KeyError) as e:
@@ -179,11 +142,16 @@ def resume_from(ps: Any, url: str, n_tasks: int, groups: list[int]) -> int:
     state = manifest.get("job_state") or {}
     check_state(state, n_tasks, groups, version)
     stored = list(state.get("arrays") or manifest["arrays"])
-    kinds = {n: _kind(manifest["arrays"][n]) for n in stored}
+    kinds = {n: kind_of(manifest["arrays"][n]) for n in stored}
     here = list(ps.client.sync(ps._scheduler.daskangel_list, ctx=ps.id, created=True))
-    here_kinds = {n: _kind(ps.get_array(n).meta.to_dict()) for n in here if n not in kinds}
+    here_kinds = {n: kind_of(ps.get_array(n).meta.to_dict()) for n in here if n not in kinds}
     rename = match_arrays(stored, kinds, here, {**kinds, **here_kinds})
     layouts = {n: manifest["arrays"][n]["layout"] for n in rename}
     arrays = relayout(ps, rename, layouts, stored) if rename else None
     ps.load(version, arrays=arrays, rename=rename or None)
+    if arrays is not None:  # the handles given out for the dropped arrays: to the new ones
+        made = set(rename.values())
+        for h in list(getattr(ps, "_handles", ())):
+            if h.name in made:
+                h._uid = None
     return int(clock)

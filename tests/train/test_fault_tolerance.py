@@ -291,10 +291,10 @@ def test_resume_on_a_new_scheduler_gives_the_same_model(c4: Any, tmp_path: Path)
     # write the array by its name here (the newest snapshot may be ps2's last clock
     # or an earlier one, if ps2's close abandoned a write: either ends with the total)
     with angel.PSContext(c) as ps3:
-        ps3.zeros("W3", SHAPE, dtype="int64", block_shape=(5, 400))
+        w3 = ps3.zeros("W3", SHAPE, dtype="int64", block_shape=(5, 400))
         step3 = stopping_step(marker, tmp_path.name, name="W3")  # the marker exists: no stop
         angel.train(ps3, step3, [None] * N_TASKS, sync=angel.BSP(), epochs=CLOCKS, resume=url,
                     progress=False)  # fmt: skip
-        w3 = ps3.get_array("W3")
+        # the handle made before the resume follows the array made again (not stale)
         assert list(w3.meta.to_dict()["layout"]["row_bounds"]) == [0, 2, 4, 6, 8]
         np.testing.assert_array_equal(w3.get(), expected_total())

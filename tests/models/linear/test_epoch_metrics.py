@@ -12,6 +12,7 @@ model, and early stopping acted on them.
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -54,10 +55,14 @@ def test_ma_sgd_epochs_under_ssp_and_asp_score_like_bsp(client: Client) -> None:
 
 # on worker processes (test_estimators runs in-process): in-process, the snapshot the
 # resumed fit reads was at times not there yet (the resumed fit started at clock 0)
-def test_fit_resumes_from_a_snapshot_to_the_same_model(client: Client, tmp_path: Any) -> None:
+def test_fit_resumes_from_a_snapshot_to_the_same_model(
+    cluster: Any, client: Client, tmp_path: Any
+) -> None:
     """fit(..., resume=url) in a fresh context continues a fit from the snapshot
     its context took at clock 4 (of 6) and ends with exactly the model and the
-    history of the fit that ran through."""
+    history of the fit that ran through; on 3 workers too (the arrays cut into
+    3 blocks, not the snapshot's 2), making each array once with the snapshot's
+    layout."""
     from daskangel.errors import InvalidArgumentError
 
     from ..conftest import planted
@@ -76,3 +81,23 @@ def test_fit_resumes_from_a_snapshot_to_the_same_model(client: Client, tmp_path:
     other = models.LogisticRegression(solver="sgd", optimizer="adam", **kw)
     with pytest.raises(InvalidArgumentError, match="do not match"):  # another model's arrays
         other.fit(X, y, resume=url)
+    # the last test of the module: one more worker (the PS servers of a new context)
+    cluster.scale(3)
+    client.wait_for_workers(3, timeout=120)
+    created: list[str] = []
+    make = angel.PSContext._create
+
+    def counted(ps: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        created.append(name)
+        return make(ps, name, *args, **kwargs)
+
+    with angel.PSContext(client) as three, mock.patch.object(angel.PSContext, "_create", counted):
+        assert len(three.servers) == 3
+        got3 = models.LogisticRegression(ps=three, **kw).fit(X, y, resume=url)
+        assert int(got3.train_result_.history.clock.min()) == 4
+        w = three.get_array(next(n for n in created if n.endswith(".w")))
+        assert w.meta.layout.n_blocks == 2, w.meta.layout  # the snapshot's, not 3
+    assert len(created) == len(set(created)), created  # none dropped and made again
+    np.testing.assert_array_equal(got3.coef_, ref.coef_)
+    np.testing.assert_array_equal(got3.intercept_, ref.intercept_)
+    np.testing.assert_allclose(got3.history_.to_numpy(float), ref.history_.to_numpy(float))
