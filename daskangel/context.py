@@ -124,7 +124,9 @@ class PSContext:
         An int: snapshot every that many clocks of training; a number of seconds
         (float) or a duration string (``"30s"``): snapshot on a timer.
     keep
-        Number of complete snapshots to keep.
+        Number of snapshots to keep (periodic ones, and ``ps.snapshot()``'s); the
+        snapshot a training job takes as it starts (its rollback point) is kept
+        apart, until a newer snapshot is complete.
     recovery
         ``"continue"`` (default, Angel's behaviour): only the lost blocks go back to
         the newest snapshot and everything else keeps going, so at most the updates

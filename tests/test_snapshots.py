@@ -294,3 +294,36 @@ def test_consistent_cut_on_server() -> None:
     np.testing.assert_array_equal(s.blocks[("w", 0)].data, [[1, 1, 1, 1]])
     s.dispatch("cut_end")
     assert not s.shadows
+
+
+def _one_clock(ctx: Any, part: Any) -> None:
+    w = ctx.array("w")
+    for _ in ctx.epochs():
+        w.increment(np.ones(4, "int64"))
+        ctx.clock()
+
+
+def test_keep_counts_snapshots_apart_from_the_rollback_point(
+    client: Client, tmp_path: Path
+) -> None:
+    """keep=2 keeps 2 snapshots besides a job's starting snapshot (its rollback point),
+    which goes once a newer snapshot is complete."""
+    root = f"file://{tmp_path}/ckpt"  # a zarr store on a local fsspec path
+
+    def flags() -> list[bool]:
+        return [
+            bool(fmt.read_manifest(fmt.join(root, v)).get("rollback_point"))
+            for v in fmt.list_versions(root)
+        ]
+
+    with angel.PSContext(client, snapshot=root, snapshot_every=10, keep=2) as ps:
+        ps.zeros("w", (4,), dtype="int64")
+        first = [ps.snapshot()["version"] for _ in range(2)]
+        # a job shorter than snapshot_every: only its rollback point is written
+        angel.train(ps, _one_clock, [None], epochs=1, progress=False)
+        assert fmt.list_versions(root)[:2] == first and flags() == [False, False, True]
+        angel.train(ps, _one_clock, [None], epochs=1, progress=False)  # supersedes it
+        assert fmt.list_versions(root)[:2] == first and flags() == [False, False, True]
+        last = ps.snapshot()["version"]
+        assert fmt.list_versions(root) == [first[1], last] and flags() == [False, False]
+        np.testing.assert_array_equal(angel.load_arrays(root)["w"], [2, 2, 2, 2])

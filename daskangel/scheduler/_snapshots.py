@@ -297,11 +297,15 @@ class SnapshotService:
         cut_begun: bool = False,
         job: str | None = None,
         cut: str | None = None,
+        rollback_point: bool = False,
     ) -> dict[str, Any]:
         """Write a snapshot; with ``url`` a one-off copy there (``ps.save``), else a
         new version in the context's snapshot directory.  Returns its summary.
 
         ``cut_begun``: the servers already started the cut (clock-driven snapshots).
+        ``rollback_point``: the snapshot a training job takes as it starts, so a
+        rollback has somewhere to go; it does not count against ``keep`` and is
+        removed once a newer snapshot is complete (:meth:`_prune`).
         """
         policy = self.policies.get(ctx)
         root = url if url is not None else (policy.url if policy else None)
@@ -313,7 +317,9 @@ class SnapshotService:
             if lost:
                 raise SnapshotError(f"snapshot: arrays have blocks on lost servers: {lost}")
             with self._writing_arrays(list(metas)):
-                return await self._take(ctx, clock, url, root, policy, metas, cut_begun, job, cut)
+                return await self._take(
+                    ctx, clock, url, root, policy, metas, cut_begun, job, cut, rollback_point
+                )
 
     async def _take(
         self,
@@ -326,6 +332,7 @@ class SnapshotService:
         cut_begun: bool,
         job: str | None,
         cut: str | None,
+        rollback_point: bool = False,
     ) -> dict[str, Any]:
         """Write one snapshot of ``metas`` (under the context's snapshot lock)."""
         versioned = url is None
@@ -374,6 +381,7 @@ class SnapshotService:
             "format": fmt.FORMAT,
             "clock": clock,
             "job": job,
+            "rollback_point": bool(rollback_point),
             # what train(..., resume=url) checks and continues from
             # (with the arrays in creation order: a model's resumed fit matches its own)
             "job_state": (
@@ -431,12 +439,20 @@ class SnapshotService:
 
     @staticmethod
     def _prune(root: str, current: str, keep: int) -> None:
-        """Keep the newest ``keep`` complete versions; remove older and unfinished ones."""
+        """Keep the newest ``keep`` versions up to ``current`` (unfinished ones
+        included) but for rollback points: those older than ``current`` are
+        superseded by it and removed; ``current`` itself, when it is one, is kept
+        beside the ``keep`` others."""
         versions = fmt.list_versions(root)
         if current not in versions:
             return
-        older = versions[: versions.index(current) + 1]
-        for v in older[:-keep]:
+        counted = []
+        for v in versions[: versions.index(current) + 1]:
+            if not _rollback_point(root, v):
+                counted.append(v)
+            elif v != current:
+                fmt.remove_version(root, v)
+        for v in counted[:-keep]:
             fmt.remove_version(root, v)
 
     # -- restoring ----------------------------------------------------------------------
@@ -744,6 +760,14 @@ class SnapshotService:
     async def _call(self, ctx: str, server: ServerId, op: str, **kwargs: Any) -> Any:
         transport = self.registry.ctx_transport.get(ctx, "handlers")
         return await self.registry.call(server, op, transport, **kwargs)
+
+
+def _rollback_point(root: str, version: str) -> bool:
+    """Whether ``version`` is a job's starting snapshot (False when unfinished)."""
+    try:
+        return bool(fmt.read_manifest(fmt.join(root, version)).get("rollback_point"))
+    except FileNotFoundError:
+        return False
 
 
 def _plain(x: Any) -> Any:

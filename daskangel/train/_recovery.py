@@ -16,7 +16,9 @@ of the :class:`~daskangel.PSContext`:
   ends exactly as it would have without the failure.
 
 For rollback to have a starting point, :meth:`Recovery.prepare` takes a snapshot
-at clock 0 when the context snapshots by clocks.
+at the job's first clock when the context snapshots by clocks: a *rollback
+point*, which does not count against the context's ``keep`` and is removed once
+a newer snapshot is complete.
 
 .. warning::
    In ``"continue"`` mode a resubmitted task redoes the clock it was in; the
@@ -117,7 +119,14 @@ class Recovery:
         self.attempt = [0] * tr.n_tasks
         if getattr(tr.ps, "snapshot_every_clocks", None):
             # the base a rollback can always return to (a resumed job: its clock)
-            tr.client.sync(tr._scheduler.daskangel_snapshot, ctx=tr.ps.id, clock=clock, job=tr.job)
+            # (managed apart from the context's ``keep``, removed once superseded)
+            tr.client.sync(
+                tr._scheduler.daskangel_snapshot,
+                ctx=tr.ps.id,
+                clock=clock,
+                job=tr.job,
+                rollback_point=True,
+            )
 
     def is_current(self, f: Future) -> bool:
         t = self.task_of.get(f.key)
