@@ -10,6 +10,10 @@ counts) and MF-like (50,000 x 50 float32 item factors), auto-partitioned.
   (unsorted), against *raw*: one bare Dask RPC per server, concurrently, each
   returning as many bytes as that server's rows (a cached array: no copy, no
   planning);
+* **floor**: the raw RPC followed by the two copies a random-row get cannot
+  avoid, done with numpy on the same bytes in the task (the largest server
+  share gathered into a reused buffer, then all rows put back into request order
+  in a new array): how much of the gap to raw is copies rather than overhead;
 * **pipelined pulls** of 10,000 rows in batches of 1,000: one ``get``,
   all batches as ``get_async`` issued up front then collected, and
   ``get_iter``; then the same with a compute step per batch (a float32 matmul
@@ -80,6 +84,25 @@ def _compute(vals: np.ndarray, B: np.ndarray) -> float:
     return float((vals.astype(np.float32) @ B).sum())
 
 
+def _floor(local: np.ndarray, idx: np.ndarray, owner: np.ndarray, n_servers: int) -> Any:
+    """The two copies a random-row get cannot avoid, done with numpy on the same
+    bytes: a server gathers its rows (sorted) into a reused reply buffer (the
+    servers gather concurrently: only the largest share is timed), and the caller
+    puts the rows it received sorted back into request order (a new array)."""
+    srt = np.sort(idx)
+    rank = np.argsort(np.argsort(idx, kind="stable"), kind="stable")
+    mine = [srt[owner[srt] == s] for s in range(n_servers)]
+    big = max(mine, key=lambda r: r.shape[0])
+    reply = np.zeros((big.shape[0], local.shape[1]), local.dtype)
+    received = np.ones((idx.shape[0], local.shape[1]), local.dtype)
+
+    def copies() -> None:
+        np.take(local, big, axis=0, out=reply, mode="clip")
+        np.take(received, rank, axis=0)
+
+    return copies
+
+
 def _measure(name: str, n_rows: list[int], repeat: int, warmup: int, seed: int) -> dict[str, Any]:
     """Runs in a task on the worker without a server: every figure of one array."""
     arr = angel.PSArray(name)
@@ -88,18 +111,21 @@ def _measure(name: str, n_rows: list[int], repeat: int, warmup: int, seed: int) 
     row_bytes = width * arr.dtype.itemsize
     rng = np.random.default_rng(seed)
     out: dict[str, Any] = {"servers": len(addrs)}
+    local = np.ones((nr, width), arr.dtype)  # the copies of the floor, on touched memory
     for n in n_rows:
         idx = rng.choice(nr, size=min(n, nr), replace=False)
         shares = [int((owner[idx] == s).sum()) * row_bytes for s in range(len(addrs))]
+        floor = _floor(local, idx, owner, len(addrs))
         t = paired_median_times(
             {
                 "get": lambda idx=idx: arr.get(rows=idx),
                 "raw": lambda s=shares: _raw(addrs, "source", s),
+                "floor": lambda s=shares, f=floor: (_raw(addrs, "source", s), f()),
             },
             repeat,
             warmup=warmup,
         )
-        out[f"get {n}"] = (t["get"], t["raw"])
+        out[f"get {n}"] = (t["get"], t["raw"], t["floor"])
     # pipelined pulls of the largest count
     n = min(max(n_rows), nr)
     idx = rng.choice(nr, size=n, replace=False)
@@ -202,7 +228,7 @@ def bench_rows(repeat: int, smoke: bool, plugin: Any) -> list[tuple[str, str, st
                 what = f"{label} {shape[0]:,} x {shape[1]:,} {dtype}"
                 row_bytes = shape[1] * np.dtype(dtype).itemsize
                 for n in n_rows:
-                    t, tr = res[f"get {n}"]
+                    t, tr, tf = res[f"get {n}"]
                     k = min(n, shape[0])
                     rows.append(
                         (
@@ -210,6 +236,16 @@ def bench_rows(repeat: int, smoke: bool, plugin: Any) -> list[tuple[str, str, st
                             f"{what}: get {k:,} random rows ({k * row_bytes / 2**20:.1f} MiB)",
                             f"{t * 1e3:,.2f} ms",
                             f"{tr * 1e3:,.2f} ms ({tr / t:.0%})",
+                            "-",
+                        )
+                    )
+                    rows.append(
+                        (
+                            "rows",
+                            f"{what}: floor of get {k:,} rows (raw + server gather + caller "
+                            "reorder, numpy)",
+                            f"{tf * 1e3:,.2f} ms",
+                            f"raw/floor {tr / tf:.0%}, floor/get {tf / t:.0%}",
                             "-",
                         )
                     )

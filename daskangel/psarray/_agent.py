@@ -57,7 +57,7 @@ from ._pusher import UpdatePusher
 from ._refresh import EagerRefresh
 from ._routing import check_shape, normalize_index
 
-__all__ = ["PSAgent", "agent_of", "get_agent"]
+__all__ = ["PSAgent", "agent_of", "chunk_batches", "get_agent"]
 
 _lock = threading.Lock()
 
@@ -254,8 +254,12 @@ class PSAgent(KeySetPulls):
         job: str | None,
         floor: int | None,
         task: Any,
+        alloc: Any = None,
     ) -> _Pending:
-        """Serve ``uniq`` units from cache, fetches in flight, and one new fetch."""
+        """Serve ``uniq`` units from cache, fetches in flight, and one new fetch.
+
+        ``alloc(shape, dtype)`` makes the new fetch's array (default ``np.empty``):
+        a reused scratch buffer when the reader only gathers from it."""
         width = m.shape[1] if mode == "rows" else 1
         pending = _Pending(uniq, width, m.dtype)
         new: Fetch | None = None
@@ -297,11 +301,17 @@ class PSAgent(KeySetPulls):
                 self.requests += 1
             self._count(task, units=int(uniq.shape[0]))
         if new is not None:
-            self._start_fetch(name, mode, store, new, task)
+            self._start_fetch(name, mode, store, new, task, alloc)
         return pending
 
     def _start_fetch(
-        self, name: str, mode: str, store: UnitStore | DirectStore, fetch: Fetch, task: Any
+        self,
+        name: str,
+        mode: str,
+        store: UnitStore | DirectStore,
+        fetch: Fetch,
+        task: Any,
+        alloc: Any = None,
     ) -> None:
         arr = PSArray(name, binding=self.binding)
         try:
@@ -311,7 +321,7 @@ class PSAgent(KeySetPulls):
                 m, parts, places, cost, full, shape = plan_get(arr.meta, None, fetch.keys)
             # the keys are sorted: each block's reply is one run of the result,
             # read from the socket straight into its place
-            out, into = direct_targets(m.dtype, full, places, cost)
+            out, into = direct_targets(m.dtype, full, places, cost, alloc)
             finish = assemble(m, places, full, shape, out, into)
             b = self.binding
             cf = b.submit(b.call_blocks, name, "get", parts, cost, {}, into)
@@ -365,11 +375,15 @@ class PSAgent(KeySetPulls):
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Pipelined pull of matrix rows: yield ``(row ids, values)`` batches.
 
-        The requests for many batches are sent up front (as many as fit in
-        ``daskangel.agent.pipeline-bytes``) and batches are yielded as they arrive
-        (``ordered=True``: in request order), so computing on one batch overlaps
-        pulling the next ones.  Every requested row is yielded exactly once per
-        occurrence in ``rows``.
+        The batches are requested in *chunks* (:func:`chunk_batches`): the first
+        batch alone, so that computing starts early, then runs of batches of about
+        ``daskangel.agent.pipeline-request-bytes`` each, since every request
+        costs a round trip per server whatever its size.  Chunks are sent up front
+        as long as ``daskangel.agent.pipeline-bytes`` allows, and a chunk's
+        batches are yielded as soon as it arrives (``ordered=True``: in request
+        order), the next chunk being requested first, so computing on one batch
+        overlaps pulling the next ones.  Every requested row is yielded exactly
+        once per occurrence in ``rows``.
         """
         if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
             raise InvalidArgumentError(f"batch: expected an int >= 1, got {batch!r}")
@@ -382,40 +396,63 @@ class PSAgent(KeySetPulls):
         r, _ = normalize_index("rows", rows, m.shape[0])
         idx = np.arange(m.shape[0], dtype=np.int64) if r is None else r
         batch = int(batch)
-        starts = range(0, idx.shape[0], batch)
-        per_batch = batch * m.shape[1] * m.itemsize
-        window = max(1, config.get_bytes("daskangel.agent.pipeline-bytes") // max(1, per_batch))
-        todo = deque(starts)
-        live: deque[tuple[np.ndarray, np.ndarray | None, _Pending]] = deque()
+        row_bytes = m.shape[1] * m.itemsize
+        window = config.get_bytes("daskangel.agent.pipeline-bytes")
+        chunks = deque(
+            chunk_batches(
+                idx.shape[0],
+                batch,
+                row_bytes,
+                config.get_bytes("daskangel.agent.pipeline-request-bytes"),
+                window,
+            )
+        )
+        live: deque[tuple[int, int, np.ndarray | None, _Pending]] = deque()
+        held = 0  # bytes of the chunks in flight
 
         def launch() -> None:
-            while todo and len(live) < window:
-                s = todo.popleft()
-                rb = idx[s : s + batch]
-                if K.is_strictly_sorted(rb):  # a task's key list: as it is, no gather back
-                    uniq, inv = rb, None
+            nonlocal held
+            while chunks:
+                s, e = chunks[0]
+                nbytes = (e - s) * row_bytes
+                if live and held + nbytes > window:
+                    return
+                chunks.popleft()
+                rc = idx[s:e]
+                alloc = None
+                if K.is_strictly_sorted(rc):  # a task's key list: batches are slices
+                    uniq, inv = rc, None
                 else:
-                    uniq, inv = np.unique(rb, return_inverse=True)
+                    uniq, inv = np.unique(rc, return_inverse=True)
                     inv = inv.ravel()
-                live.append((rb, inv, self._request(name, m, "rows", uniq, job, floor, task)))
+                    # the chunk's values are only gathered from: a reused buffer
+                    alloc = self.binding.scratch
+                pending = self._request(name, m, "rows", uniq, job, floor, task, alloc)
+                live.append((s, e, inv, pending))
+                held += nbytes
 
         launch()
         while live:
             at = 0
-            if not ordered:
-                ready = [i for i, x in enumerate(live) if x[2].done()]
+            if not ordered and not live[0][3].done():
+                ready = [i for i, x in enumerate(live) if x[3].done()]
                 if not ready:
-                    futs = [f for x in live for f in x[2].futures]
+                    futs = [f for x in live for f in x[3].futures]
                     concurrent.futures.wait(futs, return_when=concurrent.futures.FIRST_COMPLETED)
-                    ready = [i for i, x in enumerate(live) if x[2].done()]
+                    ready = [i for i, x in enumerate(live) if x[3].done()]
                 at = ready[0] if ready else 0
-            rb, inv, pending = live[at]
+            s, e, inv, pending = live[at]
             del live[at]
             vals = pending.finish()
-            if inv is not None:
-                vals = vals[inv]
-            launch()
-            yield rb, vals
+            held -= (e - s) * row_bytes
+            launch()  # the next request leaves before this chunk is consumed
+            for b in range(s, e, batch):
+                be = min(b + batch, e)
+                if inv is None:
+                    yield idx[b:be], vals[b - s : be - s]
+                else:
+                    yield idx[b:be], np.take(vals, inv[b - s : be - s], axis=0)
+            del vals
 
     # -- writes -----------------------------------------------------------------------
 
@@ -487,6 +524,39 @@ class PSAgent(KeySetPulls):
             for fk in [k for k in self.keyset_fetches if k[0] == job]:
                 del self.keyset_fetches[fk]
             self.known_min.pop(job, None)
+
+
+def chunk_batches(
+    n: int, batch: int, row_bytes: int, request_bytes: int, window_bytes: int
+) -> list[tuple[int, int]]:
+    """How :meth:`PSAgent.get_iter` requests ``n`` rows in batches of ``batch``:
+    ``[(start, stop), ...]`` runs of whole batches, one request each.
+
+    The first run is one batch (the reader starts early); the others share the
+    remaining batches evenly, each holding at most as many as fit in
+    ``request_bytes`` (at least one) and in half of ``window_bytes`` (two in
+    flight at a time).
+
+    Example
+    -------
+    >>> chunk_batches(10_000, 1_000, 200, 16 << 20, 32 << 20)  # 200 KB batches
+    [(0, 1000), (1000, 10000)]
+    >>> chunk_batches(10_000, 1_000, 4_000, 16 << 20, 32 << 20)  # 4 MB batches
+    [(0, 1000), (1000, 4000), (4000, 7000), (7000, 10000)]
+    >>> chunk_batches(10, 4, 8, 1, 1 << 20)  # batches larger than a request
+    [(0, 4), (4, 8), (8, 10)]
+    """
+    if n <= 0:
+        return []
+    per_batch = max(1, batch * row_bytes)
+    k = max(1, min(request_bytes // per_batch, window_bytes // 2 // per_batch))
+    rest = -(-(n - batch) // batch) if n > batch else 0  # batches after the first
+    n_req = -(-rest // k)
+    out = [(0, min(batch, n))]
+    for i in range(n_req):
+        s = batch * (1 + rest * i // n_req)
+        out.append((s, min(batch * (1 + rest * (i + 1) // n_req), n)))
+    return out
 
 
 def get_agent(client: Any = None) -> PSAgent:

@@ -265,7 +265,12 @@ class PSServer(Holds, WriteBehind):
             # would stall every request and heartbeat of the worker meanwhile
             warm = (op, kwargs.get("array"))
             first = warm not in self._warm
-            small = not first and cost < config.get_bytes("daskangel.server.inline-bytes")
+            limit = config.get_bytes(
+                "daskangel.server.inline-get-bytes"
+                if op == "get"
+                else "daskangel.server.inline-bytes"
+            )
+            small = not first and cost < limit
             deferrable = DEFERRABLE_OPS.get(op) if may_defer and not first else None
             if deferrable and (self.behind or not small) and deferrable(self, kwargs):
                 out = self.timed(op, cost, kwargs, defer=True)

@@ -109,12 +109,15 @@ def test_get_iter_sends_ahead_and_yields_every_row(ps):
     full = W.get()
     agent = get_agent(ps.client)
     rows = np.random.default_rng(0).permutation(500)
-    with dask.config.set({"daskangel.agent.pipeline-bytes": 4 * 10 * 16 * 4}):  # 4 batches ahead
+    # 4 batches ahead, a request of at most 2 batches: the first batch alone, then pairs
+    with dask.config.set({"daskangel.agent.pipeline-bytes": 4 * 10 * 16 * 4}):
         r0 = agent.requests
         it = W.get_iter(rows, batch=10, ordered=True)
         first_rows, first_vals = next(it)
-        assert agent.requests - r0 == 5  # 4 sent up front, one more as the first was consumed
+        # 1 + 2 batches sent up front, a second pair once the first batch arrived
+        assert agent.requests - r0 == 3
         got = [(first_rows, first_vals), *it]
+        assert agent.requests - r0 == 1 + 49 // 2 + 1  # every request was one chunk
     assert np.array_equal(np.concatenate([r for r, _ in got]), rows)  # request order kept
     for rb, vals in got:
         np.testing.assert_array_equal(vals, full[rb])
