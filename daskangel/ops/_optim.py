@@ -34,11 +34,12 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, UnknownNameError
 from ..psarray import ArrayMeta, Partition, PSArray, PSFuture, psf_name
+from ..psarray._kernels import is_strictly_sorted
 from ..psarray._plan import assemble, plan_get
 from ..psarray._plan import coo_parts as _coo_parts
 from ..psarray._plan import is_sparse_input as _is_sparse_input
 from ..psarray._psf_server import importable
-from ..psarray._routing import check_values, normalize_index, route_coo
+from ..psarray._routing import check_values, normalize_index, plan_axis, route_coo
 from ._base import GetFunc, UpdateFunc
 
 if TYPE_CHECKING:
@@ -228,6 +229,9 @@ def plan_gradient(
                 )
             ver = np.asarray(v2.reshape(nr, nc), dtype=np.int64)
         g2 = g2.reshape(nr, nc)
+        fast = _sorted_plan(meta, ri, ci, g2, ver, casting, on_nonfinite)
+        if fast is not None:
+            return fast
         if ri is None and ci is None and lay.col_mode == "range":
             g2, keep = check_values(g2, meta.dtype, casting, on_nonfinite)
             if keep is None:
@@ -247,6 +251,67 @@ def plan_gradient(
         r, c, g = r[keep], c[keep], g[keep]
         ver = None if ver is None else ver[keep]
     return _coo_plan(meta, r, c, g, ver)
+
+
+def _sorted_plan(
+    meta: ArrayMeta,
+    ri: np.ndarray | None,
+    ci: np.ndarray | None,
+    g2: np.ndarray,
+    ver: np.ndarray | None,
+    casting: str | None,
+    on_nonfinite: str | None,
+) -> dict[int, dict[str, Any]] | None:
+    """The plan of a gradient on increasing keys along one axis of a range layout
+    (``cols=`` of a 1-D array, ``rows=`` with all columns of a single column block),
+    or ``None`` when the general path must plan it.
+
+    Increasing keys have no duplicate to sum and fall into blocks as contiguous
+    runs, so the plan cuts them (binary search of the block bounds) where the
+    general path sorts and groups every entry: the keys a minibatch pulled, sorted
+    as a pull sends them, are planned for its step in a few slices.
+    """
+    lay = meta.layout
+    nr, nc = g2.shape
+    if ri is None and ci is not None and nr == 1 and lay.col_mode == "range":
+        axis, idx, extent = "cols", ci, meta.shape[1]
+    elif (
+        ci is None
+        and ri is not None
+        and lay.n_col_blocks == 1
+        and lay.col_mode == "range"
+        and nc == meta.shape[1]
+    ):
+        axis, idx, extent = "rows", ri, meta.shape[0]
+    else:
+        return None
+    if not is_strictly_sorted(idx):
+        return None
+    g, keep = check_values(g2, meta.dtype, casting, on_nonfinite)
+    if keep is not None:  # entries to drop: the general path removes them
+        return None
+    ax = plan_axis(lay, axis, idx, extent)
+    out: dict[int, dict[str, Any]] = {}
+    for b, loc, sl in zip(ax.blocks, ax.local, ax.out, strict=True):
+        assert loc is not None and isinstance(sl, slice)  # increasing keys: runs
+        if axis == "cols":
+            part: dict[str, Any] = {
+                "rows": np.zeros(loc.shape[0], np.int64),
+                "cols": loc,
+                "g": g[0, sl].copy(),  # the caller may reuse its gradient array
+            }
+            if ver is not None:
+                part["v"] = ver[0, sl].copy()
+        else:
+            part = {
+                "rows": np.repeat(loc, nc),
+                "cols": np.tile(np.arange(nc, dtype=np.int64), loc.shape[0]),
+                "g": g[sl].reshape(-1),
+            }
+            if ver is not None:
+                part["v"] = ver[sl].reshape(-1)
+        out[b] = part
+    return out
 
 
 def _full_plan(meta: ArrayMeta, g: np.ndarray, ver: np.ndarray | None) -> dict[int, dict[str, Any]]:

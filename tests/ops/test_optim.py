@@ -318,3 +318,54 @@ def test_step_accumulated_steps_each_entry_once_whatever_the_order(ps, order):
     np.testing.assert_array_equal(acc.get(), np.zeros((8, 3)))
     untouched = [1, 2, 5, 6]
     np.testing.assert_array_equal(np.asarray(w.get())[untouched], w0[untouched])
+
+
+@pytest.mark.timeout(60)
+def test_plan_of_increasing_keys_cuts_as_the_general_plan_groups():
+    """A gradient on increasing keys (a minibatch's pulled keys) is planned by cutting
+    them at the block bounds; the plan equals the general path's (sort, sum duplicates,
+    group), for cols= of a 1-D array, rows= of a 2-D one, with versions."""
+    from daskangel.ops._optim import _coo_plan, _sorted_plan, plan_gradient
+    from daskangel.psarray import ArrayMeta
+    from daskangel.psarray._layout import BlockPartitioner
+
+    rng = np.random.default_rng(0)
+
+    def same(a, b):
+        assert a.keys() == b.keys()
+        for blk in a:
+            assert a[blk].keys() == b[blk].keys()
+            for k in a[blk]:
+                np.testing.assert_array_equal(a[blk][k], b[blk][k])
+                assert a[blk][k].dtype == b[blk][k].dtype
+
+    lay1 = BlockPartitioner((1, 7)).layout((1, 50), 4, 3, False)
+    m1 = ArrayMeta.new("w", (50,), np.float32, False, lay1, InitSpec())
+    keys = np.sort(rng.choice(50, 20, replace=False))
+    g = rng.normal(size=20)
+    ver = rng.integers(0, 9, 20)
+    fast = _sorted_plan(m1, None, keys, g.reshape(1, -1), ver.reshape(1, -1), "same_kind", None)
+    assert fast is not None and len(fast) > 2
+    gen = _coo_plan(m1, np.zeros(20, np.int64), keys, g.astype(np.float32), ver)
+    same(fast, gen)
+    plain = plan_gradient(m1, g, None, keys, None, "same_kind", None)
+    same(plain, _coo_plan(m1, np.zeros(20, np.int64), keys, g.astype(np.float32), None))
+    # not increasing (a duplicate): the general path sums it
+    dup = np.array([3, 3, 9])
+    assert _sorted_plan(m1, None, dup, np.ones((1, 3), np.float32), None, None, None) is None
+    summed = plan_gradient(m1, np.ones(3, np.float32), None, dup, None, None, None)
+    got = {
+        int(c) + lay1.block_cols(b)[0]: float(v)
+        for b, p in summed.items()
+        for c, v in zip(p["cols"], p["g"], strict=True)
+    }
+    assert got == {3: 2.0, 9: 1.0}
+
+    lay2 = BlockPartitioner((9, 3)).layout((40, 3), 8, 3, False)
+    m2 = ArrayMeta.new("w2", (40, 3), np.float64, False, lay2, InitSpec())
+    rows = np.sort(rng.choice(40, 15, replace=False))
+    g2 = rng.normal(size=(15, 3))
+    fast2 = plan_gradient(m2, g2, rows, None, None, None, None)
+    gen2 = _coo_plan(m2, np.repeat(rows, 3), np.tile(np.arange(3), 15), g2.reshape(-1), None)
+    assert len(gen2) > 1
+    same(fast2, gen2)
