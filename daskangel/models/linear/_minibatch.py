@@ -45,7 +45,7 @@ import numpy as np
 from ... import config
 from ...errors import InvalidArgumentError
 from .._core._rounds import check_finite_step
-from ._kernels import batch_keys, grad_rows
+from ._kernels import batch_keys, grad_batch, put_rows
 from ._task import Plan, TaskData
 
 __all__ = ["MinibatchRounds", "sgd_group", "sgd_prefetch", "sgd_pull_group"]
@@ -83,15 +83,13 @@ class MinibatchRounds:
         nk, K = data.keys.shape[0], plan.n_outputs
         self.W = np.zeros((nk, K))
         self.G = np.zeros((nk, K))
-        self.mark = np.full(nk, -1, np.int64)
-        self.stamp = 0
+        self.bits = np.zeros((nk + 63) // 64, np.uint64)  # batch_keys' scratch bitmap
         self.prefetch = prefetch
         self.first = True
 
     def _keys(self, rows: np.ndarray) -> np.ndarray:
         t = self.d.train
-        bk = batch_keys(t.indptr, t.indices, rows, self.mark, self.stamp)
-        self.stamp += 1
+        bk = batch_keys(t.indptr, t.indices, rows, self.bits)
         if self.p.has_bias:
             bk = np.append(bk, self.d.keys.shape[0] - 1)
         return bk  # type: ignore[no-any-return]
@@ -137,19 +135,29 @@ class MinibatchRounds:
                 pulls.append(self._pull(gkeys[nxt]))
                 nxt += 1
             uk = gkeys[gi]
-            W[uk] = np.asarray(pulls.popleft().result(), np.float64).reshape(uk.shape[0], K)
+            put_rows(W, uk, np.asarray(pulls.popleft().result()).reshape(uk.shape[0], K))
             tm["pull"] += time.perf_counter() - t_0
             for i in grp:
                 t_1 = time.perf_counter()
                 r, bk = batches[i], keys[i]
-                G[bk] = 0.0
-                loss = grad_rows(
-                    t.indptr, t.indices, t.data, d.y_train, r, W, p.kind, p.eps, p.has_bias, G
-                )
-                g = G[bk] / r.size
-                check_finite_step(loss, g, epoch, eta)
+                scale = 1.0 / r.size
                 if p.decay_grad:
-                    g *= eta / p.eta0
+                    scale *= eta / p.eta0
+                loss, g = grad_batch(
+                    t.indptr,
+                    t.indices,
+                    t.data,
+                    d.y_train,
+                    r,
+                    W,
+                    p.kind,
+                    p.eps,
+                    p.has_bias,
+                    G,
+                    bk,
+                    scale,
+                )
+                check_finite_step(loss, g, epoch, eta)
                 opt = p.step_optimizer(epoch, rnd * p.group + i)
                 gk = d.keys[bk]
                 t_2 = time.perf_counter()

@@ -144,7 +144,10 @@ class SGDTask:
         K = p.n_outputs
         w = ctx.array(p.weights)
         tm["prep_rows"] = time.perf_counter() - t_0
-        ks = w.key_set(d.keys) if K == 1 and p.prune and d.keys.size else None
+        # the server-side key set of the full pulls: ma-sgd's every round; 'sgd' /
+        # 'ftrl' pull per minibatch and need it only for an epoch's evaluation
+        want_ks = bool(K == 1 and p.prune and d.keys.size)
+        ks = w.key_set(d.keys) if want_ks and p.solver == "ma-sgd" else None
         mon = Monitor(ctx, p, d)
         # ma-sgd pushes its local model's change against the weights it pulled, so
         # that base must be the servers' newest: from the clock cache (up to
@@ -173,6 +176,8 @@ class SGDTask:
                 loss_sum, loss_n = 0.0, 0
                 if epoch > 0:
                     t_0 = time.perf_counter()
+                    if want_ks and ks is None:
+                        ks = w.key_set(d.keys)
                     W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
                     t_1 = time.perf_counter()
                     fresh = mon.staleness == 0 or base is not w

@@ -23,8 +23,10 @@ from daskangel.models.linear._kernels import (
     SQUARED,
     batch_keys,
     eval_stats,
+    grad_batch,
     grad_rows,
     margins,
+    put_rows,
 )
 from daskangel.models.linear._local_sgd import _local_sgd_scaled, _local_sgd_scaled1, local_sgd
 from daskangel.models.linear._task import split_rows
@@ -86,6 +88,18 @@ def test_softmax_gradient_and_margins() -> None:
     P[np.arange(len(y)), y.astype(int)] -= 1
     np.testing.assert_allclose(G[:-1], X.T @ P, rtol=1e-10)
     np.testing.assert_allclose(G[-1], P.sum(0), rtol=1e-10)
+    # a minibatch's: G scratch (garbage on its keys), W written from pulled float32 rows
+    rows = np.array([4, 1, 7])
+    keys = np.append(batch_keys(X.indptr, X.indices, rows, np.zeros(1, np.uint64)), X.shape[1])
+    W2 = np.zeros_like(W)
+    put_rows(W2, keys, W[keys].astype(np.float32))
+    np.testing.assert_array_equal(W2[keys], W[keys].astype(np.float32))
+    G2 = np.full_like(W, 7.0)
+    lb, g = grad_batch(X.indptr, X.indices, X.data, y, rows, W2, SOFTMAX, 0.0, True, G2, keys, 0.5)
+    G3 = np.zeros_like(W)
+    lr = grad_rows(X.indptr, X.indices, X.data, y, rows, W2, SOFTMAX, 0.0, True, G3)
+    assert lb == lr
+    np.testing.assert_array_equal(g, 0.5 * G3[keys])
 
 
 def test_local_sgd_lazy_l2_equals_eager_updates() -> None:
@@ -198,9 +212,22 @@ def test_local_sgd_lazy_average_equals_eager_mean_of_iterates(batch: int) -> Non
 
 def test_batch_keys_and_split_rows() -> None:
     X = _csr(10, 20, 4)
-    mark = np.full(20, -1, np.int64)
-    keys = batch_keys(X.indptr, X.indices, np.array([1, 4]), mark, 0)
-    assert keys.tolist() == sorted(set(X[1].indices) | set(X[4].indices))
+    bits = np.zeros(1, np.uint64)
+    for rows in ([1, 4], [0, 2, 3, 9], []):
+        keys = batch_keys(X.indptr, X.indices, np.array(rows, np.int64), bits)
+        assert keys.tolist() == sorted(set().union(*(X[r].indices.tolist() for r in rows)))
+        assert not bits.any()  # zeroed again for the next call
+    wide = sp.csr_matrix(
+        (np.ones(5), np.array([700, 3, 64, 63, 129]), np.array([0, 3, 5])), shape=(2, 701)
+    )
+    bits = np.zeros(11, np.uint64)
+    assert batch_keys(wide.indptr, wide.indices, np.array([1, 0]), bits).tolist() == [
+        3,
+        63,
+        64,
+        129,
+        700,
+    ]
     rows = CSRBatch.from_arrays(X.indptr, X.indices, X.data, np.arange(10), 20)
     d = split_rows(rows, index=0, fraction=0.3, seed=0, n_features=20, has_bias=True)
     assert d.train.n_rows == 7 and d.val.n_rows == 3
