@@ -153,9 +153,11 @@ def numba_sgd(
     train: pd.DataFrame, test: pd.DataFrame | None, K: int, epochs: int, seed: int = 0
 ) -> dict[str, Any]:
     """daskangel's SGD kernel over all the ratings in one process (the yardstick)."""
+    from daskangel import config
     from daskangel.models._core import epoch_order
     from daskangel.models.mf._kernels import predict, sgd_block
     from daskangel.models.mf._params import resolved_lr, resolved_reg
+    from daskangel.models.mf._prep import user_runs
 
     lr, reg = resolved_lr("sgd", "sgd", None), resolved_reg("sgd", "explicit", None)
     users = pd.concat([train.user, test.user]) if test is not None else train.user
@@ -171,6 +173,8 @@ def numba_sgd(
     P[:, K] = 0
     Q[:, K] = 0
     shuffle = rng.permutation(n)  # laid out once in a random order, as a task does
+    if config.get("daskangel.models.mf.user-runs"):  # ... and user by user, as a task does
+        shuffle = user_runs(shuffle, u[:n], int(u.max()) + 1, [seed, 7907, 0])
     ut, it, r = u[:n][shuffle], i[:n][shuffle], r[shuffle]
     sgd_block(
         np.arange(min(n, 10), dtype=np.int64), ut, it, r, P.copy(), Q.copy(), mu, lr, reg, lr, reg

@@ -59,6 +59,7 @@ def make_plan(est: Any, ing: Ingested, epochs: int, metrics: str) -> Plan:
         batch=int(est.batch_size or config.get("daskangel.models.mf.batch-size")),
         pull_rows=int(config.get("daskangel.models.mf.pull-rows")),
         group_ratings=int(config.get("daskangel.models.mf.group-ratings")),
+        user_runs=bool(config.get("daskangel.models.mf.user-runs")),
         user_state=a["user_state"],
         opt=est._bound(),
         alpha=float(est.alpha),

@@ -65,6 +65,7 @@ class Plan:
     batch: int = 0  # ratings per optimiser step (adagrad, adarevision); 0: a whole clock
     pull_rows: int = 4096  # rows per pipelined pull
     group_ratings: int = 64  # ratings per pulled row from which a clock trains ungrouped
+    user_runs: bool = False  # each user's training ratings laid out together (_prep)
     user_state: str | None = None  # PS array: users' AdaGrad accumulators
     opt: Any = None  # BoundOptimizer of the items (adagrad, adarevision)
     eps: float = 1e-8

@@ -9,7 +9,11 @@
 * a seeded split into training and validation ratings (``validation_fraction``),
   the training ratings laid out once in a random order, so that an epoch's
   order of blocks (:func:`~daskangel.models._core.epoch_order`) reads them
-  sequentially yet mixes users and items;
+  sequentially yet mixes users and items; with ``runs=True`` (SGD,
+  ``daskangel.models.mf.user-runs``) each user's ratings are laid out together
+  (:func:`user_runs`: users in a seeded random order, a user's ratings in a
+  random order), so a block of the epoch's order updates one or two user rows
+  that stay in the cache instead of one row from memory per rating;
 * a random *group* per key, about ``pull_rows`` keys each: a clock pulls the
   item rows it needs group by group, pipelined (``get_iter``), and trains on the
   ratings of a group as soon as its rows are in.
@@ -32,9 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._core import PREPARED, split_ids
+from ._kernels import group_by_slot
 from ._parts import RatingsPart
 
-__all__ = ["TaskData", "prepare"]
+__all__ = ["TaskData", "prepare", "user_runs"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -72,10 +77,28 @@ def _slots(keys: np.ndarray, items: np.ndarray) -> np.ndarray:
     return np.searchsorted(keys, items).astype(np.int32)
 
 
-def _make(part: RatingsPart, seed: int, val_fraction: float, pull_rows: int) -> TaskData:
+def user_runs(order: np.ndarray, u: np.ndarray, n_users: int, seed: list[int]) -> np.ndarray:
+    """``order`` (rating indices) stably regrouped user by user, the users in a seeded
+    random order: each user's ratings stay in their order in ``order``, together.
+
+    Example
+    -------
+    >>> user_runs(np.array([0, 1, 2, 3]), np.array([0, 1, 0, 1], np.int32), 2, [0]).tolist()
+    [0, 2, 1, 3]
+    """
+    rank = np.random.default_rng(seed).permutation(max(int(n_users), 1)).astype(np.int32)
+    out, _ = group_by_slot(np.asarray(order, np.int64), u, rank, max(int(n_users), 1))
+    return np.asarray(out)
+
+
+def _make(
+    part: RatingsPart, seed: int, val_fraction: float, pull_rows: int, runs: bool
+) -> TaskData:
     known = part.eval_i >= 0
     keys = np.unique(np.concatenate([part.i, part.eval_i[known]]).astype(np.int64))
     train, val = split_ids(part.n_ratings, index=part.task, fraction=val_fraction, seed=seed)
+    if runs:
+        train = user_runs(train, part.u, part.n_users, [int(seed) & 0xFFFFFFFF, 7907, part.task])
     eslot = np.full(part.eval_i.shape[0], -1, np.int32)
     eslot[known] = _slots(keys, part.eval_i[known])
     nk = keys.shape[0]
@@ -99,7 +122,12 @@ def _make(part: RatingsPart, seed: int, val_fraction: float, pull_rows: int) -> 
     )
 
 
-def prepare(part: RatingsPart, *, seed: int, val_fraction: float, pull_rows: int) -> TaskData:
-    """The task data of ``part`` (made once per partition and split, then cached)."""
-    key = ("mf", id(part), int(seed), float(val_fraction), int(pull_rows))
-    return PREPARED.get_or_make(part, key, lambda: _make(part, seed, val_fraction, pull_rows))
+def prepare(
+    part: RatingsPart, *, seed: int, val_fraction: float, pull_rows: int, runs: bool = False
+) -> TaskData:
+    """The task data of ``part`` (made once per partition and split, then cached);
+    ``runs``: the training ratings in :func:`user_runs` (SGD)."""
+    key = ("mf", id(part), int(seed), float(val_fraction), int(pull_rows), bool(runs))
+    return PREPARED.get_or_make(
+        part, key, lambda: _make(part, seed, val_fraction, pull_rows, bool(runs))
+    )

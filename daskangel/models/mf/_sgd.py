@@ -107,7 +107,13 @@ class _Run:
         self.ctx, self.part = ctx, part
         self.tm = {"prep": 0.0, "pull": 0.0, "sgd": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
         t0 = time.perf_counter()
-        d = self.d = prepare(part, seed=p.seed, val_fraction=p.val_fraction, pull_rows=p.pull_rows)
+        d = self.d = prepare(
+            part,
+            seed=p.seed,
+            val_fraction=p.val_fraction,
+            pull_rows=p.pull_rows,
+            runs=p.user_runs,
+        )
         self.users, self.items = ctx.array(p.users), ctx.array(p.items)
         width = p.n_factors + 1
         self.ada = p.optimizer != "sgd"

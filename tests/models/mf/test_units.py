@@ -124,3 +124,24 @@ def test_streamed_top_n_equals_the_full_ranking() -> None:
         np.full((1, 0), -np.inf), np.full((1, 0), -1), np.ones((1, 2)), np.array([3, 4]), 5
     )
     assert bi.tolist() == [[3, 4]]
+
+
+def test_prepare_lays_each_users_ratings_out_together() -> None:
+    from daskangel.models.mf._parts import make_part
+    from daskangel.models.mf._prep import prepare
+
+    rng = np.random.default_rng(0)
+    u = rng.integers(0, 30, 600)
+    part = make_part(0, 0, 30, u, rng.integers(0, 50, 600), np.ones(600, np.float32), 50)
+    plain = prepare(part, seed=3, val_fraction=0.1, pull_rows=8)
+    runs = prepare(part, seed=3, val_fraction=0.1, pull_rows=8, runs=True)
+    # the same training ratings and validation split, the users now in contiguous runs
+    assert sorted(zip(plain.u.tolist(), plain.slot.tolist(), strict=True)) == sorted(
+        zip(runs.u.tolist(), runs.slot.tolist(), strict=True)
+    )
+    assert np.array_equal(plain.vu, runs.vu) and np.array_equal(plain.vslot, runs.vslot)
+    starts = np.flatnonzero(np.diff(runs.u)) + 1
+    assert len(np.unique(runs.u)) == starts.shape[0] + 1  # one run per user
+    assert not np.array_equal(np.unique(runs.u[np.r_[0, starts]]), runs.u[np.r_[0, starts]])
+    again = prepare(part, seed=3, val_fraction=0.1, pull_rows=8, runs=True)
+    assert np.array_equal(again.u, runs.u)  # (cached; seeded either way)
