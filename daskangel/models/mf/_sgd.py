@@ -128,6 +128,7 @@ class _Run:
         # sgd: the rows as pulled (deltas); adagrad / adarevision: the gradient sums
         self.Q0 = np.zeros((nk, width), np.float32)
         self.mark = np.full(nk, -1, np.int64)
+        self.all_slots = np.arange(nk, dtype=np.int64)
         self.stamp = 0
         self.mon = monitor(ctx, p, self.rounds)
         self.tm["prep"] = time.perf_counter() - t0
@@ -246,8 +247,15 @@ class _Run:
         """Pull what ``rows`` need (pipelined), train on them, push."""
         p, d, tm = self.plan, self.d, self.tm
         t0 = time.perf_counter()
-        self.stamp += 1
-        tk = touched_slots(rows, d.slot, self.mark, self.stamp)
+        nk = d.keys.shape[0]
+        if p.optimizer == "sgd" and not p.n_blocks and rows.shape[0] >= p.group_ratings * nk:
+            # so many ratings per row that the clock touches (nearly) all the task's rows:
+            # pull and push them all (an untouched row's delta is 0) rather than pass over
+            # the clock's ratings to find them (0.1 s a clock at 12 M ratings)
+            tk = self.all_slots
+        else:
+            self.stamp += 1
+            tk = touched_slots(rows, d.slot, self.mark, self.stamp)
         if self.ada:
             self.Q0[tk] = 0.0
         loss = 0.0
