@@ -24,6 +24,7 @@ from .. import config
 from ..errors import InvalidArgumentError
 from ._behind import Deferred
 from ._blocks import DenseBlock, make_block
+from ._changed import note_write
 from ._initspec import InitSpec
 from ._packed import PACK_SHIFT
 
@@ -222,7 +223,9 @@ def _update(
                 )
             else:
                 fn = lambda blk, p=p: blk.update(p["rows"], p["cols"], p["values"], add)  # noqa: E731
+            before = b.version
             server.write_block((array, int(p["block"])), b, clock, fn)
+            note_write(server, array, int(p["block"]), b, before, p)  # for eager refresh
 
     if defer:
         record_tag(server, tag, array, parts)

@@ -10,6 +10,12 @@ many as its own budget allows (``daskangel.comm.server-budget`` bytes per second
 over every subscriber, a token bucket; ``null``: every changed unit).  What is
 not sent stays "changed" and competes again in the next round.
 
+A round compares (reads and diffs) only the subscribed units that writes noted
+since the subscriber's last round (:mod:`._changed`, kept per block and
+subscriber by the ``update`` handler), and those held back by the budget; a
+write that notes nothing (a psf, a fill, a restore) makes the next round compare
+every subscribed unit of the block.  ``compared`` / ``last_compared`` count them.
+
 The values are read under the server lock when the request is served, that is
 after the worker sent it: every update acknowledged before then is in them.  The
 worker tags them with the slowest clock it knew when it asked, as it tags a
@@ -47,6 +53,7 @@ import numpy as np
 
 from .. import config
 from ..comm import CommStats, TokenBucket, priorities, select
+from ._changed import Changed
 from ._server import Block, PSServer, server_op
 
 __all__ = ["RefreshState"]
@@ -56,8 +63,14 @@ class RefreshState:
     """One server's subscriptions, refresh budget and counters."""
 
     def __init__(self) -> None:
-        # {(array, subscriber, block): (block object, sorted local ids, last values sent)}
-        self.subs: dict[tuple[str, str, int], tuple[Block, np.ndarray, np.ndarray]] = {}
+        # {(array, subscriber, block): (block object, sorted local ids, last values sent,
+        #  units written since the last round)}
+        self.subs: dict[tuple[str, str, int], tuple[Block, np.ndarray, np.ndarray, Changed]] = {}
+        # {(array, block): {subscriber: (mode, its Changed record)}}: what writes note
+        self.watch: dict[tuple[str, int], dict[str, tuple[str, Changed]]] = {}
+        # units compared (read and diffed) by refresh rounds: all, and the last round's
+        self.compared = 0
+        self.last_compared = 0
         # {(array, subscriber): last request} subscriptions idle past
         # daskangel.comm.refresh-idle (a finished job's) are forgotten
         self.seen: dict[tuple[str, str], float] = {}
@@ -95,6 +108,11 @@ class RefreshState:
             del self.seen[g]
         for k in [k for k in self.subs if (k[0], k[1]) in gone]:
             del self.subs[k]
+            w = self.watch.get((k[0], k[2]))
+            if w is not None:
+                w.pop(k[1], None)
+                if not w:
+                    del self.watch[(k[0], k[2])]
 
     def status(self) -> dict[str, float]:
         """``refresh_*`` counters for ``ps.status()``."""
@@ -138,7 +156,9 @@ def _refresh(
     st = refresh_state(server)
     st.forget(idle=config.get_seconds("daskangel.comm.refresh-idle"))
     st.seen[(array, sub)] = time.monotonic()
-    found: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []  # part, ids, cur, delta
+    # part, ids compared, their positions among the subscribed, current values, delta
+    found: list[tuple[int, np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]] = []
+    compared = 0
     for i, p in enumerate(parts):
         b = int(p["block"])
         block = server.block(array, b)
@@ -163,14 +183,28 @@ def _refresh(
                 last = vals if last is None else np.concatenate([last, vals])[order]
         if last is None or ids.shape[0] == 0:
             continue
-        st.subs[key] = (block, ids, last)
-        cur = _read(block, mode, ids)
-        found.append((i, ids, cur, cur - last))
+        rec = None if old is None else old[3]
+        pos: np.ndarray | None = None  # None: every subscribed unit
+        if old is None:
+            pos = np.empty(0, np.int64)  # every unit was just read: none moved
+        elif rec is not None and rec.version == block.version:
+            pos = _positions(ids, rec.take())  # only the units written since the last round
+        rec = Changed(block.version, 4 * ids.shape[0])  # (held-back units go back in below)
+        st.subs[key] = (block, ids, last, rec)
+        st.watch.setdefault((array, b), {})[sub] = (mode, rec)
+        if pos is not None and pos.shape[0] == 0:
+            continue
+        sel = ids if pos is None else ids[pos]
+        cur = _read(block, mode, sel)
+        compared += int(sel.shape[0])
+        found.append((i, sel, pos, cur, cur - (last if pos is None else last[pos])))
+    st.compared += compared
+    st.last_compared = compared
     out = [{"keys": np.empty(0, np.int64), "vals": np.empty((0, 1))} for _ in parts]
     if not found:
         return out
-    pr = np.concatenate([priorities(d, c, epsilon) for _, _, c, d in found])
-    unit_bytes = [8 + c.shape[1] * c.dtype.itemsize for _, _, c, _ in found]
+    pr = np.concatenate([priorities(d, c, epsilon) for _, _, _, c, d in found])
+    unit_bytes = [8 + c.shape[1] * c.dtype.itemsize for _, _, _, c, _ in found]
     cost = np.concatenate(
         [np.full(f[1].shape[0], u, np.int64) for f, u in zip(found, unit_bytes, strict=True)]
     )
@@ -185,12 +219,25 @@ def _refresh(
     st.stats.record(sent, int(at.shape[0]), early=True, now=now)
     if changed > sent:
         st.stats.record(changed - sent, 0, early=False, now=now)
+    chosen = np.zeros(pr.shape[0], bool)
+    chosen[at] = True
+    held = (pr > 0) & ~chosen  # changed, not sent: compared again next round
     starts = np.concatenate([[0], np.cumsum([f[1].shape[0] for f in found])])
-    for j, (i, ids, cur, _) in enumerate(found):
-        mine = at[(at >= starts[j]) & (at < starts[j + 1])] - starts[j]
-        block = server.block(array, int(parts[i]["block"]))
-        last = st.subs[(array, sub, int(parts[i]["block"]))][2]
-        last[mine] = cur[mine]
+    for j, (i, sel, pos, cur, _) in enumerate(found):
+        lo, hi = int(starts[j]), int(starts[j + 1])
+        mine = np.flatnonzero(chosen[lo:hi])
+        b = int(parts[i]["block"])
+        block, _, last, rec = st.subs[(array, sub, b)]
+        last[mine if pos is None else pos[mine]] = cur[mine]
+        rec.add(sel[held[lo:hi]])
         off = block.row0 if mode == "rows" else block.col0
-        out[i] = {"keys": ids[mine] + off, "vals": cur[mine]}
+        out[i] = {"keys": sel[mine] + off, "vals": cur[mine]}
     return out
+
+
+def _positions(ids: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Positions in the sorted ``ids`` of those ``units`` that are among them."""
+    at = np.searchsorted(ids, units)
+    ok = at < ids.shape[0]
+    at = at[ok]
+    return at[ids[at] == units[ok]]

@@ -9,6 +9,7 @@ boundary, and the servers must end with exactly the sum of every push.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import dask
 import numpy as np
@@ -263,3 +264,48 @@ def test_server_refresh_sends_changed_rows_within_its_budget_and_forgets_dropped
         assert st.status()["refresh_held_back"] == 40 and st.status()["refresh_sent"] == 80
     s.dispatch("drop", array="W")
     assert not st.subs and not st.seen
+
+
+def test_server_refresh_compares_only_rows_written_since_the_last_round():
+    """A refresh round reads and diffs the subscribed rows increments wrote since the
+    subscriber's last round (and rows held back by the budget), not every subscribed
+    row; a write it is not told of (a fill) makes it compare them all once."""
+    from daskangel.psarray._initspec import InitSpec
+    from daskangel.psarray._server import PSServer
+
+    s = PSServer("local", 0)
+    spec = {"block": 0, "kind": "dense", "shape": (1000, 4), "dtype": "float64",
+            "init": InitSpec().to_dict(), "row0": 0, "col0": 0, "n_cols": 4}  # fmt: skip
+    s.dispatch("create", array="W", blocks=[spec])
+    subs = [{"array": "W", "sub": w, "mode": "rows", "policy": "magnitude", "epsilon": 1e-6}
+            for w in ("w1", "w2")]  # fmt: skip
+
+    def round(kw: dict[str, Any], units: Any = None) -> list[int]:
+        got = s.dispatch("refresh", parts=[{"block": 0, "units": units}], **kw)
+        return got[0]["keys"].tolist()  # type: ignore[no-any-return]
+
+    def add(rows: list[int], scale: float = 1.0) -> None:
+        vals = scale * np.arange(1, len(rows) + 1, dtype="float64")[:, None] * np.ones((1, 4))
+        s.dispatch("update", array="W", add=True,
+                   parts=[{"block": 0, "rows": np.array(rows), "cols": None, "values": vals}])  # fmt: skip
+
+    for kw in subs:
+        assert round(kw, "all") == []
+    st: Any = s.refresh  # type: ignore[attr-defined]
+    assert st.last_compared == 0 and st.compared == 0  # just read: nothing to compare
+    add([3, 500])
+    assert round(subs[0]) == [3, 500] and st.last_compared == 2
+    assert round(subs[0]) == [] and st.last_compared == 0
+    add([7])
+    assert round(subs[1]) == [3, 7, 500] and st.last_compared == 3  # w2: both writes
+    with dask.config.set({"daskangel.comm.server-budget": 40, "daskangel.comm.burst": "2s"}):
+        st.tokens()
+        add([10, 20, 30], 10.0)
+        st.bucket.tokens = 40.0  # one row of 8 + 32 bytes
+        assert round(subs[0]) == [30] and st.last_compared == 4  # 7, 10, 20, 30
+        st.bucket.tokens = 80.0
+        assert round(subs[0]) == [10, 20] and st.last_compared == 3  # the held back ones
+    s.dispatch("fill", array="W", parts=[{"block": 0}], value=5.0)  # not noted: all compared
+    assert len(round(subs[0])) == 1000 and st.last_compared == 1000
+    assert round(subs[0]) == [] and st.last_compared == 0
+    assert st.compared == 2 + 3 + 4 + 3 + 1000
