@@ -178,12 +178,18 @@ def assign_csr_rows(
     xnorm: np.ndarray,
     C: np.ndarray,
     accumulate: bool,
+    cnorm: np.ndarray | None = None,
 ) -> Assigned:
-    """Assign CSR rows whose ``indices`` are columns of ``C`` (k, d_local)."""
+    """Assign CSR rows whose ``indices`` are columns of ``C`` (k, d_local).
+
+    ``cnorm``: the centres' ``||c||^2`` over *every* feature, when ``C`` holds only
+    the columns the rows use (the distance needs the whole norm: a centre's mass on
+    other columns is part of every row's distance to it); ``None``: from ``C``.
+    """
     n = indptr.shape[0] - 1
     k, d = C.shape
     CT = np.ascontiguousarray(np.asarray(C, np.float64).T)
-    cnorm = (CT**2).sum(axis=0)
+    cnorm = (CT**2).sum(axis=0) if cnorm is None else np.asarray(cnorm, np.float64)
     labels = np.empty(n, np.int32)
     dist = np.empty(n, np.float64)
     sums = np.zeros((k, d), np.float64)

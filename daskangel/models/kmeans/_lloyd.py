@@ -17,7 +17,8 @@ Iteration ``t`` of a task is:
 
 The stop is the same in every task (all read the same figures).  After it, the
 task assigns its rows once more with the final centres and returns its labels
-and inertia, its rows and the seconds it spent pulling, assigning, pushing and
+and inertia, its rows (and how they are stored: dense, or CSR never densified),
+the seconds it spent pulling, assigning, pushing and
 waiting at the clock (the balance of the tasks); task 0 also returns the
 per-iteration history it read.  The
 initial centres are ``S_{-1}``: task 0's cluster rows of the third array
@@ -106,6 +107,7 @@ class LloydTask:
         if rows.dense is not None and bool(config.get("daskangel.kmeans.bounds")):
             bounded = Bounded(rows.dense, rows.xnorm)
         last: np.ndarray | None = None
+        last_norms = np.zeros(g.n_clusters)
         history: list[dict[str, float]] = []
         t0 = time.perf_counter()
         hook = ExitHook.from_config("kmeans", "exit-at-iteration")
@@ -113,12 +115,14 @@ class LloydTask:
         while True:
             ta = time.perf_counter()
             got = S[(t - 1) % 3 if t >= 1 else 2].psf(pull, S[(t - 2) % 3 if t >= 2 else 2])
-            C = got["centres"]
+            C, cn = got["centres"], got["norms"]
             tb = time.perf_counter()
             spent["pull"] += tb - ta
             if last is not None:  # an empty cluster nothing re-seeded keeps its centre
                 C = np.where(np.isnan(C), last, C)
-            C = np.nan_to_num(C)
+                cn = np.where(np.isnan(cn), last_norms, cn)
+            C, cn = np.nan_to_num(C), np.nan_to_num(cn)
+            whole = None if rows.all_columns else cn  # CSR rows: C is only their columns
             if t >= 1:
                 fig = {"inertia": got["inertia"], "center_shift": got["shift"]}
                 ctx.report(iteration=t, **fig)
@@ -127,7 +131,7 @@ class LloydTask:
                                     "time": time.perf_counter() - t0})  # fmt: skip
             if t >= p.max_iter or (t >= 1 and got["shift"] <= p.tol):
                 break
-            out = bounded.step(C, g.n_cand) if bounded is not None else rows.assign(C, True)
+            out = bounded.step(C, g.n_cand) if bounded is not None else rows.assign(C, True, whole)
             tc = time.perf_counter()
             full = me == 0 and t == 2  # erase the initial centres in S_{-1}'s array
             at = np.arange(g.n_phys) if full else cols
@@ -139,9 +143,11 @@ class LloydTask:
             spent["assign"] += tc - tb
             spent["push"] += td - tc
             spent["clock"] += te - td
-            last = C
+            last, last_norms = C, cn
             t += 1
-        out = rows.assign(C, accumulate=False)
+        out = rows.assign(C, False, whole)
+        stored = (f"dense {rows.dense.dtype}" if rows.dense is not None else
+                  f"CSR, nnz {rows.data.size}, {rows.keys.size} columns")  # fmt: skip
         return {"index": int(part.index), "labels": out.labels, "n_iter": t,
                 "inertia": out.inertia, "history": history, "rows": rows.n,
-                "seconds": spent}  # fmt: skip
+                "seconds": spent, "stored": stored}  # fmt: skip

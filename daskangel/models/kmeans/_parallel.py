@@ -48,15 +48,20 @@ def oversample(dist: np.ndarray, phi: float, ell: float, rng: np.random.Generato
     return np.flatnonzero(rng.random(dist.shape[0]) < p)
 
 
-def _local(rows: TaskRows, C: sp.csr_matrix) -> np.ndarray:
-    """Candidates ``C`` (CSR over every feature) on the columns the rows use."""
-    return np.asarray((C if rows.all_columns else C[:, rows.keys]).toarray(), np.float64)
+def _local(rows: TaskRows, C: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray | None]:
+    """Candidates ``C`` (CSR over every feature) on the columns the rows use, and
+    their norms over every feature when that is not all of them."""
+    if rows.all_columns:
+        return np.asarray(C.toarray(), np.float64), None
+    norms = np.asarray(C.multiply(C).sum(axis=1), np.float64).ravel()
+    return np.asarray(C[:, rows.keys].toarray(), np.float64), norms
 
 
 def _update(part: Any, prev: np.ndarray | None, new: sp.csr_matrix, d: int) -> np.ndarray:
     """Squared distance of each row to the nearest candidate, ``new`` ones included."""
     rows = rows_of(part, d)
-    dist = rows.assign(_local(rows, new), accumulate=False).dist
+    C, norms = _local(rows, new)
+    dist = rows.assign(C, False, norms).dist
     return dist if prev is None else np.minimum(prev, dist)
 
 
@@ -81,7 +86,8 @@ def _draw(
 
 def _weights(part: Any, cands: sp.csr_matrix, d: int) -> np.ndarray:
     rows = rows_of(part, d)
-    lab = rows.assign(_local(rows, cands), accumulate=False).labels
+    C, norms = _local(rows, cands)
+    lab = rows.assign(C, False, norms).labels
     return np.bincount(lab, minlength=cands.shape[0]).astype(np.float64)
 
 

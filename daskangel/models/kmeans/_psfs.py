@@ -142,7 +142,8 @@ class Centres(GetFunc):
 
     ``features``: the sorted features to return (``None``: all).  The result is a
     dict: ``centres`` ``(k, n)`` (NaN rows: empty clusters nothing re-seeded; the
-    caller keeps their previous centres), ``shift`` (summed squared move of update ``t``,
+    caller keeps their previous centres), ``norms`` ``(k,)`` (``||c||^2`` over every
+    feature, whatever ``features`` asked: a task's distances need them), ``shift`` (summed squared move of update ``t``,
     clusters NaN on either side left out), ``counts`` ``(k,)``, ``inertia``,
     ``rows`` and ``reseeded`` of iteration ``t``.
     """
@@ -183,6 +184,7 @@ class Centres(GetFunc):
         cols = params.get("cols")
         out: dict[str, Any] = {
             "centres": C if cols is None else C[:, cols],
+            "norms": (C**2).sum(axis=1),  # over every feature of the block (NaN: empty)
             "shift": float((diff[ok] ** 2).sum()),
         }
         if cur.col0 == 0:
@@ -197,6 +199,7 @@ class Centres(GetFunc):
         first = blocks[0]
         return {
             "centres": np.concatenate([p["centres"] for p in blocks], axis=1),
+            "norms": np.sum([p["norms"] for p in blocks], axis=0),
             "shift": float(sum(p["shift"] for p in blocks)),
             "counts": first["counts"],
             "inertia": first["inertia"],

@@ -56,11 +56,17 @@ class TaskRows:
     def all_columns(self) -> bool:
         return self.dense is not None
 
-    def assign(self, C: np.ndarray, accumulate: bool) -> Assigned:
-        """Nearest of the centres ``C`` (k, len(keys)) for every row."""
+    def assign(self, C: np.ndarray, accumulate: bool, cnorm: np.ndarray | None = None) -> Assigned:
+        """Nearest of the centres ``C`` (k, len(keys)) for every row.
+
+        ``cnorm``: ``||c||^2`` of each centre over every feature; needed for CSR rows
+        whose ``keys`` are not all the features (``C`` then misses part of each
+        centre), ``None`` when ``C`` is whole.
+        """
         if self.dense is not None:
             return assign_dense_blocks(self.dense, self.xnorm, C, accumulate)
-        return assign_csr_rows(self.indptr, self.indices, self.data, self.xnorm, C, accumulate)
+        return assign_csr_rows(self.indptr, self.indices, self.data, self.xnorm, C, accumulate,
+                               cnorm)  # fmt: skip
 
     def take(self, idx: np.ndarray) -> TaskRows:
         """The rows ``idx`` (a minibatch); CSR rows keep only the columns they use."""
