@@ -3,7 +3,13 @@
 One task per partition runs :class:`CGSTask` under ``angel.train``.  Clock 0
 initialises: random topics for the task's tokens, their counts pushed to
 ``n_wk`` (``V x K`` int32, row-partitioned on the PS) and ``n_k``.  Every later
-clock is one sweep:
+clock is one sweep (:mod:`._sweeps`).  Data parallel under BSP a sweep reads
+exactly the model of the previous clock boundary (a fit is the same for a
+``random_state``): the whole matrix in one pull while it is at most
+``daskangel.lda.whole-pull-bytes`` (``n_k`` summed from it), else the task's
+words' rows pipelined and ``n_k``; then the job barrier "every task has read",
+entered without waiting; the sampling; the merged deltas pushed once, by
+``clock()``.  Otherwise (SSP / ASP, model parallel groups):
 
 1. pull ``n_k`` (under the job's BSP / SSP / ASP floor);
 2. pull the rows of the words this task's documents use (only those: a pruned
@@ -51,12 +57,12 @@ import scipy.sparse as sp
 from ... import config
 from .._core._faults import ExitHook
 from .._core._monitor import Monitor
-from ._dense import sample_dense
 from ._docs import TaskDocs, task_docs
 from ._eval import completion_sums, phi_rows
 from ._history import SweepPlan, sweep_metrics
 from ._recover import restore_z, write_z
-from ._sampler import build_alias, init_topics, sample_words, word_deltas
+from ._sampler import init_topics, word_deltas
+from ._sweeps import Sweeper
 
 __all__ = ["CGSTask", "Plan", "evaluate_docs"]
 
@@ -154,14 +160,15 @@ class CGSTask:
         slot[vkeys] = np.arange(vkeys.shape[0])
         vwords = slot[docs.val_words]
         has_val = docs.val_indptr.shape[0] > 1
-        batch = int(config.get("daskangel.lda.row-batch"))
-        dprob, dalias = np.empty(K), np.empty(K, np.int32)
-        sampled = 0
         G = ctx.group_size  # > 1: model parallel inside the group (vocabulary slices rotate)
         bounds = np.searchsorted(c.keys, (np.arange(G + 1) * V) // G)
-        plain_nk = nka.plain
-        rows_src = nwk.plain if G > 1 else nwk
         hook = ExitHook.from_config("lda", "exit-at-sweep")
+        sw = Sweeper(p, c, tm, hook, vkeys, slot)
+        # BSP, data parallel: a sweep reads exactly the previous boundary's model (``._sweeps``)
+        bsp = G == 1 and ctx.staleness(p.nwk) == 0
+        whole = bsp and V * K * 4 <= config.get_bytes("daskangel.lda.whole-pull-bytes")
+        if bsp:
+            tm.update(rows=0.0, barrier=0.0)
         # finished sweeps' figures (every task's sums) to the dashboard, as every family's
         n_tasks = ctx.n_tasks
         mon = Monitor(ctx, SweepPlan(p.metrics, p.sweep0 - 1), lambda _: None,
@@ -169,57 +176,11 @@ class CGSTask:
         while ctx.iteration <= p.sweeps:
             s = ctx.iteration  # this clock's sweep (1-based)
             t0 = time.perf_counter()
-            capture = (
-                np.zeros((vkeys.shape[0], K), np.int32) if has_val and _due(p, s - 1) else None
-            )
-            push = 0.0
-            nk_eval = None
-            for r, sl_id in enumerate(ctx.round_robin() if G > 1 else [0]):
-                # a round: the words of one vocabulary slice (all words when G == 1).  The
-                # first read waits for the clock's sync floor; in model parallelism every
-                # read then goes past the worker's clock cache to the servers (``TaskArray.plain``),
-                # since another member of the group (maybe on this worker) changed the
-                # rows and n_k since the clock began
-                nk_src = nka if r == 0 else plain_nk
-                tq = time.perf_counter()
-                nk0 = np.asarray(nk_src.get(rows=0), np.int64)
-                tm["nk"] += time.perf_counter() - tq
-                nk = nk0.copy()
-                if nk_eval is None:
-                    nk_eval = nk0
-                dtot = build_alias(p.beta / (np.maximum(nk0, 0) + V * p.beta), K, dprob, dalias)
-                words = c.keys[bounds[sl_id] : bounds[sl_id + 1]]
-                for rb, vals in rows_src.get_iter(rows=words, batch=batch, ordered=True):
-                    local = np.searchsorted(c.keys, rb)
-                    if capture is not None:
-                        sl = slot[local]
-                        m = sl >= 0
-                        capture[sl[m]] = vals[m]
-                    delta = np.empty_like(vals)
-                    ts = time.perf_counter()
-                    if p.dense:
-                        sampled += sample_dense(
-                            local, vals, nk, c.z, c.tdoc, c.wptr, c.ndk, p.alpha, p.beta,
-                            V * p.beta, p.seed, p.sweep0 + s, delta,
-                        )  # fmt: skip
-                    else:
-                        sampled += sample_words(
-                            local, vals, nk, nk0, c.z, c.tdoc, c.wptr, c.dptr, c.dtok, c.ndk,
-                            p.alpha, p.beta, V * p.beta, dprob, dalias, dtot, p.mh_steps,
-                            p.seed, p.sweep0 + s, delta,
-                        )  # fmt: skip
-                    t1 = time.perf_counter()
-                    tm["sample"] += t1 - ts
-                    ri, ci, vi = word_deltas(rb, delta, K)
-                    if ri.size:
-                        nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))
-                    push += time.perf_counter() - t1
-                    hook.at(ctx, s)  # the test hook: die in the middle of the sweep
-                nka.increment(nk - nk0, rows=0)
-                if G > 1:  # the next member samples these rows next round: push them now
-                    t1 = time.perf_counter()
-                    ctx.flush()
-                    push += time.perf_counter() - t1
+            due = has_val and _due(p, s - 1)
+            if bsp:
+                capture, nk_eval, push = sw.bsp(ctx, s, nwk, nka, whole, due)
+            else:
+                capture, nk_eval, push = sw.rounds(ctx, s, nwk, nka, bounds, due)
             t1 = time.perf_counter()
             tm["pull_sample"] += t1 - t0 - push
             tm["push"] += push
@@ -247,7 +208,9 @@ class CGSTask:
             met.increment(
                 np.array([ll, n, time.perf_counter() - t0]), rows=p.sweeps, cols=np.arange(3)
             )
-        return {"tokens": c.n_tokens, "docs": docs.n_train_docs, "sampled": sampled, "timings": tm}
+        return {
+            "tokens": c.n_tokens, "docs": docs.n_train_docs, "sampled": sw.sampled, "timings": tm
+        }  # fmt: skip
 
 
 def _nk_now(nka: Any) -> np.ndarray:
