@@ -166,7 +166,7 @@ class CGSTask:
         sw = Sweeper(p, c, tm, hook, vkeys, slot)
         # BSP, data parallel: a sweep reads exactly the previous boundary's model (``._sweeps``)
         bsp = G == 1 and ctx.staleness(p.nwk) == 0
-        whole = bsp and V * K * 4 <= config.get_bytes("daskangel.lda.whole-pull-bytes")
+        whole = bsp and config.get_bytes("daskangel.lda.whole-pull-bytes") >= V * K * 4
         if bsp:
             tm.update(rows=0.0, barrier=0.0)
         # finished sweeps' figures (every task's sums) to the dashboard, as every family's
