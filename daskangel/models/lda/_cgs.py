@@ -177,6 +177,7 @@ class CGSTask:
             s = ctx.iteration  # this clock's sweep (1-based)
             t0 = time.perf_counter()
             due = has_val and _due(p, s - 1)
+            nk_eval: np.ndarray | None
             if bsp:
                 capture, nk_eval, push = sw.bsp(ctx, s, nwk, nka, whole, due)
             else:
