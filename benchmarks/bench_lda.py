@@ -6,7 +6,8 @@ Run::
     python benchmarks/bench_lda.py --datasets kos --sweeps 100
     python benchmarks/bench_lda.py --staleness           # BSP vs SSP(1) vs SSP(3), LL per second
     python benchmarks/bench_lda.py --fig10 --png lda.png # data vs model vs hybrid (Angel Fig. 10)
-    python benchmarks/bench_lda.py --synthetic           # K=1000 planted corpus (>= 100 M tokens)
+    python benchmarks/bench_lda.py --synthetic           # K=20 and K=1000 on a planted corpus
+                                                         # (100 M tokens, V=100 k; --synthetic-*)
     python benchmarks/bench_lda.py --smoke               # tiny generated corpus, < 60 s,
                                                          # in-process workers (figures mean nothing)
 
@@ -335,13 +336,16 @@ def _plot(curves: dict[str, list[tuple[int, float, float]]], png: str, per_sweep
 
 
 def synthetic(n_tokens: int, V: int, K: int, sweeps: int, seed: int,
-              ks: tuple[int, ...] | None = None) -> None:  # fmt: skip
+              ks: tuple[int, ...] | None = None, peers: bool = False) -> None:  # fmt: skip
+    """Tokens/s per sweep and peak memory per worker on a planted corpus, at each of
+    ``ks`` topics (tomotopy on the same corpus and topics with ``peers``)."""
     doc_len = 1000
     n_docs = max(1, n_tokens // doc_len)
     t = time.perf_counter()
     X = planted(n_docs, V, K, doc_len, seed)
     print(f"\n== synthetic: {n_docs} docs x {doc_len} tokens = {int(X.sum())} tokens, V={V}, "
-          f"K={K} (generated in {time.perf_counter() - t:.1f} s, seed {seed})")  # fmt: skip
+          f"planted K={K} (generated in {time.perf_counter() - t:.1f} s, seed {seed}); "
+          f"{sweeps} sweeps, no held-out split")  # fmt: skip
     from daskangel.models import LDA
 
     rates: dict[int, float] = {}
@@ -349,16 +353,53 @@ def synthetic(n_tokens: int, V: int, K: int, sweeps: int, seed: int,
         m = LDA(n_topics=k, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=sweeps,
                 evaluate_every=0, validation_fraction=0.0, random_state=seed, n_tasks=2,
                 progress=False)  # fmt: skip
+        t = time.perf_counter()
         m.fit(X)
+        wall = time.perf_counter() - t
         tps = m.history_.tokens_per_s.to_numpy()
         peak = m._client().run(_peak_rss)
-        print(f"K={k:5d}: tokens/s per sweep {', '.join(f'{v / 1e6:.2f}M' for v in tps)}; "
-              f"peak RSS per worker {', '.join(f'{v / 2**30:.2f} GiB' for v in peak.values())}")  # fmt: skip
+        print(f"K={k:5d}: tokens/s per sweep {', '.join(f'{v / 1e6:.2f}M' for v in tps)} "
+              f"(median {np.median(tps) / 1e6:.2f} M); fit wall {wall:.1f} s (init and "
+              f"partitioning included); peak RSS per worker "
+              f"{', '.join(f'{v / 2**30:.2f} GiB' for v in peak.values())}")  # fmt: skip
+        for i, tm in enumerate(r.get("timings") for r in m.train_result_.results):
+            if tm:
+                print(f"  task {i} seconds a sweep: "
+                      + ", ".join(f"{a} {b / sweeps:.4f}" for a, b in tm.items()))  # fmt: skip
         rates[k] = float(np.median(tps))
         m.close()
+        if peers:
+            tomo = _tomotopy_rate(X, k, sweeps, seed)
+            if tomo:
+                print(f"  tomotopy K={k} (2 threads, same corpus): {tomo / 1e6:.2f} M tokens/s; "
+                      f"daskangel/tomotopy {rates[k] / tomo:.2f}")  # fmt: skip
     if len(rates) > 1:
         lo, hi = min(rates), max(rates)
         print(f"K={hi} / K={lo} median tokens/s: {rates[hi] / rates[lo]:.3f} (the issue: >= 0.25)")
+
+
+def _tomotopy_rate(X: sp.csr_matrix, K: int, sweeps: int, seed: int) -> float | None:
+    """tomotopy's tokens/s (2 threads) over ``sweeps`` sweeps of ``X`` (median per sweep)."""
+    try:
+        import tomotopy as tp
+    except ImportError:
+        print("  tomotopy not installed (pip install 'daskangel[bench]'): skipped")
+        return None
+    mdl = tp.LDAModel(k=K, alpha=0.1, eta=0.01, seed=seed)
+    vocab = [str(w) for w in range(X.shape[1])]
+    for d in range(X.shape[0]):
+        a, b = X.indptr[d], X.indptr[d + 1]
+        words = np.repeat(X.indices[a:b], X.data[a:b].astype(np.int64))
+        if words.size:
+            mdl.add_doc([vocab[w] for w in words])
+    mdl.train(0, workers=2)
+    tokens = int(X.sum())
+    rates = []
+    for _ in range(sweeps):
+        t = time.perf_counter()
+        mdl.train(1, workers=2)
+        rates.append(tokens / max(time.perf_counter() - t, 1e-9))
+    return float(np.median(rates))
 
 
 def _peak_rss() -> int:
@@ -411,6 +452,9 @@ def main() -> None:
     ap.add_argument("--fig10", action="store_true")
     ap.add_argument("--synthetic", action="store_true")
     ap.add_argument("--synthetic-tokens", type=int, default=100_000_000)
+    ap.add_argument("--synthetic-words", type=int, default=100_000)
+    ap.add_argument("--synthetic-topics", default="20,1000", help="K values, comma-separated")
+    ap.add_argument("--synthetic-sweeps", type=int, default=3)
     ap.add_argument("--png", default=None)
     ap.add_argument("--svi-passes", type=int, default=10)
     ap.add_argument("--svi-batch", type=int, default=256)
@@ -423,7 +467,7 @@ def main() -> None:
         if a.smoke:
             smoke(a.data)
             return
-        for name in a.datasets.split(","):
+        for name in filter(None, a.datasets.split(",")):
             folder, fname = FILES[name]
             path = os.path.join(a.data, folder, fname)
             if not os.path.exists(path):
@@ -440,7 +484,9 @@ def main() -> None:
             if a.fig10:
                 fig10(X, a.topics, a.sweeps, a.every, png and png.replace(".png", "-fig10.png"))
         if a.synthetic:
-            synthetic(a.synthetic_tokens, 100_000, 1000, 3, seed=0)
+            ks = tuple(int(k) for k in a.synthetic_topics.split(","))
+            synthetic(a.synthetic_tokens, a.synthetic_words, 1000, a.synthetic_sweeps, seed=0,
+                      ks=ks, peers=not a.no_peers)  # fmt: skip
     finally:
         client.close()
         lc.close()
