@@ -219,15 +219,20 @@ def compare(
     print(f"  peak RSS per worker: {peak_rss_mib(client):.0f} MiB")
 
 
-def seeds_table(client: Any, name: str, X: Any, k: int, seeds: list[int]) -> None:
+def seeds_table(
+    client: Any, name: str, X: Any, k: int, seeds: list[int], init: str | None = None
+) -> None:
     """Like for like: scikit-learn ``KMeans(n_init=3)`` and daskangel ``KMeans(n_init=3)``
-    (each keeping the best of its 3 runs) with the same ``random_state`` values."""
+    (each keeping the best of its 3 runs; ``init``: daskangel's, default its default)
+    with the same ``random_state`` values."""
     from sklearn.cluster import KMeans as SkKMeans
     from threadpoolctl import threadpool_limits
 
     from daskangel.models import KMeans
 
-    print(f"\n{name}: KMeans(n_init=3) by random_state, inertia from the returned centres")
+    kw: dict[str, Any] = {} if init is None else {"init": init}
+    print(f"\n{name}: KMeans(n_init=3) by random_state, inertia from the returned centres"
+          f" (daskangel init={kw.get('init', 'default')!r})")  # fmt: skip
     print(
         f"  {'seed':>4s} {'scikit-learn':>14s} {'daskangel':>14s} {'diff':>8s} {'vs sklearn seed 0':>18s}"
     )
@@ -237,13 +242,15 @@ def seeds_table(client: Any, name: str, X: Any, k: int, seeds: list[int]) -> Non
             sk = inertia(
                 X, SkKMeans(n_clusters=k, n_init=3, random_state=seed).fit(X).cluster_centers_
             )
-        km = KMeans(n_clusters=k, n_init=3, random_state=seed).fit(X)
+        t = time.perf_counter()
+        km = KMeans(n_clusters=k, n_init=3, random_state=seed, **kw).fit(X)
+        took = time.perf_counter() - t
         ours = inertia(X, km.cluster_centers_)
         km.close()
         sk_all.append(sk)
         ours_all.append(ours)
-        print(f"  {seed:4d} {sk:14.6g} {ours:14.6g} {ours / sk - 1:+8.2%} {ours / sk_all[0] - 1:+18.2%}",
-              flush=True)  # fmt: skip
+        print(f"  {seed:4d} {sk:14.6g} {ours:14.6g} {ours / sk - 1:+8.2%} {ours / sk_all[0] - 1:+18.2%}"
+              f"   ({took:.0f} s)", flush=True)  # fmt: skip
     a, b = float(np.median(sk_all)), float(np.median(ours_all))
     print(
         f"  median {a:12.6g} {b:14.6g} {b / a - 1:+8.2%}  (mean: {np.mean(ours_all) / np.mean(sk_all) - 1:+.2%})"
@@ -277,18 +284,58 @@ def dense_set(rows: int, k: int, chunk: int = 500_000) -> tuple[np.ndarray, Any]
     return local, da.concatenate(parts)
 
 
-def sparse_set(rows: int, d_sparse: int) -> sp.csr_matrix:
-    """The seeded power-law set: feature f drawn with probability ~ 1 / (f + 1), 20 a row."""
-    rng = np.random.default_rng(1)
-    nnz_row = 20
-    p = 1.0 / np.arange(1, d_sparse + 1)
-    cols = rng.choice(d_sparse, size=rows * nnz_row, p=p / p.sum())
-    Xs = sp.csr_matrix(
-        (np.ones(rows * nnz_row, np.float32), cols, np.arange(0, rows * nnz_row + 1, nnz_row)),
-        shape=(rows, d_sparse),
-    )
-    Xs.sum_duplicates()
-    return Xs
+def sparse_chunk(i: int, rows: int, d: int, nnz_row: int = 20) -> sp.csr_matrix:
+    """Rows ``[i * rows, (i + 1) * rows)`` of the seeded power-law set: ``nnz_row``
+    features a row, feature ``f`` drawn with probability ~ 1 / (f + 1) (inverse
+    CDF, duplicates summed), values 1, float32 (the same rows wherever made)."""
+    cdf = np.cumsum(1.0 / np.arange(1, d + 1))
+    cdf /= cdf[-1]
+    rng = np.random.default_rng([1, i])
+    cols = np.minimum(np.searchsorted(cdf, rng.random(rows * nnz_row), side="right"), d - 1)
+    ptr = np.arange(0, rows * nnz_row + 1, nnz_row, dtype=np.int64)
+    X = sp.csr_matrix((np.ones(cols.size, np.float32), cols.astype(np.int32), ptr), shape=(rows, d))
+    X.sum_duplicates()
+    return X
+
+
+def sparse_set(rows: int, d: int, chunk: int = 500_000) -> tuple[sp.csr_matrix, Any]:
+    """The seeded power-law set on the driver (for scikit-learn) and as a dask array of
+    CSR chunks made on the workers from the same seeds (for daskangel)."""
+    import dask
+    import dask.array as da
+
+    sizes = [min(chunk, rows - s) for s in range(0, rows, chunk)]
+    local = sp.vstack([sparse_chunk(i, m, d) for i, m in enumerate(sizes)], format="csr")
+    meta = sp.csr_matrix((0, d), dtype=np.float32)
+    parts = [
+        da.from_delayed(dask.delayed(sparse_chunk)(i, m, d), (m, d), np.float32, meta=meta)
+        for i, m in enumerate(sizes)
+    ]
+    return local, da.concatenate(parts)
+
+
+def sk_sparse_iteration(X: sp.csr_matrix, init: np.ndarray, reps: int) -> tuple[float, int]:
+    """scikit-learn (2 threads) on CSR rows: seconds of one Lloyd iteration, its own
+    kernel (``lloyd_iter_chunked_sparse``: assignment, sums, new centres) called
+    ``reps`` times from ``init`` (median).  A whole fit would add its set-up passes,
+    and at 10 M rows each iteration is minutes."""
+    from sklearn.cluster._k_means_lloyd import lloyd_iter_chunked_sparse
+    from threadpoolctl import threadpool_limits
+
+    k = init.shape[0]
+    C = np.ascontiguousarray(init, X.dtype)
+    new = np.zeros_like(C)
+    w = np.ones(X.shape[0], X.dtype)
+    in_c, shift = np.zeros(k, X.dtype), np.zeros(k, X.dtype)
+    labels = np.full(X.shape[0], -1, np.int32)
+    took = []
+    with threadpool_limits(2):
+        for _ in range(reps):
+            t = time.perf_counter()
+            lloyd_iter_chunked_sparse(X, w, C, new, in_c, labels, shift, 2)
+            took.append(time.perf_counter() - t)
+            C, new = new, C
+    return float(np.median(took)), reps
 
 
 def sk_per_iteration(
@@ -331,7 +378,7 @@ def ours_per_iteration(
     steps = np.diff(km.history_.time.to_numpy(float))
     per = float(np.median(steps)) if steps.size else float(km.history_.time.iloc[-1]) / n
     tasks = [
-        (int(r["rows"]), r["seconds"])
+        (int(r["rows"]), r["seconds"], r.get("stored", "?"))
         for r in sorted(km.train_result_.results, key=lambda r: r["index"])
     ]
     km.close()
@@ -350,13 +397,20 @@ def report(client: Any, name: str, shape: tuple[int, int], k: int, sk: Any, ours
         flush=True,
     )
     print(f"  {label} steps (ms): " + " ".join(f"{s * 1e3:.0f}" for s in ours["steps"]))
-    for i, (rows, sec) in enumerate(ours["tasks"]):
+    for i, (rows, sec, stored) in enumerate(ours["tasks"]):
         parts = ", ".join(f"{a} {b:.2f}" for a, b in sec.items())
-        print(f"  task {i}: {rows} rows; seconds: {parts}", flush=True)
+        print(f"  task {i}: {rows} rows ({stored}); seconds: {parts}", flush=True)
 
 
 def synthetic(
-    client: Any, rows: int, sparse_rows: int, d_sparse: int, k: int, iters: int, elkan: bool = False
+    client: Any,
+    rows: int,
+    sparse_rows: int,
+    d_sparse: int,
+    k: int,
+    iters: int,
+    elkan: bool = False,
+    sk_reps: int = 2,
 ) -> None:
     """Time per Lloyd iteration on seeded dense and sparse sets (module docstring)."""
     from daskangel.data import from_array
@@ -377,10 +431,20 @@ def synthetic(
                    ours_per_iteration(client, ds, init, iters, bounds), label)  # fmt: skip
         ds.release()
     if sparse_rows:
-        Xs = sparse_set(sparse_rows, d_sparse)
-        init = np.asarray(Xs[:k].toarray(), np.float64)
-        sk = sk_per_iteration(Xs, init, iters)
-        report(client, "sparse", Xs.shape, k, sk, ours_per_iteration(client, Xs, init, iters, True))
+        t = time.perf_counter()
+        local_s, Xs = sparse_set(sparse_rows, d_sparse)
+        shape = local_s.shape
+        print(f"sparse set {shape[0]} x {shape[1]}, nnz {local_s.nnz} "
+              f"({local_s.data.nbytes + local_s.indices.nbytes + local_s.indptr.nbytes >> 20} MiB "
+              f"CSR float32), made in {time.perf_counter() - t:.1f} s", flush=True)  # fmt: skip
+        init = np.asarray(local_s[:k].toarray(), np.float64)
+        sk = sk_sparse_iteration(local_s, init, sk_reps)
+        print(f"scikit-learn sparse (2 threads): {sk[0] * 1e3:.1f} ms an iteration "
+              f"(its kernel, median of {sk[1]})", flush=True)  # fmt: skip
+        del local_s
+        ds = from_array(Xs).persist(client, n_partitions=2)
+        report(client, "sparse", shape, k, sk, ours_per_iteration(client, ds, init, iters, True))
+        ds.release()
 
 
 def main() -> None:
@@ -395,10 +459,13 @@ def main() -> None:
     ap.add_argument(
         "--seeds", default=None, help="e.g. 0,1,2: KMeans(n_init=3) like for like by seed"
     )
+    ap.add_argument("--init", default=None, help="daskangel KMeans init (default: its default)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="dense synthetic rows")
     ap.add_argument("--sparse-rows", type=int, default=None, help="default: --rows; 0 skips")
     ap.add_argument("--sparse-features", type=int, default=100_000)
     ap.add_argument("--iters", type=int, default=10, help="--synthetic: Lloyd iterations")
+    ap.add_argument("--sk-reps", type=int, default=2,
+                    help="--synthetic: scikit-learn sparse iterations timed (median)")  # fmt: skip
     ap.add_argument("--sk-elkan", action="store_true", help="--synthetic: scikit-learn's elkan too")
     args = ap.parse_args()
     from distributed import Client, LocalCluster
@@ -427,7 +494,7 @@ def main() -> None:
         if args.synthetic:
             sparse_rows = args.rows if args.sparse_rows is None else args.sparse_rows
             synthetic(client, args.rows, sparse_rows, args.sparse_features, 100, args.iters,
-                      args.sk_elkan)  # fmt: skip
+                      args.sk_elkan, args.sk_reps)  # fmt: skip
             return
         root = data_root()
         for name in args.datasets.split(","):
@@ -435,7 +502,8 @@ def main() -> None:
             if X is None:
                 continue
             if args.seeds is not None:
-                seeds_table(client, name, X, args.k, [int(v) for v in args.seeds.split(",")])
+                seeds_table(client, name, X, args.k, [int(v) for v in args.seeds.split(",")],
+                            args.init)  # fmt: skip
                 continue
             n_inits = tuple(int(v) for v in args.n_init.split(","))
             compare(client, name, X, args.k, 3, {"max_iter": 30}, n_inits=n_inits)

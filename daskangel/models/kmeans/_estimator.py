@@ -48,6 +48,10 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
     n_clusters
         ``k``, the number of clusters.
     init
+        ``'lloyd-sample'`` (default: scikit-learn's ``KMeans(n_init=10)`` on a
+        seeded uniform sample of ``daskangel.kmeans.init-sample-per-cluster``
+        rows per cluster; its centres are means of many rows, which keeps
+        Lloyd out of the minima where D^2-sampled seeds end on sparse text),
         ``'k-means||'`` (Bahmani et al.'s scalable k-means++: oversampling rounds
         on the workers, the weighted candidates reduced on the driver),
         ``'k-means++'`` (greedy k-means++ on a seeded sample of at most
@@ -93,7 +97,7 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
         self,
         n_clusters: int = 8,
         *,
-        init: Any = "k-means||",
+        init: Any = "lloyd-sample",
         algorithm: str = "lloyd",
         max_iter: int = 300,
         tol: float = 1e-4,

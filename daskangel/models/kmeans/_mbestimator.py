@@ -47,7 +47,7 @@ class MiniBatchKMeans(KMeans):
         self,
         n_clusters: int = 8,
         *,
-        init: Any = "k-means||",
+        init: Any = "lloyd-sample",
         max_iter: int = 10,
         batch_size: int = 1024,
         sync: Any = "bsp",

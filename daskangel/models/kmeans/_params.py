@@ -19,7 +19,7 @@ from ...errors import InvalidArgumentError
 
 __all__ = ["ALGORITHMS", "INITS", "check_params"]
 
-INITS = ("k-means||", "k-means++", "random")
+INITS = ("lloyd-sample", "k-means||", "k-means++", "random")
 ALGORITHMS = ("lloyd", "minibatch")
 
 

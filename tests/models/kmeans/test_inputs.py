@@ -83,7 +83,7 @@ def test_libsvm_dataset_in_input_order(client: Client, sparse_blobs: Any, tmp_pa
     path = tmp_path / "blobs.svm"
     dump_svmlight_file(X, np.zeros(X.shape[0]), str(path), zero_based=True)
     ds = angel.data.read_libsvm(str(path), n_features=X.shape[1], zero_based=True)
-    km = KMeans(n_clusters=5, init="k-means++", random_state=0, max_iter=30).fit(ds)
+    km = KMeans(n_clusters=5, init="k-means||", random_state=0, max_iter=30).fit(ds)
     assert isinstance(km.labels_, da.Array)
     sk = SkKMeans(n_clusters=5, n_init=3, random_state=0).fit(X)
     assert _inertia(X, km.cluster_centers_) <= 1.01 * _inertia(X, sk.cluster_centers_)
@@ -111,7 +111,7 @@ def test_sparse_tasks_on_their_own_columns_and_empty_rows(client: Client) -> Non
     # centre's whole norm: with norms over the pulled columns only, 15-20 % of these
     # rows went to a centre whose mass sits on the other task's columns.
     X = _split_columns()
-    km = KMeans(n_clusters=6, random_state=0, n_tasks=2, max_iter=20).fit(X)
+    km = KMeans(n_clusters=6, init="random", random_state=0, n_tasks=2, max_iter=20).fit(X)
     assert (km.predict(X) == km.labels_).all()
     assert km.inertia_ == pytest.approx(_inertia(X, km.cluster_centers_), rel=1e-6)
     X = sp.vstack([X[:4], sp.csr_matrix((2, X.shape[1]))]).tocsr()  # two empty rows last
