@@ -110,6 +110,21 @@ def _csr_out(out: tuple[Any, ...], data: np.ndarray, n_features: int) -> Parsed:
     return Parsed(batch, err.copy(), counts, n_lines, stopped, stats)
 
 
+def _run(
+    kernel: Any,
+    data: np.ndarray,
+    args: tuple[Any, ...],
+    line0: int,
+    split: Split,
+    stop: bool,
+    detail: int,
+    max_line: int,
+) -> tuple[Any, ...]:
+    """``kernel(data, *args, stop, max_line, line0, share, shares, detail)``: the
+    compiled line parsers' common call (``args``: the format's own settings)."""
+    return kernel(data, *args, stop, max_line, line0, split.share, split.shares, detail)  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True, slots=True)
 class Libsvm:
     """``label idx:val ...`` (``dummy``: ``label idx idx ...``, values 1).
@@ -128,18 +143,8 @@ class Libsvm:
     def parse(
         self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int, max_line: int
     ) -> Parsed:
-        out = parse_libsvm(
-            data,
-            self.dummy,
-            self.base,
-            self.n_features,
-            stop,
-            max_line,
-            line0,
-            split.share,
-            split.shares,
-            detail,
-        )
+        args = (self.dummy, self.base, self.n_features)
+        out = _run(parse_libsvm, data, args, line0, split, stop, detail, max_line)
         return _csr_out(out, data, self.n_features)
 
 
@@ -156,17 +161,8 @@ class Dense:
     def parse(
         self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int, max_line: int
     ) -> Parsed:
-        out = parse_dense(
-            data,
-            self.has_label,
-            self.n_values,
-            stop,
-            max_line,
-            line0,
-            split.share,
-            split.shares,
-            detail,
-        )
+        args = (self.has_label, self.n_values)
+        out = _run(parse_dense, data, args, line0, split, stop, detail, max_line)
         return _csr_out(out, data, self.n_values)
 
 
@@ -183,17 +179,8 @@ class Tokens:
     def parse(
         self, data: np.ndarray, line0: int, split: Split, stop: bool, detail: int, max_line: int
     ) -> Parsed:
-        out = parse_tokens(
-            data,
-            self.lowercase,
-            self.seed,
-            stop,
-            max_line,
-            line0,
-            split.share,
-            split.shares,
-            detail,
-        )
+        args = (self.lowercase, self.seed)
+        out = _run(parse_tokens, data, args, line0, split, stop, detail, max_line)
         p = _csr_out(out, data, HASH_SPACE)
         if p.batch is not None:
             b = p.batch

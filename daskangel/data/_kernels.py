@@ -113,6 +113,39 @@ def _line_end(buf, pos, n):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
+def _csr_buffers(buf, dummy, max_detail):  # type: ignore[no-untyped-def]
+    """A line parser's outputs, sized for ``buf``: ``(indptr, labels, indices, values,
+    err, counts, inexact, stats)`` (labels zeroed; ``stats`` as :func:`parse_libsvm`
+    describes)."""
+    n_nl, n_tok = _count(buf, dummy)
+    return (
+        np.zeros(n_nl + 2, np.int64),
+        np.zeros(n_nl + 1, np.float32),
+        np.empty(max(n_tok, 1), np.int64),
+        np.empty(max(n_tok, 1), np.float32),
+        np.zeros((max(max_detail, 1), 5), np.int64),
+        np.zeros(16, np.int64),
+        np.empty((8, 3), np.int64),
+        np.array([np.iinfo(np.int64).max, -1, 0, -1], np.int64),
+    )
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _next_line(buf, pos, n):  # type: ignore[no-untyped-def]
+    """``(start, end, next start)`` of the line starting at ``pos`` (``end``: its
+    newline, or ``n``)."""
+    le = _line_end(buf, pos, n)
+    return pos, le, le + 1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _skipped(line0, line, keep_k, keep_n):  # type: ignore[no-untyped-def]
+    """Whether line ``line`` of a block starting at file line ``line0`` is another
+    share's (every ``keep_n``-th line from ``keep_k`` is this share's)."""
+    return keep_n > 1 and (line0 + line) % keep_n != keep_k
+
+
+@njit(nogil=True, cache=True)
 def parse_libsvm(buf, dummy, base, limit, stop_first, max_line, line0, keep_k, keep_n, max_detail):  # type: ignore[no-untyped-def]
     """Parse libsvm ``label idx:val ...`` (or Angel dummy ``label idx idx ...``) lines.
 
@@ -124,30 +157,16 @@ def parse_libsvm(buf, dummy, base, limit, stop_first, max_line, line0, keep_k, k
     first_line_at_limit]``.
     """
     n = buf.shape[0]
-    n_nl, n_tok = _count(buf, dummy)
-    indptr = np.empty(n_nl + 2, np.int64)
-    labels = np.empty(n_nl + 1, np.float32)
-    indices = np.empty(max(n_tok, 1), np.int64)
-    values = np.empty(max(n_tok, 1), np.float32)
-    err = np.zeros((max(max_detail, 1), 5), np.int64)
-    counts = np.zeros(16, np.int64)
-    inexact = np.empty((8, 3), np.int64)
-    stats = np.array([np.iinfo(np.int64).max, -1, 0, -1], np.int64)
-    n_err = 0
-    n_inexact = 0
-    nrow = 0
-    nnz = 0
-    indptr[0] = 0
-    pos = 0
-    line = 0
+    indptr, labels, indices, values, err, counts, inexact, stats = _csr_buffers(
+        buf, dummy, max_detail
+    )
+    n_err = n_inexact = nrow = nnz = pos = line = 0
     stopped = False
     while pos < n:
-        le = _line_end(buf, pos, n)
-        ls = pos
-        pos = le + 1
+        ls, le, pos = _next_line(buf, pos, n)
         cur = line
         line += 1
-        if keep_n > 1 and (line0 + cur) % keep_n != keep_k:
+        if _skipped(line0, cur, keep_k, keep_n):
             continue
         reason = 0
         ts = ls

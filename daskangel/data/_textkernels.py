@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._kernels import _count, _ends_token, _grow, _line_end, _token_end
+from ._kernels import _csr_buffers, _ends_token, _grow, _next_line, _skipped, _token_end
 from ._numbers import (
     BAD_INDEX,
     F_BAD,
@@ -49,30 +49,16 @@ def parse_dense(buf, has_label, n_values, stop_first, max_line, line0, keep_k, k
     :func:`parse_libsvm`.
     """
     n = buf.shape[0]
-    n_nl, n_tok = _count(buf, True)
-    indptr = np.empty(n_nl + 2, np.int64)
-    labels = np.empty(n_nl + 1, np.float32)
-    indices = np.empty(max(n_tok, 1), np.int64)
-    values = np.empty(max(n_tok, 1), np.float32)
-    err = np.zeros((max(max_detail, 1), 5), np.int64)
-    counts = np.zeros(16, np.int64)
-    inexact = np.empty((8, 3), np.int64)
-    stats = np.array([np.iinfo(np.int64).max, -1, 0, -1], np.int64)
-    n_err = 0
-    n_inexact = 0
-    nrow = 0
-    nnz = 0
-    indptr[0] = 0
-    pos = 0
-    line = 0
+    indptr, labels, indices, values, err, counts, inexact, stats = _csr_buffers(
+        buf, True, max_detail
+    )
+    n_err = n_inexact = nrow = nnz = pos = line = 0
     stopped = False
     while pos < n:
-        le = _line_end(buf, pos, n)
-        ls = pos
-        pos = le + 1
+        ls, le, pos = _next_line(buf, pos, n)
         cur = line
         line += 1
-        if keep_n > 1 and (line0 + cur) % keep_n != keep_k:
+        if _skipped(line0, cur, keep_k, keep_n):
             continue
         reason = 0
         ts = ls
@@ -189,9 +175,7 @@ def parse_fields(buf, kinds, n_required, seps, stop_first, max_line, max_detail)
     line = 0
     stopped = False
     while pos < n:
-        le = _line_end(buf, pos, n)
-        ls = pos
-        pos = le + 1
+        ls, le, pos = _next_line(buf, pos, n)
         cur = line
         line += 1
         reason = 0
@@ -274,29 +258,15 @@ def parse_tokens(buf, lowercase, seed, stop_first, max_line, line0, keep_k, keep
     :func:`parse_libsvm` (labels are zeros).
     """
     n = buf.shape[0]
-    n_nl, n_tok = _count(buf, True)
-    indptr = np.empty(n_nl + 2, np.int64)
-    labels = np.zeros(n_nl + 1, np.float32)
-    indices = np.empty(max(n_tok, 1), np.int64)
-    values = np.empty(max(n_tok, 1), np.float32)
-    err = np.zeros((max(max_detail, 1), 5), np.int64)
-    counts = np.zeros(16, np.int64)
-    stats = np.array([np.iinfo(np.int64).max, -1, 0, -1], np.int64)
+    indptr, labels, indices, values, err, counts, _, stats = _csr_buffers(buf, True, max_detail)
     scratch = np.empty(256, np.uint8)
-    n_err = 0
-    nrow = 0
-    nnz = 0
-    indptr[0] = 0
-    pos = 0
-    line = 0
+    n_err = nrow = nnz = pos = line = 0
     stopped = False
     while pos < n:
-        le = _line_end(buf, pos, n)
-        ls = pos
-        pos = le + 1
+        ls, le, pos = _next_line(buf, pos, n)
         cur = line
         line += 1
-        if keep_n > 1 and (line0 + cur) % keep_n != keep_k:
+        if _skipped(line0, cur, keep_k, keep_n):
             continue
         reason = 0
         nnz0 = nnz
