@@ -39,7 +39,14 @@ from ._io import array_names, load, rename_arrays, save_model
 from ._metrics import auc_from_hist, should_stop
 from ._monitor import Monitor, RowsPlan
 from ._order import SHUFFLE_BLOCK, epoch_order, round_share, rows_per_round, split_ids
-from ._params import check_fraction, check_int, check_number, early_stopping_on, train_rows
+from ._params import (
+    check_fraction,
+    check_int,
+    check_number,
+    early_stopping_on,
+    epoch_fields,
+    train_rows,
+)
 from ._predict import apply_rows, check_width, in_input_order, input_order, map_rows
 from ._rounds import Rounds, barrier, check_finite_step, diverged
 from ._rows import LocalRows, pull, push, split_rows
@@ -71,6 +78,7 @@ __all__ = [
     "check_int",
     "check_number",
     "early_stopping_on",
+    "epoch_fields",
     "dataset_classes",
     "diverged",
     "encode_labels",

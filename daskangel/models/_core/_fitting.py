@@ -8,7 +8,8 @@ epoch from the current model and clock, refusing ``classes`` that differ from
 the first call's.  Both end by pulling what predicting needs (``_pull``), so
 ``predict`` reads that copy and changes nothing in the estimator.  A family
 implements ``_check_params()`` (refuse a bad value before anything is made)
-and ``_fit(X, y, epochs, classes)``.
+and ``_fit(X, y, epochs, classes)``, and records each epoch's metrics with
+``_record_epochs``.
 
 Example
 -------
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
+from ._epochs import finish
 from ._estimator import PSEstimator
 
 __all__ = ["EpochEstimator"]
@@ -46,6 +48,19 @@ class EpochEstimator(PSEstimator):
 
     def _check_params(self) -> None:
         raise NotImplementedError
+
+    def _record_epochs(self, rows: np.ndarray, plan: Any, job: str | None = None) -> None:
+        """Append the metric rows of the epochs a fit ran (``_epochs``' layout, one
+        row an epoch from ``plan.epoch0 + 1`` on) to ``history_``, scored for
+        ``plan``'s task (``plan``: the family's frozen plan)."""
+        recs = [
+            {
+                "epoch": plan.epoch0 + e + 1,
+                **finish(r, plan.task, binary=plan.binary, logloss=plan.logloss, nbins=plan.nbins),
+            }
+            for e, r in enumerate(rows)
+        ]
+        self._append_history(recs, plan.epoch0, job)
 
     def _fit(self, X: Any, y: Any, epochs: int, classes: Any) -> Any:
         raise NotImplementedError

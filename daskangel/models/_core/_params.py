@@ -10,7 +10,8 @@ came, before any array is made) and derive the same plan values from them:
   estimator's ``sync`` (it needs BSP or SSP: ASP has no complete epoch rows),
   with a warning when it was asked for and cannot;
 * :func:`train_rows`: the training rows of every partition once the seeded
-  validation share is held out (:func:`._order.split_ids`'s ``round``).
+  validation share is held out (:func:`._order.split_ids`'s ``round``);
+* :func:`epoch_fields`: the plan values of the minibatch and epoch schedule.
 
 Example
 -------
@@ -33,7 +34,10 @@ import numpy as np
 from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import as_sync
 
-__all__ = ["check_fraction", "check_int", "check_number", "early_stopping_on", "train_rows"]
+__all__ = [
+    "check_fraction", "check_int", "check_number", "early_stopping_on", "epoch_fields",
+    "train_rows",
+]  # fmt: skip
 
 
 def check_int(est: Any, name: str, *, none: bool = False, minimum: int = 1) -> None:
@@ -79,3 +83,27 @@ def train_rows(ds: Any, fraction: float) -> tuple[int, ...]:
     """Training rows of each partition of the persisted Dataset ``ds`` once a
     ``fraction`` of its rows is held out for validation."""
     return tuple(int(i.n_rows - round(i.n_rows * fraction)) for i in ds.info)
+
+
+def epoch_fields(
+    est: Any, batch: int, epochs: int, val_fraction: float, rows: tuple[int, ...]
+) -> dict[str, Any]:
+    """The plan values every sparse-feature family derives alike from ``est``: the
+    minibatch, local steps, epochs (from the fitted ``t_`` on), validation share,
+    seed and training rows, in one round.
+
+    >>> class Est:
+    ...     local_steps, random_state, t_ = 1, 7, 2
+    >>> epoch_fields(Est(), 256, 3, 0.1, (90, 90))["epoch0"]
+    2
+    """
+    return {
+        "batch": int(batch),
+        "local_steps": est.local_steps,
+        "epochs": int(epochs),
+        "epoch0": int(getattr(est, "t_", 0)),
+        "val_fraction": val_fraction,
+        "seed": int(est.random_state or 0),
+        "train_rows": rows,
+        "rounds": 1,
+    }

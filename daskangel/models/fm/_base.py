@@ -38,11 +38,10 @@ from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import as_sync
 from ...train import train
 from .._core import EpochEstimator, Prepared, PSEstimator, as_dataset, check_finite, diverged
-from .._core._epochs import finish, row_width
+from .._core._epochs import row_width
 from ._params import check_params, make_plan, rule_of
 from ._predict import margins_of
 from ._solvers import FMTask
-from ._task import Plan
 
 __all__ = ["FMModel"]
 
@@ -189,18 +188,11 @@ class FMModel(EpochEstimator):
             for n in made:
                 with contextlib.suppress(Exception):
                     ps.drop(n)
-        self._record(rows[: max(done, 0)], plan, res.job)
+        self._record_epochs(rows[: max(done, 0)], plan, res.job)
         self.t_ = int(getattr(self, "t_", 0)) + done
         self.n_iter_ = done
         self.train_result_ = res
         return self
-
-    def _record(self, rows: np.ndarray, plan: Plan, job: str | None = None) -> None:
-        recs = []
-        for e, r in enumerate(rows):
-            m = finish(r, plan.task, binary=plan.binary, logloss=plan.logloss, nbins=plan.nbins)
-            recs.append({"epoch": plan.epoch0 + e + 1, **m})
-        self._append_history(recs, plan.epoch0, job)
 
     # -- predicting ---------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from .._core._params import (
     check_int,
     check_number,
     early_stopping_on,
+    epoch_fields,
     train_rows,
 )
 from ._kernels import LOGISTIC, SQUARED
@@ -112,14 +113,7 @@ def make_plan(
         power_t=float(self.power_t),
         reg_linear=float(self.reg_linear),
         reg_factors=float(self.reg_factors),
-        batch=int(batch),
-        local_steps=self.local_steps,
-        epochs=int(epochs),
-        epoch0=int(getattr(self, "t_", 0)),
-        val_fraction=vf,
-        seed=int(self.random_state or 0),
-        train_rows=rows,
-        rounds=1,
+        **epoch_fields(self, batch, epochs, vf, rows),
         tol=float(self.tol) if (self.tol is not None and early) else None,
         patience=int(self.n_iter_no_change),
         monitor="val_loss" if vf > 0 else "train_loss",

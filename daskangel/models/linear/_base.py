@@ -40,7 +40,7 @@ from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import BSP, as_sync
 from ...train import train
 from .._core import EpochEstimator, Prepared, PSEstimator, as_dataset, diverged
-from .._core._epochs import finish, row_width
+from .._core._epochs import row_width
 from ._kernels import KINDS
 from ._lbfgs import QNTask, qn_arrays
 from ._params import SOLVERS, check_params, make_plan
@@ -220,7 +220,7 @@ class LinearModel(EpochEstimator):
             for n in [met.name, *extra]:
                 with contextlib.suppress(Exception):
                     ps.drop(n)
-        self._record(rows[: max(done, 0)], plan, res.job)
+        self._record_epochs(rows[: max(done, 0)], plan, res.job)
         self.t_ = int(getattr(self, "t_", 0)) + done
         self.n_iter_ = done
         self.train_result_ = res
@@ -229,13 +229,6 @@ class LinearModel(EpochEstimator):
 
     def _plan(self, data: Prepared, n_features: int, K: int, epochs: int, n_parts: int) -> Plan:
         return make_plan(self, data, n_features, K, epochs)
-
-    def _record(self, rows: np.ndarray, plan: Plan, job: str | None = None) -> None:
-        recs = []
-        for e, r in enumerate(rows):
-            m = finish(r, plan.task, binary=plan.binary, logloss=plan.logloss, nbins=plan.nbins)
-            recs.append({"epoch": plan.epoch0 + e + 1, **m})
-        self._append_history(recs, plan.epoch0, job)
 
     # -- predicting ---------------------------------------------------------------------
 

@@ -27,7 +27,13 @@ from ... import config
 from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import as_sync
 from .._core._input import Prepared
-from .._core._params import check_fraction, check_int, check_number, early_stopping_on
+from .._core._params import (
+    check_fraction,
+    check_int,
+    check_number,
+    early_stopping_on,
+    epoch_fields,
+)
 from .._core._params import train_rows as _train_rows
 from ._inplace import in_place_order
 from ._minibatch import sgd_group, sgd_prefetch, sgd_pull_group
@@ -111,14 +117,7 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
         power_t=float(self.power_t),
         alpha=float(self.alpha),
         l1=float(self.l1),
-        batch=int(batch),
-        local_steps=self.local_steps,
-        epochs=int(epochs),
-        epoch0=int(getattr(self, "t_", 0)),
-        val_fraction=vf,
-        seed=int(self.random_state or 0),
-        train_rows=train_rows,
-        rounds=1,
+        **epoch_fields(self, batch, epochs, vf, train_rows),
         tol=float(self.tol)
         if (self.tol is not None and (early or solver in ("lbfgs", "owlqn")))
         else None,
