@@ -302,24 +302,11 @@ class Trainer:
 
 
 def train(
-    ps: Any,
-    fn: Callable[[TaskContext, Any], Any],
-    data: Any = None,
-    *,
-    groups: int | None = None,
-    group_size: int = 1,
-    sync: Any = None,
-    array_sync: Mapping[str, Any] | None = None,
-    epochs: int | None = None,
-    placement: str | Callable[..., Any] = "replicated",
-    workers: list[str] | None = None,
-    progress: bool | str = "auto",
-    name: str | None = None,
-    unit: str = "clock",
-    clocks_per_unit: int = 1,
-    resume: str | None = None,
+    ps: Any, fn: Callable[[TaskContext, Any], Any], data: Any = None, **options: Any
 ) -> TrainResult:
     """Run ``fn(ctx, partition)`` as one Dask future per task and wait for all.
+
+    The keyword arguments (``options``) are :class:`Trainer`'s, all keyword-only.
 
     Parameters
     ----------
@@ -365,20 +352,4 @@ def train(
     -------
     TrainResult
     """
-    return Trainer(
-        ps,
-        fn,
-        data,
-        groups=groups,
-        group_size=group_size,
-        sync=sync,
-        array_sync=array_sync,
-        epochs=epochs,
-        placement=placement,
-        workers=workers,
-        progress=progress,
-        name=name,
-        unit=unit,
-        clocks_per_unit=clocks_per_unit,
-        resume=resume,
-    ).result()
+    return Trainer(ps, fn, data, **options).result()
