@@ -21,7 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import html
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
 from dask.base import tokenize
@@ -38,7 +38,15 @@ from ._taskclock import current_clock
 if TYPE_CHECKING:
     import dask.array
 
-__all__ = ["PSArray", "PSFuture"]
+__all__ = ["PSArray", "PSFuture", "WriteOptions"]
+
+
+class WriteOptions(TypedDict, total=False):
+    """The keyword options of a write (:meth:`PSArray.increment`, :meth:`PSArray.set`,
+    a task's ``TaskArray.increment``): ``casting`` and ``on_nonfinite``."""
+
+    casting: str | None
+    on_nonfinite: str | None
 
 
 class PSFuture:
@@ -233,8 +241,8 @@ class PSArray:
         values: Any,
         rows: Any,
         cols: Any,
-        casting: str | None,
-        on_nonfinite: str | None,
+        casting: str | None = None,
+        on_nonfinite: str | None = None,
     ) -> concurrent.futures.Future[Any] | None:
         parts, cost = plan_update(self.meta, values, rows, cols, casting, on_nonfinite, add)
         if not parts:
@@ -257,13 +265,7 @@ class PSArray:
         return _done_future() if fut is None else PSFuture(fut, lambda _: None)
 
     def increment(
-        self,
-        values: Any,
-        rows: Any = None,
-        cols: Any = None,
-        *,
-        casting: str | None = None,
-        on_nonfinite: str | None = None,
+        self, values: Any, rows: Any = None, cols: Any = None, **options: Unpack[WriteOptions]
     ) -> None:
         """Add ``values`` to the selected entries; duplicate indices are summed.
 
@@ -272,21 +274,14 @@ class PSArray:
         ``casting`` (default ``daskangel.client.casting``, ``'safe'``) governs the
         cast to the array's dtype; ``on_nonfinite='skip'`` drops NaN/inf entries.
         """
-        self.increment_async(
-            values, rows, cols, casting=casting, on_nonfinite=on_nonfinite
-        ).result()
+        self.increment_async(values, rows, cols, **options).result()
 
     def set(
-        self,
-        values: Any,
-        rows: Any = None,
-        cols: Any = None,
-        *,
-        casting: str | None = None,
-        on_nonfinite: str | None = None,
+        self, values: Any, rows: Any = None, cols: Any = None, **options: Unpack[WriteOptions]
     ) -> None:
-        """Overwrite the selected entries (the last of duplicate indices wins)."""
-        fut = self._write(False, values, rows, cols, casting, on_nonfinite)
+        """Overwrite the selected entries (the last of duplicate indices wins);
+        ``options`` as :meth:`increment`'s."""
+        fut = self._write(False, values, rows, cols, **options)
         if fut is not None:
             fut.result()
 

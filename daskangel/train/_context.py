@@ -25,7 +25,7 @@ import concurrent.futures
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Unpack
 
 from distributed.comm.core import CommClosedError
 from distributed.threadpoolexecutor import thread_state as _tpe_state
@@ -42,6 +42,7 @@ from ..errors import (
     TaskMovedError,
 )
 from ..psarray import KeySet, PSAgent, PSArray
+from ..psarray._array import WriteOptions
 from ..psarray._binding import Binding
 from ..psarray._taskclock import set_task_clock
 from ..scheduler._clock_rule import read_floor
@@ -119,26 +120,13 @@ class TaskArray:
         return self._ctx._agent.key_set(self.name, cols)
 
     def increment(
-        self,
-        values: Any,
-        rows: Any = None,
-        cols: Any = None,
-        *,
-        casting: str | None = None,
-        on_nonfinite: str | None = None,
+        self, values: Any, rows: Any = None, cols: Any = None, **options: Unpack[WriteOptions]
     ) -> None:
-        """Add to the worker's update buffer (validated now, pushed by size or at clock)."""
+        """Add to the worker's update buffer (validated now, pushed by size or at clock);
+        ``options`` as :meth:`PSArray.increment`'s."""
         c = self._ctx
         c._agent.increment(
-            self.name,
-            values,
-            rows,
-            cols,
-            job=c.job,
-            clock=c.iteration,
-            task=c._key,
-            casting=casting,
-            on_nonfinite=on_nonfinite,
+            self.name, values, rows, cols, job=c.job, clock=c.iteration, task=c._key, **options
         )
 
 
