@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import sys
 import time
@@ -67,23 +66,12 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import peak_rss_gib
 from _criteogen import Spec, make_chunk
 from _data import data_root, have
 from _gbdtdata import load_real
 
 Result = tuple[float, float, float]  # test AUC, test log-loss, fit seconds
-
-
-def peak_rss_gib() -> float:
-    """Peak resident memory of this process (GiB)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def scores(y: np.ndarray, p: np.ndarray) -> tuple[float, float]:

@@ -68,7 +68,6 @@ import math
 import multiprocessing as mp
 import os
 import queue
-import resource
 import sys
 import time
 from pathlib import Path
@@ -78,6 +77,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import peak_rss_gib, rss_now_gib
 from _kddgen import GenSpec, bayes_logloss, make_chunk
 from _sgdrate import print_rate, sgd_rate
 
@@ -85,30 +85,6 @@ from _sgdrate import print_rate, sgd_rate
 def logloss(y: np.ndarray, margin: np.ndarray) -> float:
     z = np.where(y > 0, margin, -margin)
     return float(np.mean(np.logaddexp(0.0, -z)))
-
-
-def peak_rss_gib() -> float:
-    """This process's peak RSS (``VmHWM``: unlike ``ru_maxrss`` it is not inherited
-    by a worker forked from a parent that had already grown)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
-def _rss_now_gib() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return math.nan
 
 
 def chunks(rows: int, per: int) -> list[tuple[int, int]]:
@@ -380,7 +356,7 @@ def main() -> None:
         print("scikit-learn SGDClassifier (one process) ...", flush=True)
         sk = run_sklearn(a, g, test, target)
         _trim()  # scikit-learn's copy of the rows is gone: give its pages back before the cluster
-        print(f"  driver RSS after freeing it: {_rss_now_gib():.2f} GiB", flush=True)
+        print(f"  driver RSS after freeing it: {rss_now_gib():.2f} GiB", flush=True)
     from distributed import Client, LocalCluster
 
     import daskangel as angel

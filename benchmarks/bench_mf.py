@@ -61,6 +61,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _common import peak_rss_gib
 from _data import data_root, have
 
 K_DEFAULT = 50
@@ -261,20 +262,6 @@ def close_clusters() -> None:
         client.close()
         lc.close()
     _CLUSTERS.clear()
-
-
-def peak_rss_gib() -> float:
-    """This process's peak RSS (``VmHWM``, not inherited by a forked worker)."""
-    import resource
-
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def loop_epoch(m: Any, epochs: int, per: int) -> float:
