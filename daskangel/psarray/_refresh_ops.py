@@ -14,7 +14,8 @@ A round compares (reads and diffs) only the subscribed units that writes noted
 since the subscriber's last round (:mod:`._changed`, kept per block and
 subscriber by the ``update`` handler), and those held back by the budget; a
 write that notes nothing (a psf, a fill, a restore) makes the next round compare
-every subscribed unit of the block.  ``compared`` / ``last_compared`` count them.
+every subscribed unit of the block.  ``compared`` / ``last_compared`` count them,
+``subscribed`` the units subscribed, summed over rounds.
 
 The values are read under the server lock when the request is served, that is
 after the worker sent it: every update acknowledged before then is in them.  The
@@ -68,9 +69,11 @@ class RefreshState:
         self.subs: dict[tuple[str, str, int], tuple[Block, np.ndarray, np.ndarray, Changed]] = {}
         # {(array, block): {subscriber: (mode, its Changed record)}}: what writes note
         self.watch: dict[tuple[str, int], dict[str, tuple[str, Changed]]] = {}
-        # units compared (read and diffed) by refresh rounds: all, and the last round's
+        # units compared (read and diffed) by refresh rounds: all, and the last round's;
+        # units subscribed, summed over rounds (what a round without the record diffed)
         self.compared = 0
         self.last_compared = 0
+        self.subscribed = 0
         # {(array, subscriber): last request} subscriptions idle past
         # daskangel.comm.refresh-idle (a finished job's) are forgotten
         self.seen: dict[tuple[str, str], float] = {}
@@ -184,6 +187,7 @@ def _refresh(
         if last is None or ids.shape[0] == 0:
             continue
         rec = None if old is None else old[3]
+        st.subscribed += int(ids.shape[0])
         pos: np.ndarray | None = None  # None: every subscribed unit
         if old is None:
             pos = np.empty(0, np.int64)  # every unit was just read: none moved

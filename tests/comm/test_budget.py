@@ -309,3 +309,4 @@ def test_server_refresh_compares_only_rows_written_since_the_last_round():
     assert len(round(subs[0])) == 1000 and st.last_compared == 1000
     assert round(subs[0]) == [] and st.last_compared == 0
     assert st.compared == 2 + 3 + 4 + 3 + 1000
+    assert st.subscribed == 1000 * 9  # what the rounds compared without the record
