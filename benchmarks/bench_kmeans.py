@@ -286,12 +286,12 @@ def dense_set(rows: int, k: int, chunk: int = 500_000) -> tuple[np.ndarray, Any]
 
 def sparse_chunk(i: int, rows: int, d: int, nnz_row: int = 20) -> sp.csr_matrix:
     """Rows ``[i * rows, (i + 1) * rows)`` of the seeded power-law set: ``nnz_row``
-    features a row, feature ``f`` drawn with probability ~ 1 / (f + 1) (inverse
-    CDF, duplicates summed), values 1, float32 (the same rows wherever made)."""
-    cdf = np.cumsum(1.0 / np.arange(1, d + 1))
-    cdf /= cdf[-1]
+    features a row, feature ``f`` drawn with density ~ 1 / (f + 1) (the inverse
+    of its continuous CDF, ``(d + 1)^u - 1``; duplicates summed), values 1,
+    float32 (the same rows wherever made)."""
     rng = np.random.default_rng([1, i])
-    cols = np.minimum(np.searchsorted(cdf, rng.random(rows * nnz_row), side="right"), d - 1)
+    u = rng.random(rows * nnz_row)
+    cols = np.minimum(np.exp(u * np.log(d + 1.0)).astype(np.int64) - 1, d - 1)
     ptr = np.arange(0, rows * nnz_row + 1, nnz_row, dtype=np.int64)
     X = sp.csr_matrix((np.ones(cols.size, np.float32), cols.astype(np.int32), ptr), shape=(rows, d))
     X.sum_duplicates()

@@ -4,7 +4,8 @@ Every task runs :class:`MiniBatchTask` on its partition: each epoch visits its
 rows in a seeded random order, ``batch`` rows a clock (``batch_size`` split
 over the tasks; a task with fewer rows wraps around, so every task takes the
 same number of steps).  A step pulls the centres (only the columns the batch
-uses, and the count column ``d``), assigns the batch, and pushes for each
+uses, and the count column ``d``; for CSR rows also every centre's whole
+``||c||^2``, :class:`~._psfs.CentreNorms`), assigns the batch, and pushes for each
 centre ``j`` that got ``m_j`` rows with sum ``s_j``::
 
     delta_j = (s_j - m_j c_j) / (v_j + T m_j)         v_j += m_j   (column d)
@@ -40,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ._psfs import CentreNorms
 from ._rows import rows_of
 
 __all__ = ["MiniBatchTask", "Plan", "sculley_delta"]
@@ -105,10 +107,13 @@ class MiniBatchTask:
                 sub = rows.take(idx)
                 cols = np.concatenate([sub.keys, [d]])
                 got = np.asarray(C.get(cols=cols), np.float64)
+                # CSR rows: the centres' norms over every feature (the pull has the
+                # batch's columns only); read after the pull, before the barrier
+                whole = None if rows.all_columns else C.psf(CentreNorms(d))
                 if barrier:
                     ctx.clock()  # the read barrier: every task has its centres before any push
                 cen, v = got[:, :-1], got[:, -1]
-                out = sub.assign(cen, accumulate=True)
+                out = sub.assign(cen, True, whole)
                 delta = sculley_delta(cen, out.sums, out.counts, v, p.n_tasks)
                 C.increment(np.hstack([delta, out.counts[:, None]]), cols=cols)
                 M.increment(np.array([out.inertia, float(sub.n)]), rows=epoch, cols=two)

@@ -49,7 +49,7 @@ import numpy as np
 from ...ops import GetFunc
 from ._kernels import top_rows
 
-__all__ = ["Centres", "Geometry", "centres_of", "farthest"]
+__all__ = ["CentreNorms", "Centres", "Geometry", "centres_of", "farthest"]
 
 
 def farthest(dist: np.ndarray, m: int) -> np.ndarray:
@@ -206,3 +206,22 @@ class Centres(GetFunc):
             "rows": first["rows"],
             "reseeded": int(first["moved"]),
         }
+
+
+@dataclass(frozen=True, eq=False)
+class CentreNorms(GetFunc):
+    """``||c||^2`` of every row of a ``(k, d + 1)`` centres array over its ``d``
+    features (column ``d``, the counts, left out), summed over the servers:
+    ``(k,)`` float64.  A mini-batch task pulls only its batch's columns and needs
+    the rest of each centre's norm for its distances."""
+
+    n_features: int
+
+    def partition_get(self, *parts: Any, **params: Any) -> np.ndarray:
+        (part,) = parts
+        A = np.asarray(part.array, np.float64)
+        keep = max(0, min(A.shape[1], self.n_features - int(part.col0)))
+        return (A[:, :keep] ** 2).sum(axis=1)  # type: ignore[no-any-return]
+
+    def merge(self, partials: dict[int, Any], metas: list[Any]) -> np.ndarray:
+        return np.sum([partials[b] for b in sorted(partials)], axis=0)  # type: ignore[no-any-return]

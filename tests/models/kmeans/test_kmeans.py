@@ -17,7 +17,7 @@ from daskangel.models import KMeans, load
 from daskangel.models.kmeans._bounds import Bounded
 from daskangel.models.kmeans._init import take_share
 from daskangel.models.kmeans._kernels import assign_dense_blocks, row_norms
-from daskangel.models.kmeans._psfs import Geometry, centres_of, farthest
+from daskangel.models.kmeans._psfs import CentreNorms, Geometry, centres_of, farthest
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -83,6 +83,17 @@ def test_centres_of_sums_tasks_and_reseeds_empty() -> None:
     assert counts.tolist() == [4.0, 1.0, 0.0] and moved == 1
     A[g.cand_rows(0)] = A[g.cand_rows(1)] = 0.0  # no candidate: NaN, the caller keeps it
     assert np.isnan(centres_of(A, g)[0][2]).all()
+
+
+def test_centre_norms_leave_out_the_count_column() -> None:
+    # the (k, d + 1) mini-batch centres, d = 5, in blocks of 4 columns: [0, 4) and [4, 6)
+    from types import SimpleNamespace
+
+    C = np.arange(12.0).reshape(2, 6)
+    f = CentreNorms(5)
+    parts = {0: f.partition_get(SimpleNamespace(array=C[:, :4], col0=0)),
+             1: f.partition_get(SimpleNamespace(array=C[:, 4:], col0=4))}  # fmt: skip
+    np.testing.assert_allclose(f.merge(parts, []), (C[:, :5] ** 2).sum(1))
 
 
 def test_farthest_and_share() -> None:
