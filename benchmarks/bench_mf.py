@@ -180,13 +180,14 @@ def numba_sgd(
     sgd_block(
         np.arange(min(n, 10), dtype=np.int64), ut, it, r, P.copy(), Q.copy(), mu, lr, reg, lr, reg
     )  # fmt: skip  (compiles)
-    times = []
+    times, cpu = [], []
     for e in range(epochs):
         order = epoch_order(n, [seed, e, 0])  # the block order of daskangel's epochs
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         sgd_block(order, ut, it, r, P, Q, mu, lr, reg, lr, reg)
         times.append(time.perf_counter() - t)
-    out: dict[str, Any] = {"epoch": float(np.median(times)), "n": n}
+        cpu.append(time.process_time() - c)
+    out: dict[str, Any] = {"epoch": float(np.median(times)), "n": n, "cpu": float(np.median(cpu))}
     if test is not None:
         lo, hi = float(r.min()), float(r.max())
         p = predict(u[n:].astype(np.int64), i[n:].astype(np.int64), P, Q, mu, lo, hi, True)
@@ -417,7 +418,7 @@ def sgd_rows(client: Any, df: pd.DataFrame, a: argparse.Namespace) -> None:
     """One SGD epoch of the numba yardstick, then daskangel's on 2 workers."""
     y = numba_sgd(df, None, a.factors, a.yardstick_epochs or a.synthetic_epochs)
     print(f"{'numba SGD epoch, 1 process':46} {y['epoch']:>9.3f} "
-          f"{y['n'] / y['epoch'] / 1e6:>8.2f} {'1.00':>6}")  # fmt: skip
+          f"{y['n'] / y['epoch'] / 1e6:>8.2f} {'1.00':>6}  (CPU {y['cpu']:.3f} s)")  # fmt: skip
     r = run_daskangel(
         client, df, None, a.synthetic_epochs, n_factors=a.factors, solver="sgd", random_state=0
     )

@@ -105,7 +105,10 @@ class _Run:
     def __init__(self, plan: Plan, ctx: Any, part: RatingsPart) -> None:
         p = self.plan = plan
         self.ctx, self.part = ctx, part
+        # seconds by kind; "cpu": the task thread's CPU seconds in pulls and training (against
+        # "pull" + "sgd": how much of them the thread was not on a core, e.g. a loaded machine)
         self.tm = {"prep": 0.0, "pull": 0.0, "sgd": 0.0, "push": 0.0, "eval": 0.0, "clock": 0.0}
+        self.tm["cpu"] = 0.0
         t0 = time.perf_counter()
         d = self.d = prepare(
             part,
@@ -246,7 +249,7 @@ class _Run:
     def step(self, rows: np.ndarray) -> float:
         """Pull what ``rows`` need (pipelined), train on them, push."""
         p, d, tm = self.plan, self.d, self.tm
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         nk = d.keys.shape[0]
         if p.optimizer == "sgd" and not p.n_blocks and rows.shape[0] >= p.group_ratings * nk:
             # so many ratings per row that the clock touches (nearly) all the task's rows:
@@ -292,6 +295,7 @@ class _Run:
         t3 = time.perf_counter()
         tm["pull"] += pulled
         tm["sgd"] += t3 - t0 - pulled
+        tm["cpu"] += time.thread_time() - c0
         keys = d.keys[tk]
         if self.ada:
             p.opt.step(self.Q0[tk], rows=keys, versions=versions, casting="same_kind", atomic=False)
