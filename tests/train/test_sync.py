@@ -205,6 +205,31 @@ def test_per_array_protocol_override(ps):
     assert res.results == [0, 0, 0, 0]
 
 
+def _own_writes_task(ctx, part):
+    """Each clock: read the counter with and without ``own_writes``, then add 1 to it."""
+    a = ctx.array("own_a")
+    seen = []
+    for c in ctx.epochs():
+        mine = float(a.get(own_writes=True)[0, 0])
+        rows = [v for _, v in a.get_iter(rows=[0], batch=1, own_writes=True)]
+        seen.append((c, mine, float(rows[0][0, 0]), float(a.get()[0, 0])))
+        a.increment(np.ones((1, 1)), rows=[0])
+        ctx.clock()
+    return seen
+
+
+def test_ssp_reads_with_own_writes_hold_the_tasks_own_pushes(ps):
+    """SSP(2), one task pushing every clock: the pull cache may serve the copy of clock
+    c - 2 (without the task's own last two pushes); ``own_writes=True`` never does."""
+    ps.zeros("own_a", shape=(1, 1), dtype="float64")
+    res = angel.train(
+        ps, _own_writes_task, None, groups=1, sync=angel.SSP(staleness=2), epochs=8, progress=False
+    )
+    for c, mine, piped, cached in res.results[0]:
+        assert mine == piped == c  # every earlier push, through get and get_iter
+        assert c - 2 <= cached <= c  # (within the bound either way)
+
+
 def _straggler_task(ctx, spec):
     """``units`` of work per clock, 5x for the straggler: task 0, or task ``c % n`` at clock c."""
     units, rotating = spec
