@@ -15,6 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import njit
+
+from ...errors import InvalidArgumentError
 
 __all__ = ["SHUFFLE_BLOCK", "epoch_order", "round_share", "rows_per_round", "split_ids"]
 
@@ -32,7 +35,11 @@ SHUFFLE_BLOCK = 64
 
 
 def epoch_order(
-    n: int, seed: list[int], block: int = SHUFFLE_BLOCK, streams: int = 1
+    n: int,
+    seed: list[int],
+    block: int = SHUFFLE_BLOCK,
+    streams: int = 1,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """The rows ``0 .. n-1`` as blocks of ``block`` adjacent rows in a seeded random order.
 
@@ -44,6 +51,11 @@ def epoch_order(
     of each, then row 1 of each, ...): consecutive rows then come from
     ``streams`` random places of the data, for rows that were never shuffled
     (in place, :mod:`._inplace`), at no cost to the reads.
+
+    ``out`` (an int32 or int64 array of ``n`` rows, e.g. the previous epoch's
+    order) is filled in place in one compiled pass and returned: the same order
+    without allocating (and faulting in) a fresh array and without the four
+    numpy passes over it (~0.5 s an epoch at 49 M rows).
 
     .. warning:: Rows of one block stay together in every epoch: an epoch's order
        is a random order of blocks, not a uniform permutation of the rows.
@@ -59,6 +71,14 @@ def epoch_order(
     ng = (nb + streams - 1) // streams
     perm = np.random.default_rng(seed).permutation(ng * streams)  # slots: blocks, padding
     starts = np.where(perm < nb, perm * block, n)  # a padding slot reads no row
+    if out is not None:
+        if out.shape != (n,) or out.dtype not in (np.int32, np.int64):
+            raise InvalidArgumentError(
+                f"out: expected an int32 or int64 array of shape ({n},); "
+                f"got {out.dtype} {out.shape}"
+            )
+        _fill(starts.astype(np.int64), int(n), int(block), int(streams), out)
+        return out
     rows = (starts[:, None] + np.arange(block)[None, :]).reshape(ng, streams, block)
     o = rows.transpose(0, 2, 1).ravel()
     return o[o < n] if n % block or ng * streams != nb else o
@@ -81,3 +101,17 @@ def round_share(per: int, train_rows: Any, task: int, rnd: int) -> float:
     done = [min(max(n - rnd * per, 0), per) for n in train_rows]
     total = sum(done)
     return done[task] / total if total else 0.0
+
+
+@njit(nogil=True, cache=True)
+def _fill(starts, n, block, streams, out):  # type: ignore[no-untyped-def]
+    """``out[:]`` = the rows of the slots ``starts``, ``streams`` slots at a time with
+    their rows interleaved, rows ``>= n`` (padding, a short last block) left out."""
+    j = 0
+    for g in range(starts.shape[0] // streams):
+        for b in range(block):
+            for s in range(streams):
+                v = starts[g * streams + s] + b
+                if v < n:
+                    out[j] = v
+                    j += 1

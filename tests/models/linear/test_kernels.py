@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 from daskangel.data._batch import CSRBatch
+from daskangel.errors import InvalidArgumentError
 from daskangel.models._core import auc_from_hist, epoch_order, should_stop
 from daskangel.models.linear._adaptive import _adagrad_batch, adagrad_sgd
 from daskangel.models.linear._kernels import (
@@ -297,6 +299,25 @@ def test_epoch_order_and_shuffled_split() -> None:
     back = d.keys[d.train.indices]
     orig = np.concatenate([X[int(r)].indices for r in d.y_train])
     assert back.tolist() == orig.tolist()  # rows in the shuffled order, each intact
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 700),
+    st.sampled_from([1, 2, 16, 64]),
+    st.sampled_from([1, 3, 32]),
+    st.sampled_from([np.int32, np.int64]),
+)
+def test_epoch_order_into_a_buffer_is_the_same_order(
+    n: int, block: int, streams: int, dtype: Any
+) -> None:
+    seed = [n, block, streams]
+    want = epoch_order(n, seed, block=block, streams=streams)
+    buf = np.full(n, -1, dtype)
+    got = epoch_order(n, seed, block=block, streams=streams, out=buf)
+    assert got is buf and np.array_equal(got, want)
+    with pytest.raises(InvalidArgumentError, match="out: expected"):
+        epoch_order(n + 1, seed, block=block, streams=streams, out=buf)
 
 
 @settings(max_examples=40, deadline=None)
