@@ -181,8 +181,10 @@ def numba_sgd(
         np.arange(min(n, 10), dtype=np.int64), ut, it, r, P.copy(), Q.copy(), mu, lr, reg, lr, reg
     )  # fmt: skip  (compiles)
     times, cpu = [], []
+    buf = np.empty(n, np.int32 if n < 2**31 else np.int64)
     for e in range(epochs):
-        order = epoch_order(n, [seed, e, 0])  # the block order of daskangel's epochs
+        # the block order of daskangel's epochs (int32, written over the last, as a task does)
+        order = epoch_order(n, [seed, e, 0], out=buf)
         t, c = time.perf_counter(), time.process_time()
         sgd_block(order, ut, it, r, P, Q, mu, lr, reg, lr, reg)
         times.append(time.perf_counter() - t)

@@ -132,6 +132,8 @@ class _Run:
         self.Q0 = np.zeros((nk, width), np.float32)
         self.mark = np.full(nk, -1, np.int64)
         self.all_slots = np.arange(nk, dtype=np.int64)
+        # the epochs' orders, each written over the last (no fresh array of n rows an epoch)
+        self.order = np.empty(d.n_train, np.int32 if d.n_train < 2**31 else np.int64)
         self.stamp = 0
         self.mon = monitor(ctx, p, self.rounds)
         self.tm["prep"] = time.perf_counter() - t0
@@ -155,7 +157,7 @@ class _Run:
             epoch, rnd = divmod(c, R)
             if rnd == 0 or order.shape[0] != d.n_train:  # (a resumed task starts mid-epoch)
                 seed = [int(p.seed) & 0xFFFFFFFF, p.epoch0 + epoch, self.part.task]
-                order = epoch_order(d.n_train, seed)
+                order = epoch_order(d.n_train, seed, out=self.order)
                 if epoch > 0 and rnd == 0:
                     t1 = time.perf_counter()
                     fresh = ctx.staleness(p.items) != 0
@@ -273,7 +275,7 @@ class _Run:
             # many ratings per row: pull them all, then train in the epoch's order
             # (visiting the ratings group by group costs more than the overlap saves)
             t1 = time.perf_counter()
-            for rid, vals in self.items.get_iter(d.keys[tk], batch=p.pull_rows):
+            for rid, vals in self.items.get_iter(d.keys[tk], batch=p.pull_rows, own_writes=True):
                 self.pulled_rows(rid, vals)
             pulled = time.perf_counter() - t1
             loss += self.train_group(rows)
@@ -284,7 +286,9 @@ class _Run:
             need = np.bincount(gk, minlength=d.n_groups)
             arrived = np.zeros(d.n_groups, np.int64)
             t1 = time.perf_counter()
-            for rid, vals in self.items.get_iter(d.keys[by_group], batch=p.pull_rows):
+            for rid, vals in self.items.get_iter(
+                d.keys[by_group], batch=p.pull_rows, own_writes=True
+            ):
                 pulled += time.perf_counter() - t1
                 gs = d.group[self.pulled_rows(rid, vals)]
                 arrived += np.bincount(gs, minlength=d.n_groups)
