@@ -33,6 +33,7 @@ from ._keylists import KeySet
 from ._meta import ArrayMeta, BlockInfo
 from ._plan import assemble, direct_targets, plan_get, plan_update, sort_rows
 from ._routing import check_values
+from ._rowget import get_in_order
 from ._taskclock import current_clock
 
 if TYPE_CHECKING:
@@ -175,13 +176,15 @@ class PSArray:
     def get_async(self, rows: Any = None, cols: Any = None) -> PSFuture:
         """Start a :meth:`get`; return a :class:`PSFuture` of the numpy result."""
         m = self.meta
-        rows, rank = sort_rows(m, rows)
+        rows, order = sort_rows(m, rows)
         m, parts, places, cost, full, shape = plan_get(m, rows, cols)
         b = self._binding
-        # rows planned sorted land in a scratch buffer, then are gathered back
-        out, into = direct_targets(m.dtype, full, places, cost, None if rank is None else b.scratch)
+        # rows planned sorted land in a scratch buffer, then are scattered back
+        out, into = direct_targets(
+            m.dtype, full, places, cost, None if order is None else b.scratch
+        )
         fut = b.submit(b.call_blocks, self.name, "get", parts, cost, {}, into)
-        return PSFuture(fut, _in_order(assemble(m, places, full, shape, out, into), rank))
+        return PSFuture(fut, _in_order(assemble(m, places, full, shape, out, into), order))
 
     def get(self, rows: Any = None, cols: Any = None) -> np.ndarray:
         """Pull the whole array, some rows, some columns, or rows x columns.
@@ -196,13 +199,20 @@ class PSArray:
                 raise ShapeMismatchError("rows: a key-set pull selects columns of a vector only")
             return self._agent().get_keys(cols)
         m = self.meta
-        rows, rank = sort_rows(m, rows)
-        m, parts, places, cost, full, shape = plan_get(m, rows, cols)
+        rows, order = sort_rows(m, rows)
         b = self._binding
-        # rows planned sorted land in a scratch buffer, then are gathered back
-        out, into = direct_targets(m.dtype, full, places, cost, None if rank is None else b.scratch)
+        if order is not None and cols is None:
+            # whole rows: each server's reply is put in request order as it lands
+            got = get_in_order(b, self.name, m, rows, order)
+            if got is not None:
+                return got
+        m, parts, places, cost, full, shape = plan_get(m, rows, cols)
+        # rows planned sorted land in a scratch buffer, then are scattered back
+        out, into = direct_targets(
+            m.dtype, full, places, cost, None if order is None else b.scratch
+        )
         results = b.run(b.call_blocks, self.name, "get", parts, cost, {}, into)
-        return _in_order(assemble(m, places, full, shape, out, into), rank)(results)
+        return _in_order(assemble(m, places, full, shape, out, into), order)(results)
 
     def _agent(self) -> Any:
         from ._agent import agent_of
@@ -389,13 +399,20 @@ class PSArray:
 
 
 def _in_order(
-    finish: Callable[[Any], np.ndarray], rank: np.ndarray | None
+    finish: Callable[[Any], np.ndarray], order: np.ndarray | None
 ) -> Callable[[Any], np.ndarray]:
     """``finish``, then the rows of a get planned sorted (:func:`sort_rows`) back in
-    request order (one gather)."""
-    if rank is None:
+    request order (one scatter)."""
+    if order is None:
         return finish
-    return lambda results: np.take(finish(results), rank, axis=0)
+
+    def scatter(results: Any) -> np.ndarray:
+        srt = finish(results)
+        out = np.empty_like(srt)
+        out[order] = srt
+        return out
+
+    return scatter
 
 
 def _name_of(arr: Any) -> str:

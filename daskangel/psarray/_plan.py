@@ -172,12 +172,12 @@ def coo_parts(values: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[in
 
 
 def sort_rows(m: ArrayMeta, rows: Any) -> tuple[Any, np.ndarray | None]:
-    """``(rows sorted, rank)`` of an unsorted row index, else ``(rows, None)``.
+    """``(rows sorted, order)`` of an unsorted row index, else ``(rows, None)``.
 
     A get of sorted rows answers each block with one run of the result, which is
     read from the socket straight into its place (:func:`direct_targets`) and
-    the server reads its rows in memory order; the caller then takes
-    ``result[rank]`` (one gather) instead of scattering every block's reply.
+    the server reads its rows in memory order; the caller then puts sorted row
+    ``i`` at ``order[i]`` (one scatter, :mod:`._rowget`).
 
     Example
     -------
@@ -185,9 +185,9 @@ def sort_rows(m: ArrayMeta, rows: Any) -> tuple[Any, np.ndarray | None]:
     >>> from daskangel.psarray._initspec import InitSpec
     >>> m = ArrayMeta("w", (10, 2), 2, np.dtype("float32"), False,
     ...               RangePartitioner(2).layout((10, 2), 4, 2, False), InitSpec())
-    >>> r, rank = sort_rows(m, [7, 1, 4])
-    >>> r.tolist(), rank.tolist()
-    ([1, 4, 7], [2, 0, 1])
+    >>> r, order = sort_rows(m, [7, 1, 4])
+    >>> r.tolist(), order.tolist()
+    ([1, 4, 7], [1, 2, 0])
     """
     if m.ndim == 1 or rows is None or isinstance(rows, (int, np.integer, slice)):
         return rows, None
@@ -195,9 +195,7 @@ def sort_rows(m: ArrayMeta, rows: Any) -> tuple[Any, np.ndarray | None]:
     if r is None or scalar or r.shape[0] < 2 or K.is_sorted(r):
         return rows, None
     order = np.argsort(r, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.shape[0])
-    return r[order], rank
+    return r[order], order
 
 
 def plan_get(m: ArrayMeta, rows: Any, cols: Any) -> tuple[Any, ...]:
