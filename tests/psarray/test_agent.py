@@ -109,15 +109,21 @@ def test_get_iter_sends_ahead_and_yields_every_row(ps):
     full = W.get()
     agent = get_agent(ps.client)
     rows = np.random.default_rng(0).permutation(500)
-    # 4 batches ahead, a request of at most 2 batches: the first batch alone, then pairs
-    with dask.config.set({"daskangel.agent.pipeline-bytes": 4 * 10 * 16 * 4}):
+    # 4 batches ahead, requests of at most 2 batches
+    per = 10 * 16 * 4
+    with dask.config.set(
+        {
+            "daskangel.agent.pipeline-bytes": 4 * per,
+            "daskangel.agent.pipeline-request-bytes": 2 * per,
+        }
+    ):
         r0 = agent.requests
         it = W.get_iter(rows, batch=10, ordered=True)
         first_rows, first_vals = next(it)
-        # 1 + 2 batches sent up front, a second pair once the first batch arrived
+        # 2 pairs sent up front, a third once the first had arrived
         assert agent.requests - r0 == 3
         got = [(first_rows, first_vals), *it]
-        assert agent.requests - r0 == 1 + 49 // 2 + 1  # every request was one chunk
+        assert agent.requests - r0 == 25  # every request was a pair of batches
     assert np.array_equal(np.concatenate([r for r, _ in got]), rows)  # request order kept
     for rb, vals in got:
         np.testing.assert_array_equal(vals, full[rb])
