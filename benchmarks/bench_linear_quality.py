@@ -43,9 +43,14 @@ row).  Solvers:
 * ``lbfgs``: full-batch L-BFGS on the PS (the natural match: it minimises that
   objective exactly; its intercept is regularised like liblinear's),
   ``tol=1e-6``;
-* ``defaults``: the estimator with its defaults (ma-sgd, 10 epochs, early
-  stopping on a 10 % validation split): what a new user gets;
-* ``ma-sgd``: model averaging over the tasks, local per-row SGD with lazy L2
+* ``defaults``: the estimator with its defaults (ma-sgd with per-feature
+  adaptive steps, 10 epochs, early stopping on a 10 % validation split): what a
+  new user gets; ``plain``: the same with ``adaptive=False`` (one step size for
+  every weight, the defaults before issue 14 section 4.3).  Their ``alpha``
+  (1e-5) is not liblinear's objective, so they pass unless *below*
+  scikit-learn by more than the margins;
+* ``ma-sgd``: model averaging over the tasks, local per-row SGD (one step size,
+  ``adaptive=False``) with lazy L2
   and tail averaging (``average=True``, the default), 30 epochs,
   ``learning_rate=0.5`` decaying as ``1/sqrt(1 + epoch)`` (one setting for
   every dataset; the default 0.1 underfits news20's unit-norm TF-IDF rows in
@@ -226,6 +231,8 @@ def angel_estimator(p: Problem, solver: str, smoke: bool = False) -> Any:
     cls = models.SoftmaxRegression if p.multiclass else models.LogisticRegression
     if solver == "defaults":  # what a new user gets (issue 14 section 4.4)
         return cls(max_iter=2) if smoke else cls()
+    if solver == "plain":  # the defaults with one step size for every weight
+        return cls(adaptive=False, **({"max_iter": 2} if smoke else {}))
     alpha = 1.0 / p.Xtr.shape[0]  # liblinear's C=1 objective divided by C n
     if solver in ("lbfgs", "owlqn"):
         return cls(
@@ -234,7 +241,7 @@ def angel_estimator(p: Problem, solver: str, smoke: bool = False) -> Any:
         )  # fmt: skip
     return cls(
         solver=solver, alpha=alpha, validation_fraction=0.0, max_iter=2 if smoke else 30,
-        learning_rate=0.5, early_stopping=False,
+        learning_rate=0.5, early_stopping=False, adaptive=False,
     )  # fmt: skip
 
 
@@ -251,7 +258,13 @@ def run_angel(p: Problem, solver: str, repeat: int, seed: int = 0, smoke: bool =
     return Result(acc, auc, statistics.median(times), int(statistics.median(epochs)))
 
 
-def passes(p: Problem, ref: Result, got: Result) -> bool:
+def passes(p: Problem, ref: Result, got: Result, solver: str = "") -> bool:
+    """Within issue 7's margins of scikit-learn; the defaults (``alpha=1e-5``, not
+    liblinear's objective) only must not fall below them."""
+    if solver in ("defaults", "plain"):
+        if p.multiclass:
+            return got.acc >= ref.acc - 0.01
+        return got.acc >= ref.acc - 0.003 and got.auc >= ref.auc - 0.003
     if p.multiclass:
         return abs(got.acc - ref.acc) <= 0.01
     return abs(got.acc - ref.acc) <= 0.003 and abs(got.auc - ref.auc) <= 0.003
@@ -344,7 +357,7 @@ def main() -> None:
             for solver, seed in itertools.product(solvers, range(args.seeds)):
                 print(f"  fitting daskangel {solver} (random_state={seed}) ...", flush=True)
                 got = run_angel(p, solver, args.repeat, seed, args.smoke)
-                ok = passes(p, ref, got)
+                ok = passes(p, ref, got, solver)
                 all_pass &= ok
                 d_auc = "-" if p.multiclass else f"{got.auc - ref.auc:+.4f}"
                 deltas.setdefault((name, solver), []).append(100 * (got.acc - ref.acc))
@@ -368,6 +381,7 @@ def main() -> None:
         print_zipf(zrows)
     print(
         "\ntargets: binary |d acc| <= 0.30 points and |d AUC| <= 0.003; dna |d acc| <= 1 point"
+        " (defaults / plain: not below by more)"
         f"\nload average at end: {os.getloadavg()[0]:.2f}"
         f"\n{'all pass' if all_pass else 'SOME FAIL'}"
         + (" (--smoke: iterations capped, a run check, not a result)" if args.smoke else "")

@@ -43,7 +43,7 @@ from .._core import EpochEstimator, Prepared, PSEstimator, as_dataset, diverged
 from .._core._epochs import row_width
 from ._kernels import KINDS
 from ._lbfgs import QNTask, qn_arrays
-from ._params import SOLVERS, check_params, make_plan
+from ._params import SOLVERS, adaptive_on, check_params, make_plan
 from ._solvers import SGDTask
 from ._task import Plan
 
@@ -188,7 +188,7 @@ class LinearModel(EpochEstimator):
         self.n_features_in_ = n_features
         if not getattr(self, "_arrays", None):
             self._make_arrays(ps, n_features, K)
-        if self.solver == "ma-sgd" and getattr(self, "adaptive", False):
+        if self.solver == "ma-sgd" and adaptive_on(self):
             self._make_accum(ps)
         self._w = None
         plan = self._plan(data, n_features, K, epochs, len(ds.partitions))

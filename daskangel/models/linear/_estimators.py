@@ -86,7 +86,10 @@ _COMMON_DOC = """
         ``G`` the sum of its squared gradients, kept on the PS with the weights.
         A rare feature of power-law data keeps large steps where one step size
         for all under-trains it.  ``power_t`` and ``average`` are then ignored
-        (the sums are the schedule).
+        (the sums are the schedule).  ``'auto'`` (the default of
+        ``LogisticRegression`` and ``SoftmaxRegression``): adaptive with
+        ``'ma-sgd'``, ignored by the other solvers; ``False`` (the other models'
+        default): one step size ``learning_rate / (1 + epoch) ** power_t``.
     prune
         Pull only the keys a task's data uses (Angel's pruned pulls); ``False``
         pulls the whole model (for comparison).
@@ -188,7 +191,7 @@ class LogisticRegression(_Probabilistic):
         fit_intercept: bool = True, tol: float | None = 1e-4, n_iter_no_change: int = 3,
         early_stopping: bool = True, validation_fraction: float = 0.1,
         optimizer: str = "adagrad", prune: bool = True, average: bool = True,
-        adaptive: bool = False,
+        adaptive: bool | str = "auto",
         memory: int = 10,
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,

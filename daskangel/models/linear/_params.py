@@ -40,7 +40,7 @@ from ._minibatch import sgd_group, sgd_prefetch, sgd_pull_group
 from ._solvers import _per_round
 from ._task import Plan
 
-__all__ = ["SERVER_OPTIMIZERS", "SOLVERS", "check_params", "make_plan"]
+__all__ = ["SERVER_OPTIMIZERS", "SOLVERS", "adaptive_on", "check_params", "make_plan"]
 
 SOLVERS = ("sgd", "ma-sgd", "ftrl", "lbfgs", "owlqn")
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam")
@@ -68,9 +68,9 @@ def check_params(self: Any) -> None:
         )
     as_sync(self.sync)
     adaptive = getattr(self, "adaptive", False)
-    if not isinstance(adaptive, (bool, np.bool_)):
-        raise InvalidArgumentError(f"adaptive: expected True or False, got {adaptive!r}")
-    if adaptive and self.solver != "ma-sgd":
+    if not isinstance(adaptive, (bool, np.bool_)) and not _is_auto(adaptive):
+        raise InvalidArgumentError(f"adaptive: expected True, False or 'auto', got {adaptive!r}")
+    if adaptive_on(self) and self.solver != "ma-sgd":
         raise InvalidArgumentError(
             f"adaptive: per-feature adaptive steps are an option of solver='ma-sgd', got "
             f"solver={self.solver!r} (solver='sgd' steps on the servers: optimizer='adagrad')"
@@ -81,6 +81,19 @@ def check_params(self: Any) -> None:
         raise InvalidArgumentError(
             "l1: solver='lbfgs' cannot handle an L1 penalty; use solver='owlqn'"
         )
+
+
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
+def adaptive_on(self: Any) -> bool:
+    """Whether a fit of ``self`` takes per-feature adaptive steps: ``adaptive=True``,
+    or ``'auto'`` (LogisticRegression's default) with ``solver='ma-sgd'``."""
+    adaptive = getattr(self, "adaptive", False)
+    if _is_auto(adaptive):
+        return bool(self.solver == "ma-sgd")
+    return bool(adaptive)
 
 
 def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -> Plan:
@@ -130,7 +143,7 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
         decay_grad=solver == "sgd" and self.optimizer in ("sgd", "momentum"),
         memory=int(self.memory),
         average=bool(getattr(self, "average", False)) and not self.l1,
-        adaptive=bool(getattr(self, "adaptive", False)),
+        adaptive=adaptive_on(self),
         accum=str(self._arrays.get("accum") or ""),
     )
     if solver == "ma-sgd":

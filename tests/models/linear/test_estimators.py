@@ -128,19 +128,19 @@ def test_ftrl_and_owlqn_agree_on_sparsity_and_objective_at_equal_l1(client: Clie
 
 
 SOLVER_KW: dict[str, dict[str, Any]] = {
-    "ma-sgd": {},
+    "ma-sgd": {},  # adaptive='auto': per-feature AdaGrad, sums pulled past the cache
     "sgd": {"batch_size": 128, "learning_rate": 0.5},
     "ftrl": {"batch_size": 128, "learning_rate": 0.5},
     "lbfgs": {"max_iter": 30},
     "owlqn": {"max_iter": 30, "l1": 1e-4},
-    "ma-sgd+adaptive": {"adaptive": True},  # per-feature AdaGrad, sums pulled past the cache
+    "ma-sgd+plain": {"adaptive": False},  # one step size for every weight
 }
 
 
 # the quasi-Newton solvers run BSP whatever ``sync`` says: their SSP case is in
 # test_l1_models_find_the_sparse_support (a second run of the same code here took ~20 s)
 SOLVER_SYNC = [(s, "bsp") for s in SOLVER_KW if "+" not in s] + [
-    (s, "ssp:1") for s in ("ma-sgd", "sgd", "ftrl", "ma-sgd+adaptive")
+    (s, "ssp:1") for s in ("ma-sgd", "sgd", "ftrl", "ma-sgd+plain")
 ]
 
 
@@ -166,7 +166,10 @@ def test_each_solver_converges_under_bsp_and_ssp(client: Client, solver: str, sy
     assert loss.iloc[-1] < loss.iloc[0]
     res = clf.train_result_
     assert res.max_lead <= (0 if sync == "bsp" or solver in ("lbfgs", "owlqn") else 1)
-    if clf.get_params()["adaptive"]:  # the sums are on the PS beside the weights
+    # adaptive='auto' (the default): AdaGrad's sums on the PS beside the weights
+    # with ma-sgd, none with another solver or adaptive=False
+    assert bool(clf._arrays.get("accum")) == (solver == "ma-sgd")
+    if solver == "ma-sgd":
         G = clf._ps.get_array(clf._arrays["accum"]).get()
         assert G.shape == (21,) and (G >= 0).all() and G[-1] > 0
 
@@ -228,8 +231,8 @@ def test_bad_parameters_name_the_argument(client: Client) -> None:
         models.LogisticRegression(solver="lbfgs", l1=0.1).fit(X, y)
     with pytest.raises(ValueError, match="adaptive: per-feature adaptive steps are an option"):
         models.LogisticRegression(solver="ftrl", adaptive=True).fit(X, y)
-    with pytest.raises(ValueError, match="adaptive: expected True or False, got 'yes'"):
-        models.LogisticRegression(adaptive="yes").fit(X, y)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="adaptive: expected True, False or 'auto', got 'yes'"):
+        models.LogisticRegression(adaptive="yes").fit(X, y)
     with pytest.raises(ValueError, match="2 classes"):
         models.LogisticRegression().fit(X, np.zeros(100))
 
