@@ -22,7 +22,8 @@ directly).  Times are training wall-clock times until the first epoch whose
 model reaches the target (evaluation not counted, data generation and loading
 not counted: the data is in memory for every contender).
 
-* **daskangel**: ``LogisticRegression(solver='ma-sgd')`` on a 2-worker
+* **daskangel**: ``LogisticRegression(solver='ma-sgd', adaptive=False)`` (one step
+  size, the schedule SGDClassifier gets below) on a 2-worker
   LocalCluster (processes, 1 thread each: one task per worker), one
   averaging per epoch, pruned pulls.  The model after each epoch is
   evaluated on a seeded 1 % validation split of the training partitions
@@ -191,7 +192,7 @@ def run_angel(a: Any, client: Any, ds: Any, target: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # warm-up (not timed): numba compiles the kernels once per worker process
     Xw, yw, _ = make_chunk(0, 2000, 5, 1000)
-    models.LogisticRegression(solver="ma-sgd", max_iter=2).fit(Xw, yw).close()
+    models.LogisticRegression(solver="ma-sgd", max_iter=2, adaptive=False).fit(Xw, yw).close()
     for name, prune in (("pruned", True), ("full", False), ("warm", True)):
         epochs = a.epochs if name == "pruned" else min(2, a.epochs)
         if name == "warm":  # the same fit again: split and keys cached on the workers
@@ -199,7 +200,7 @@ def run_angel(a: Any, client: Any, ds: Any, target: float) -> dict[str, Any]:
             epochs = reached or epochs
         est = models.LogisticRegression(
             solver="ma-sgd", alpha=a.alpha, learning_rate=a.lr, max_iter=epochs,
-            validation_fraction=0.01, early_stopping=False, prune=prune,
+            validation_fraction=0.01, early_stopping=False, prune=prune, adaptive=False,
         )  # fmt: skip
         t = time.perf_counter()
         est.fit(ds)
