@@ -196,10 +196,11 @@ class SGDTask:
                 t_0 = time.perf_counter()
                 if W0 is None:
                     W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
+                if acc is not None:  # (before the barrier too: a faster task's push
+                    # of this round's sums would otherwise be read by a slower one)
+                    G0 = pull(acc_base, d.keys, K, None, not p.prune, d.pos)
                 if m == 2 and phase == 0:
                     ctx.clock()  # the read barrier: every task has its base before any push
-                if acc is not None:
-                    G0 = pull(acc_base, d.keys, K, None, not p.prune, d.pos)
                 t_1 = time.perf_counter()
                 W = W0.copy()
                 if acc is not None:

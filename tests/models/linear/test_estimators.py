@@ -174,6 +174,20 @@ def test_each_solver_converges_under_bsp_and_ssp(client: Client, solver: str, sy
         assert G.shape == (21,) and (G >= 0).all() and G[-1] > 0
 
 
+def test_adaptive_fits_with_one_random_state_are_identical(client: Client) -> None:
+    """The AdaGrad sums are pulled before BSP's read barrier, as the weights are:
+    pulled after it, a slower task read a faster task's push of the same round
+    (scikit-learn's check_classifier_data_not_an_array saw two fits disagree)."""
+    X, y, _ = planted(n=400, seed=5)
+    kw = {"max_iter": 3, "local_steps": 8, "early_stopping": False, "random_state": 0}
+    a = models.LogisticRegression(**kw).fit(X, y)
+    b = models.LogisticRegression(**kw).fit(X, y)
+    # (what is left: the servers sum pushes in arrival order, rounding at 1e-16)
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-12, atol=1e-15)
+    a.close()
+    b.close()
+
+
 def test_early_stopping_stops_every_task_at_the_same_epoch(client: Client) -> None:
     X, y, _ = planted(n=1200, seed=3)
     clf = models.LogisticRegression(max_iter=40, tol=1e-2, n_iter_no_change=2, sync="ssp:1")
