@@ -119,8 +119,8 @@ def stored_layout(
         state = manifest.get("job_state") or {}
         have = set(ps.arrays())
         free = [n for n in (state.get("arrays") or infos) if n not in have and n not in p.taken]
-        if not free:
-            return None
+        if not free or kind_of(infos[free[0]]) != kind:
+            return None  # not the next array of the snapshot (a temporary one): its own layout
         match = free[0]
     p.taken.add(match)
     info = infos[match]
