@@ -240,3 +240,24 @@ def test_cache_insert_merges_in_place(kind: str) -> None:
     assert isinstance(make_store(1000, 2, np.dtype("float32")), DirectStore)
     with dask.config.set({"daskangel.agent.direct-index-bytes": 100}):
         assert isinstance(make_store(1000, 2, np.dtype("float32")), UnitStore)
+
+
+def test_gathers_and_scatters_run_inline_below_their_own_limits() -> None:
+    """Gets and updates of scattered entries (compressed rows, coordinates, packed
+    pairs) run on the event loop up to their own keys; dense updates keep
+    ``inline-bytes`` (the server's thread, or write-behind, above it)."""
+    from daskangel.psarray._server import _inline_limit
+
+    csr = {"block": 0, "csr_rows": np.zeros(1, np.int32)}
+    with dask.config.set(
+        {
+            "daskangel.server.inline-bytes": 10,
+            "daskangel.server.inline-get-bytes": 20,
+            "daskangel.server.inline-scatter-bytes": 30,
+        }
+    ):
+        assert _inline_limit("get", {"parts": [{"block": 0}]}) == 20
+        assert _inline_limit("update", {"parts": [csr, {"block": 1, "coo_rows": 1}]}) == 30
+        assert _inline_limit("update", {"parts": [csr, {"block": 1, "values": 1}]}) == 10
+        assert _inline_limit("update", {"parts": []}) == 10
+        assert _inline_limit("fill", {"parts": [csr]}) == 10
