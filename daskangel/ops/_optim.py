@@ -296,7 +296,7 @@ def _sorted_plan(
         assert loc is not None and isinstance(sl, slice)  # increasing keys: runs
         if axis == "cols":
             part: dict[str, Any] = {
-                "rows": np.zeros(loc.shape[0], np.int64),
+                "rows": np.zeros(1, np.int64),  # one row: broadcast by Partition.read/write
                 "cols": loc,
                 "g": g[0, sl].copy(),  # the caller may reuse its gradient array
             }
