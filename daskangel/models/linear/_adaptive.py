@@ -1,4 +1,5 @@
-"""MA-SGD's local SGD with per-feature adaptive steps (AdaGrad), the ``adaptive=True`` option.
+"""MA-SGD's local SGD with per-feature adaptive steps (AdaGrad): ``adaptive=True`` (``'auto'``,
+LogisticRegression's default, with ``solver='ma-sgd'``).
 
 On sparse data whose features follow a power law, one step size for every
 weight either under-trains the rare features or over-steps the frequent ones:

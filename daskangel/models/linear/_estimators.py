@@ -56,7 +56,7 @@ _COMMON_DOC = """
         Epochs (passes over the data; quasi-Newton: function evaluations).
     learning_rate, power_t
         Step size ``learning_rate / (1 + epoch) ** power_t`` (FTRL: its alpha;
-        adaptive server optimisers: their lr).
+        adaptive server optimisers: their lr; ``adaptive``: per weight, see there).
     batch_size
         Rows per SGD step (default 1 for ``'ma-sgd'``; for ``'sgd'``/``'ftrl'``,
         whose every step is a pull, a push and a clock on the PS,
