@@ -27,6 +27,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -353,3 +354,14 @@ def train(
     TrainResult
     """
     return Trainer(ps, fn, data, **options).result()
+
+
+def _signature() -> inspect.Signature:
+    """``train``'s signature as introspection shows it: ``Trainer``'s parameters."""
+    sig = inspect.signature(Trainer.__init__)
+    return sig.replace(
+        parameters=list(sig.parameters.values())[1:], return_annotation="TrainResult"
+    )
+
+
+setattr(train, "__signature__", _signature())  # noqa: B010 - help(train) lists every option

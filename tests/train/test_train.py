@@ -262,3 +262,17 @@ def test_reschedule_slow_moves_a_throttled_workers_task(client):
     assert res.moves == 1 and moved["moves"] == 1, (res, moved)
     assert res.results == [fast, fast]  # task 0 finished on the fast worker
     assert sorted(res.history.query("task == 0").clock) == list(range(12))
+
+
+@pytest.mark.timeout(10)
+def test_train_shows_and_checks_the_trainer_options() -> None:
+    """train(ps, fn, data, **options) passes its options to Trainer: introspection lists
+    them, and an unknown one is refused before anything runs."""
+    import inspect
+
+    params = inspect.signature(angel.train).parameters
+    assert list(params)[:3] == ["ps", "fn", "data"]
+    assert {"epochs", "sync", "resume"} <= set(params)
+    assert params["epochs"].kind is inspect.Parameter.KEYWORD_ONLY
+    with pytest.raises(TypeError, match="bogus"):
+        angel.train(None, print, None, bogus=1)
