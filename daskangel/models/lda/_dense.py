@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._sampler import _next, mix_seed
+from ._sampler import _next, mix_seed, word_span
 
 __all__ = ["sample_dense"]
 
@@ -61,12 +61,8 @@ def sample_dense(  # type: ignore[no-untyped-def]
     p = np.empty(K)
     done = 0
     for r in range(local.shape[0]):
-        j = local[r]
-        a0 = wptr[j]
-        a1 = wptr[j + 1]
+        j, a0, a1 = word_span(local, r, wptr, delta_out)
         if a1 == a0:
-            for k in range(K):
-                delta_out[r, k] = 0
             continue
         for k in range(K):
             c = rows[r, k]

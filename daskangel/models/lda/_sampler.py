@@ -49,6 +49,7 @@ __all__ = [
     "mix_seed",
     "sample_words",
     "word_deltas",
+    "word_span",
 ]
 
 _M = np.uint64(0x2545F4914F6CDD1D)
@@ -132,6 +133,17 @@ def _draw(prob, alias, n, u):  # type: ignore[no-untyped-def]
     return alias[j]
 
 
+@njit(nogil=True, cache=True, inline="always")
+def word_span(local, r, wptr, delta_out):  # type: ignore[no-untyped-def]
+    """Row ``r``'s word: ``(local id, first token, end)``; an absent word's delta row is 0."""
+    j = local[r]
+    a0 = wptr[j]
+    a1 = wptr[j + 1]
+    if a1 == a0:
+        delta_out[r, :] = 0
+    return j, a0, a1
+
+
 @njit(nogil=True, cache=True)
 def init_topics(z, tdoc, wptr, ndk, K, seed):  # type: ignore[no-untyped-def]
     """Uniform random topics for every token; fills ``ndk``; returns ``(n_words, K)`` counts."""
@@ -186,12 +198,8 @@ def sample_words(  # type: ignore[no-untyped-def]
     kalpha = K * alpha
     done = 0
     for r in range(local.shape[0]):
-        j = local[r]
-        a0 = wptr[j]
-        a1 = wptr[j + 1]
+        j, a0, a1 = word_span(local, r, wptr, delta_out)
         if a1 == a0:
-            for k in range(K):
-                delta_out[r, k] = 0
             continue
         nnz = 0
         for k in range(K):
