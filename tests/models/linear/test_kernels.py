@@ -301,7 +301,7 @@ def test_epoch_order_and_shuffled_split() -> None:
     assert back.tolist() == orig.tolist()  # rows in the shuffled order, each intact
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     st.integers(0, 700),
     st.sampled_from([1, 2, 16, 64]),
