@@ -185,7 +185,7 @@ class KMeans(TransformerMixin, ClusterMixin, PSEstimator):
         stats = data_stats(ds, d)  # NaN / inf refused here, before the PS changes
         if stats.n < k:
             raise InvalidArgumentError(
-                f"n_clusters: n_samples={stats.n} should be >= n_clusters={k}"
+                f"n_clusters: expected at most n_samples={stats.n}, got n_clusters={k}"
             )
         if not isinstance(self.init, str):
             initial_centres(self.init, ds, stats, k, d, 0)  # shape check before anything

@@ -39,6 +39,7 @@ import scipy.sparse as sp
 
 from ... import config
 from ...errors import InvalidArgumentError
+from ._params import INITS
 from ._rows import part_matrix
 
 __all__ = [
@@ -80,7 +81,8 @@ def _stats(part: Any, d: int) -> tuple[int, np.ndarray, float]:
             colsum += B.sum(axis=0)
     if not finite:
         raise InvalidArgumentError(
-            f"X: partition {part.index} holds NaN or infinite values; KMeans needs finite input"
+            f"X: expected finite values (KMeans needs finite input), got NaN or infinite "
+            f"values in partition {part.index}"
         )
     return n, colsum, sq
 
@@ -134,11 +136,14 @@ def check_init_array(init: Any, k: int, d: int) -> np.ndarray:
     arr = np.asarray(init, dtype=np.float64) if not sp.issparse(init) else init.toarray()
     if arr.ndim != 2 or arr.shape != (k, d):
         raise InvalidArgumentError(
-            f"init: the array of initial centres must have shape (n_clusters, n_features) = "
-            f"({k}, {d}), got {arr.shape}"
+            f"init: expected an array of initial centres of shape (n_clusters, n_features) = "
+            f"({k}, {d}), got shape {arr.shape}"
         )
     if not np.isfinite(arr).all():
-        raise InvalidArgumentError("init: the initial centres hold NaN or infinite values")
+        raise InvalidArgumentError(
+            f"init: expected finite initial centres, got {int((~np.isfinite(arr)).sum())} NaN "
+            "or infinite values"
+        )
     return np.array(arr, dtype=np.float64)
 
 
@@ -158,8 +163,8 @@ def initial_centres(init: Any, ds: Any, stats: DataStats, k: int, d: int, seed: 
         centres, _ = kmeans_plusplus(S, k, random_state=int(seed) & 0x7FFFFFFF)
         return np.asarray(centres.toarray() if sp.issparse(centres) else centres, np.float64)
     raise InvalidArgumentError(
-        f"init: expected 'lloyd-sample', 'k-means++', 'random' or an array of shape "
-        f"(n_clusters, n_features), got {init!r}"
+        f"init: expected one of {list(INITS)} or an array of shape (n_clusters, n_features), "
+        f"got {init!r}"
     )
 
 

@@ -59,5 +59,8 @@ def check_params(est: Any) -> None:
         raise InvalidArgumentError(
             f"algorithm: expected one of {list(ALGORITHMS)}, got {algorithm!r}"
         )
-    if algorithm == "lloyd" and getattr(est, "sync", "bsp") not in ("bsp", None):
-        raise InvalidArgumentError("sync: Lloyd's algorithm runs under BSP only")
+    sync = getattr(est, "sync", "bsp")
+    if algorithm == "lloyd" and sync not in ("bsp", None):
+        raise InvalidArgumentError(
+            f"sync: expected 'bsp' (Lloyd's algorithm runs under BSP only), got {sync!r}"
+        )

@@ -178,8 +178,16 @@ def test_save_load_predicts_the_same(fitted: KMeans, blobs: Any, tmp_path: Path)
 @pytest.mark.parametrize(
     ("kwargs", "X", "match"),
     [
-        ({"n_clusters": 10}, np.ones((5, 2)), "n_samples=5 should be >= n_clusters=10"),
-        ({"n_clusters": 2, "init": np.zeros((3, 2))}, np.ones((5, 2)), r"init: .*\(2, 2\)"),
+        (
+            {"n_clusters": 10},
+            np.ones((5, 2)),
+            "n_clusters: expected at most n_samples=5, got n_clusters=10",
+        ),
+        (
+            {"n_clusters": 2, "init": np.zeros((3, 2))},
+            np.ones((5, 2)),
+            r"init: expected .*\(2, 2\), got shape \(3, 2\)",
+        ),
         ({"n_clusters": 0}, np.ones((5, 2)), "n_clusters"),
         ({"init": "nope"}, np.ones((50, 2)), "init"),
         ({"n_clusters": 2}, np.array([[np.nan, 1.0], [1.0, 1.0], [2.0, 2.0]]), "NaN"),
