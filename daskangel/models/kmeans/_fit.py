@@ -68,15 +68,15 @@ def fit_lloyd(est: Any, ps: Any, ds: Any, tol: float, centres: np.ndarray, progr
     k, d = centres.shape
     name = f"kmeans-{uuid.uuid4().hex[:8]}"
     n_cand = max(1, min(k, int(config.get("daskangel.kmeans.reseed-candidates"))))
-    n_servers = max(1, len(workers_info(ps.client)))
-    g = Geometry.for_servers(d, n_servers, len(ds.partitions), k, n_cand)
-    first = ps.zeros(f"{name}.s0", (g.n_rows, g.n_phys), "float64", block_shape=g.block_shape)
+    g = Geometry.for_data(d, len(ds.partitions), k, n_cand)
+    dtype = g.dtype(max((int(i.n_rows) for i in ds.info), default=0))
+    first = ps.zeros(f"{name}.s0", (g.n_rows, g.n_phys), dtype, block_shape=g.block_shape)
     bufs = [first] + [ps.zeros_like(first, f"{name}.s{i}") for i in (1, 2)]
-    init = np.zeros((k, g.n_phys))
+    init = np.zeros((k, g.n_phys), dtype)
     init[:, g.phys(np.arange(d))] = centres
     init[:, g.count_cols()] = 1.0
     geometry = (g.n_features, g.width, g.n_tasks, g.n_clusters, g.n_cand)
-    plan = Plan(tuple(b.name for b in bufs), geometry, int(est.max_iter), float(tol))  # type: ignore[arg-type]
+    plan = Plan(tuple(b.name for b in bufs), geometry, int(est.max_iter), float(tol), dtype)  # type: ignore[arg-type]
     try:
         bufs[2].set(init, rows=np.arange(k))  # S_{-1}: the initial centres
         res = train(ps, LloydTask(plan), ds, sync=as_sync("bsp"), epochs=plan.max_iter,
@@ -84,8 +84,9 @@ def fit_lloyd(est: Any, ps: Any, ds: Any, tol: float, centres: np.ndarray, progr
         outs = sorted(res.results, key=lambda r: r["index"])
         n_iter = int(outs[0]["n_iter"]) if outs else 0
         cur, prev = bufs[(n_iter - 1) % 3], bufs[(n_iter - 2) % 3 if n_iter >= 2 else 2]
-        got = cur.psf(Centres(geometry), prev)
-        final = np.where(np.isnan(got["centres"]), centres, got["centres"])
+        got = cur.psf(Centres(geometry, dtype="float64"), prev)
+        final = got["centres_t"].T
+        final = np.where(np.isnan(final), centres, final)
         C = make_centres(ps, f"{name}.centers", final, got["counts"])
     finally:
         for a in bufs:

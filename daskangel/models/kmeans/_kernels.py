@@ -103,7 +103,8 @@ def assign_dense(X, xnorm, CT, cnorm, chunk, labels, dist, sums, counts, accumul
 @njit(nogil=True, cache=True)
 def assign_csr(indptr, indices, data, CT, xnorm, cnorm, labels, dist, sums, counts, accumulate):  # type: ignore[no-untyped-def]
     """Nearest centre of CSR rows (``indices`` are columns of ``CT``, the (d, k)
-    transposed centres); sums go to ``sums[:, indices]``.  Returns the inertia."""
+    transposed centres, float64 or float32: products are taken in float64); sums
+    go to ``sums[:, indices]``.  Returns the inertia."""
     n = indptr.shape[0] - 1
     k = CT.shape[1]
     acc = np.empty(k)
@@ -112,7 +113,7 @@ def assign_csr(indptr, indices, data, CT, xnorm, cnorm, labels, dist, sums, coun
         acc[:] = 0.0
         for p in range(indptr[i], indptr[i + 1]):
             c = indices[p]
-            v = data[p]
+            v = np.float64(data[p])
             for j in range(k):
                 acc[j] += v * CT[c, j]
         bj = _nearest(acc, cnorm, xnorm[i], i, labels, dist)
@@ -188,8 +189,12 @@ def assign_csr_rows(
     """
     n = indptr.shape[0] - 1
     k, d = C.shape
-    CT = np.ascontiguousarray(np.asarray(C, np.float64).T)
-    cnorm = (CT**2).sum(axis=0) if cnorm is None else np.asarray(cnorm, np.float64)
+    CT = np.asarray(C).T  # a transposed view of pulled centres is used as it is
+    if CT.dtype not in (np.float32, np.float64) or not CT.flags.c_contiguous:
+        CT = np.ascontiguousarray(CT, np.float64)
+    if cnorm is None:
+        cnorm = np.einsum("ij,ij->j", CT, CT, dtype=np.float64)
+    cnorm = np.asarray(cnorm, np.float64)
     labels = np.empty(n, np.int32)
     dist = np.empty(n, np.float64)
     sums = np.zeros((k, d), np.float64)

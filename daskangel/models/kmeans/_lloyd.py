@@ -57,16 +57,20 @@ class Plan:
     geometry: tuple[int, int, int, int, int]  # the Geometry's fields
     max_iter: int
     tol: float  # absolute, on the summed squared centre shift
+    dtype: str = "float64"  # of the accumulators (and of the pulled centres)
 
 
-def task_values(g: Geometry, rows: TaskRows, out: Any, cols: np.ndarray) -> np.ndarray:
+def task_values(
+    g: Geometry, rows: TaskRows, out: Any, cols: np.ndarray, dtype: str = "float64"
+) -> np.ndarray:
     """The values of a task's own rows of ``S_t`` on the physical columns ``cols``
     (``out``: an :class:`~._kernels.Assigned`, or a :class:`~._bounds.BoundedOut`
-    carrying its re-seed candidates ``far`` / ``far_dist``)."""
+    carrying its re-seed candidates ``far`` / ``far_dist``), in the accumulators'
+    ``dtype``."""
     k, m = g.n_clusters, g.n_cand
     at_feat = np.searchsorted(cols, g.phys(rows.keys))
     at_count = np.searchsorted(cols, g.count_cols())
-    V = np.zeros((k + m + 1, cols.shape[0]))
+    V = np.zeros((k + m + 1, cols.shape[0]), dtype)
     V[:k, at_feat] = out.sums
     V[:k, at_count] = out.counts[:, None]
     if isinstance(out, BoundedOut):
@@ -99,14 +103,14 @@ class LloydTask:
         rows = rows_of(part, g.n_features)
         S = [ctx.array(n).plain for n in p.buffers]
         me = int(ctx.task_id)
-        pull = Centres(p.geometry, None if rows.all_columns else rows.keys)
+        pull = Centres(p.geometry, None if rows.all_columns else rows.keys, p.dtype)
         cols = np.unique(np.concatenate([g.phys(rows.keys), g.count_cols(), [0, 1]]))
         own = np.concatenate([g.cluster_rows(me), g.cand_rows(me), [g.metrics_row(me)]])
         t = int(ctx.iteration)  # a resubmitted task resumes here
         bounded = None
         if rows.dense is not None and bool(config.get("daskangel.kmeans.bounds")):
             bounded = Bounded(rows.dense, rows.xnorm)
-        last: np.ndarray | None = None
+        last: np.ndarray | None = None  # the previous centres, transposed
         last_norms = np.zeros(g.n_clusters)
         history: list[dict[str, float]] = []
         t0 = time.perf_counter()
@@ -115,13 +119,14 @@ class LloydTask:
         while True:
             ta = time.perf_counter()
             got = S[(t - 1) % 3 if t >= 1 else 2].psf(pull, S[(t - 2) % 3 if t >= 2 else 2])
-            C, cn = got["centres"], got["norms"]
+            CT, cn = got["centres_t"], got["norms"]
             tb = time.perf_counter()
             spent["pull"] += tb - ta
-            if last is not None:  # an empty cluster nothing re-seeded keeps its centre
-                C = np.where(np.isnan(C), last, C)
-                cn = np.where(np.isnan(cn), last_norms, cn)
-            C, cn = np.nan_to_num(C), np.nan_to_num(cn)
+            empty = np.isnan(cn)  # an empty cluster nothing re-seeded keeps its centre
+            if empty.any():
+                CT[:, empty] = 0.0 if last is None else last[:, empty]
+                cn[empty] = last_norms[empty]
+            C = CT.T  # (k, n) view; the CSR kernel reads CT as it is
             whole = None if rows.all_columns else cn  # CSR rows: C is only their columns
             if t >= 1:
                 fig = {"inertia": got["inertia"], "center_shift": got["shift"]}
@@ -135,7 +140,7 @@ class LloydTask:
             tc = time.perf_counter()
             full = me == 0 and t == 2  # erase the initial centres in S_{-1}'s array
             at = np.arange(g.n_phys) if full else cols
-            S[t % 3].set(task_values(g, rows, out, at), rows=own, cols=at)
+            S[t % 3].set(task_values(g, rows, out, at, p.dtype), rows=own, cols=at)
             hook.at(ctx, t)  # the test hook: die after this iteration's push
             td = time.perf_counter()
             ctx.clock()
@@ -143,7 +148,8 @@ class LloydTask:
             spent["assign"] += tc - tb
             spent["push"] += td - tc
             spent["clock"] += te - td
-            last, last_norms = C, cn
+            last, last_norms = CT, cn
+            del out
             t += 1
         out = rows.assign(C, False, whole)
         stored = (f"dense {rows.dense.dtype}" if rows.dense is not None else

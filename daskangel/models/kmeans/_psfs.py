@@ -16,13 +16,19 @@ iteration's inertia.  Every task reads the same figures, so all stop at the
 same iteration; three arrays rotate so that a task already writing ``S_{t+1}``
 never overwrites rows another task is still reading.
 
-**Layout** (:class:`Geometry`): ``S`` is ``(rows, d + B)`` float64 in ``B``
-column blocks of ``w`` features plus one count column each, so that every
-server sees the counts of its own block (feature ``j`` is physical column
-``j + j // w``).  Rows: task ``i``'s ``k`` cluster rows, then its ``m``
-candidate rows (their squared distance in every count column, so every
-server picks the same winners), then its metrics row (inertia and rows in
-physical columns 0 and 1).
+**Layout** (:class:`Geometry`): ``S`` is ``(rows, d + B)`` in ``B`` column
+blocks of ``w`` features plus one count column each, so that every server sees
+the counts of its own blocks (feature ``j`` is physical column ``j + j // w``).
+``w`` depends only on the data and ``daskangel.kmeans.block-bytes``, never on
+the number of servers: a snapshot of a fit resumes on a cluster of another size
+with the same arrays (the blocks are spread over whatever servers there are),
+and one block's centre update needs a bounded amount of memory.  The dtype is
+float64, or float32 when the three arrays would exceed
+``daskangel.kmeans.float32-above`` and every partition has fewer than 2**24
+rows (each task's sums are taken in float64 and rounded once; counts stay
+exact).  Rows: task ``i``'s ``k`` cluster rows, then its ``m`` candidate rows
+(their squared distance in every count column, so every server picks the same
+winners), then its metrics row (inertia and rows in physical columns 0 and 1).
 
 Example
 -------
@@ -45,7 +51,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+from dask.utils import parse_bytes
 
+from ... import config
 from ...ops import GetFunc
 from ._kernels import top_rows
 
@@ -71,9 +79,20 @@ class Geometry:
     n_cand: int  # m: candidate rows per task
 
     @staticmethod
-    def for_servers(n_features: int, n_servers: int, n_tasks: int, k: int, m: int) -> Geometry:
-        width = max(1, math.ceil(n_features / max(1, n_servers)))
+    def for_data(n_features: int, n_tasks: int, k: int, m: int) -> Geometry:
+        """Blocks of at most ``daskangel.kmeans.block-bytes`` (as float64), whatever
+        the number of servers."""
+        rows = int(n_tasks) * (int(k) + int(m) + 1)
+        most = int(parse_bytes(config.get("daskangel.kmeans.block-bytes")))
+        width = max(1, min(int(n_features), most // (8 * rows) - 1))
         return Geometry(int(n_features), width, int(n_tasks), int(k), int(m))
+
+    def dtype(self, most_rows: int) -> str:
+        """The accumulators' dtype for partitions of at most ``most_rows`` rows."""
+        big = 3 * self.n_rows * self.n_phys * 8 > parse_bytes(
+            config.get("daskangel.kmeans.float32-above")
+        )
+        return "float32" if big and most_rows < 2**24 else "float64"
 
     @property
     def n_blocks(self) -> int:
@@ -140,9 +159,11 @@ def centres_of(A: np.ndarray, g: Geometry) -> tuple[np.ndarray, np.ndarray, int]
 class Centres(GetFunc):
     """Pull of the centres of ``(S_t, S_{t-1})`` (module docstring).
 
-    ``features``: the sorted features to return (``None``: all).  The result is a
-    dict: ``centres`` ``(k, n)`` (NaN rows: empty clusters nothing re-seeded; the
-    caller keeps their previous centres), ``norms`` ``(k,)`` (``||c||^2`` over every
+    ``features``: the sorted features to return (``None``: all); ``dtype``: of the
+    returned centres (``""``: the accumulators').  The result is a dict:
+    ``centres_t`` ``(n, k)``, the centres transposed as the assignment kernels read
+    them (NaN columns: empty clusters nothing re-seeded; the caller keeps their
+    previous centres), ``norms`` ``(k,)`` (``||c||^2`` over every
     feature, whatever ``features`` asked: a task's distances need them), ``shift`` (summed squared move of update ``t``,
     clusters NaN on either side left out), ``counts`` ``(k,)``, ``inertia``,
     ``rows`` and ``reseeded`` of iteration ``t``.
@@ -150,15 +171,17 @@ class Centres(GetFunc):
 
     geometry: tuple[int, int, int, int, int]  # Geometry's fields
     features: np.ndarray | None = field(default=None, repr=False)
+    dtype: str = ""
 
     arity: ClassVar[tuple[int, int]] = (2, 2)
 
     def params(self) -> dict[str, Any]:
-        return {"geometry": list(self.geometry)}
+        return {"geometry": list(self.geometry), "dtype": self.dtype}
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> Centres:
-        return cls(tuple(int(v) for v in params["geometry"]))  # type: ignore[arg-type]
+        geometry = tuple(int(v) for v in params["geometry"])
+        return cls(geometry, None, str(params.get("dtype", "")))  # type: ignore[arg-type]
 
     def split(self, metas: list[Any]) -> dict[int, dict[str, Any]]:
         lay = metas[0].layout
@@ -182,8 +205,9 @@ class Centres(GetFunc):
         diff = C - P
         ok = np.isfinite(diff).all(axis=1)
         cols = params.get("cols")
+        picked = C if cols is None else C[:, cols]
         out: dict[str, Any] = {
-            "centres": C if cols is None else C[:, cols],
+            "centres_t": np.ascontiguousarray(picked.T, self.dtype or cur.array.dtype),
             "norms": (C**2).sum(axis=1),  # over every feature of the block (NaN: empty)
             "shift": float((diff[ok] ** 2).sum()),
         }
@@ -198,7 +222,7 @@ class Centres(GetFunc):
         blocks = [partials[b] for b in sorted(partials)]
         first = blocks[0]
         return {
-            "centres": np.concatenate([p["centres"] for p in blocks], axis=1),
+            "centres_t": np.concatenate([p.pop("centres_t") for p in blocks], axis=0),
             "norms": np.sum([p["norms"] for p in blocks], axis=0),
             "shift": float(sum(p["shift"] for p in blocks)),
             "counts": first["counts"],

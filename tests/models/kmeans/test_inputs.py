@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -118,3 +119,27 @@ def test_sparse_tasks_on_their_own_columns_and_empty_rows(client: Client) -> Non
     C = km.cluster_centers_
     want = ((X.toarray()[:, None, :] - C[None]) ** 2).sum(-1).argmin(1)
     assert km.predict(X).tolist() == want.tolist()
+
+
+def test_float32_accumulators_in_many_blocks_match_float64(
+    client: Client, sparse_blobs: Any
+) -> None:
+    # what a 1 M-feature fit uses (float32 accumulators cut into many column blocks,
+    # centres pulled transposed in float32) on a small set: the model of the float64
+    # fit in one block, to float32 rounding
+    from daskangel.models.kmeans._psfs import Geometry
+
+    X = sparse_blobs
+    kw: dict[str, Any] = dict(n_clusters=5, init=X[:5].toarray(), max_iter=30, n_tasks=2)
+    ref = KMeans(**kw).fit(X)
+    small = {"daskangel.kmeans.block-bytes": 2000, "daskangel.kmeans.float32-above": 0}
+    with dask.config.set(small):
+        g = Geometry.for_data(X.shape[1], 2, 5, 5)
+        assert g.n_blocks == 40 and g.dtype(300) == "float32"
+        km = KMeans(**kw).fit(X)
+    assert km.n_iter_ == ref.n_iter_
+    assert (np.asarray(km.labels_) == np.asarray(ref.labels_)).all()
+    np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=1e-5, atol=1e-6)
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-5)
+    km.close()
+    ref.close()

@@ -85,6 +85,22 @@ def test_centres_of_sums_tasks_and_reseeds_empty() -> None:
     assert np.isnan(centres_of(A, g)[0][2]).all()
 
 
+def test_geometry_depends_on_the_data_not_the_servers() -> None:
+    # blocks of at most block-bytes (as float64) over the T (k + m + 1) rows
+    with dask.config.set({"daskangel.kmeans.block-bytes": 8 * 26 * 3}):
+        g = Geometry.for_data(6, 2, 6, 6)  # 26 rows: 3 columns a block, 2 of them features
+        assert (g.width, g.n_blocks, g.n_phys) == (2, 3, 9)
+        assert g.block_shape == (26, 3) and g.count_cols().tolist() == [2, 5, 8]
+    with dask.config.set({"daskangel.kmeans.block-bytes": "64MiB"}):
+        assert Geometry.for_data(6, 2, 6, 6).n_blocks == 1
+        g = Geometry.for_data(1_000_000, 2, 100, 8)
+        assert g.n_blocks == 26 and g.width <= (64 << 20) // (8 * 218)
+    with dask.config.set({"daskangel.kmeans.float32-above": "1GiB"}):
+        assert g.dtype(5_000_000) == "float32"  # 3 x 218 x 1 M float64 = 5.2 GB
+        assert g.dtype(2**24) == "float64"  # counts would no longer be exact
+        assert Geometry.for_data(100, 2, 100, 8).dtype(5_000_000) == "float64"
+
+
 def test_centre_norms_leave_out_the_count_column() -> None:
     # the (k, d + 1) mini-batch centres, d = 5, in blocks of 4 columns: [0, 4) and [4, 6)
     from types import SimpleNamespace

@@ -71,3 +71,36 @@ def _check_resume(ref: KMeans, X: np.ndarray, url: str, kw: dict[str, Any]) -> N
     with pytest.raises(InvalidArgumentError, match="n_init=1"):
         KMeans(n_clusters=6, n_init=2).fit(X, resume=url)
     got.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_fit_resumes_on_more_workers_to_the_same_model(tmp_path: Path) -> None:
+    """A snapshot of a Lloyd fit on 2 workers (2 PS servers) resumed on 3: the
+    accumulators' layout depends on the data only (here 3 column blocks of 2
+    features, spread 2 + 1 and then 1 + 1 + 1; before, the width followed the
+    servers, 8 columns against 9, and the resume was refused as another model),
+    and the resumed fit ends with exactly the model of the fit that ran through."""
+    X, _ = make_blobs(n_samples=1000, n_features=6, centers=6, cluster_std=2.0, random_state=5)
+    kw: dict[str, Any] = dict(n_clusters=6, init=X[:6].copy(), max_iter=100, n_tasks=2)
+    url = str(tmp_path / "ref")
+    blocks = {"daskangel.kmeans.block-bytes": 8 * 26 * 3}  # 26 rows: 2 tasks x (6 + 6 + 1)
+    with (
+        dask.config.set(FAST),
+        dask.config.set(blocks),
+        make_cluster(n_workers=2, threads=1) as cluster,
+        Client(cluster) as c,
+    ):
+        ref = KMeans(snapshot=url, snapshot_every=2, **kw).fit(X)
+        assert 5 <= ref.n_iter_ < 100 and len(ref._ps.servers) == 2
+        cluster.scale(3)
+        c.wait_for_workers(3, timeout=120)
+        got = KMeans(**kw).fit(X, resume=url)
+        assert len(got._ps.servers) == 3
+        start = int(got.train_result_.history.clock.min())
+        assert 2 <= start <= ref.n_iter_ and start % 2 == 0, start
+        assert got.n_iter_ == ref.n_iter_ and got.inertia_ == ref.inertia_
+        np.testing.assert_array_equal(got.cluster_centers_, ref.cluster_centers_)
+        np.testing.assert_array_equal(got.labels_, ref.labels_)
+        got.close()
+        ref.close()
