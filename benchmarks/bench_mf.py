@@ -151,14 +151,21 @@ def run_surprise(train: pd.DataFrame, test: pd.DataFrame, **kw: Any) -> dict[str
 
 
 def numba_sgd(
-    train: pd.DataFrame, test: pd.DataFrame | None, K: int, epochs: int, seed: int = 0
+    train: pd.DataFrame,
+    test: pd.DataFrame | None,
+    K: int,
+    epochs: int,
+    seed: int = 0,
+    clocks: int = 4,
 ) -> dict[str, Any]:
-    """daskangel's SGD kernel over all the ratings in one process (the yardstick)."""
+    """daskangel's SGD kernel over all the ratings in one process (the yardstick), in
+    the order a task of ``clocks`` clocks an epoch visits its ratings."""
     from daskangel import config
     from daskangel.models._core import epoch_order
     from daskangel.models.mf._kernels import predict, sgd_block
     from daskangel.models.mf._params import resolved_lr, resolved_reg
-    from daskangel.models.mf._prep import user_runs
+    from daskangel.models.mf._parts import user_bounds
+    from daskangel.models.mf._prep import band_order, by_band, user_runs
 
     lr, reg = resolved_lr("sgd", "sgd", None), resolved_reg("sgd", "explicit", None)
     users = pd.concat([train.user, test.user]) if test is not None else train.user
@@ -176,6 +183,13 @@ def numba_sgd(
     shuffle = rng.permutation(n)  # laid out once in a random order, as a task does
     if config.get("daskangel.models.mf.user-runs"):  # ... and user by user, as a task does
         shuffle = user_runs(shuffle, u[:n], int(u.max()) + 1, [seed, 7907, 0])
+    starts = None
+    if config.get("daskangel.models.mf.item-bands") and clocks > 1:
+        # ... and band by band (one band of items a clock, about the same ratings each)
+        counts = np.bincount(i[:n], minlength=int(i.max()) + 1)
+        bounds = user_bounds(counts, clocks)
+        band = np.searchsorted(bounds, np.arange(counts.shape[0]), side="right") - 1
+        shuffle, starts = by_band(shuffle, i[:n], band, clocks)
     ut, it, r = u[:n][shuffle], i[:n][shuffle], r[shuffle]
     sgd_block(
         np.arange(min(n, 10), dtype=np.int64), ut, it, r, P.copy(), Q.copy(), mu, lr, reg, lr, reg
@@ -184,7 +198,12 @@ def numba_sgd(
     buf = np.empty(n, np.int32 if n < 2**31 else np.int64)
     for e in range(epochs):
         # the block order of daskangel's epochs (int32, written over the last, as a task does)
-        order = epoch_order(n, [seed, e, 0], out=buf)
+        if starts is None:
+            order = epoch_order(n, [seed, e, 0], out=buf)
+        else:  # the bands in a random order, as task 0 visits them
+            visit = np.random.default_rng([seed, 7933, e]).permutation(clocks)
+            band_order(starts, visit, [seed, e, 0], buf)
+            order = buf
         t, c = time.perf_counter(), time.process_time()
         sgd_block(order, ut, it, r, P, Q, mu, lr, reg, lr, reg)
         times.append(time.perf_counter() - t)
@@ -417,18 +436,25 @@ def synthetic(a: argparse.Namespace) -> None:
 
 
 def sgd_rows(client: Any, df: pd.DataFrame, a: argparse.Namespace) -> None:
-    """One SGD epoch of the numba yardstick, then daskangel's on 2 workers."""
-    y = numba_sgd(df, None, a.factors, a.yardstick_epochs or a.synthetic_epochs)
+    """One SGD epoch of the numba yardstick, then daskangel's on 2 workers; both are
+    scored on the same 1 % of the ratings held out (test RMSE after their epochs)."""
+    held = np.random.default_rng(0).random(len(df), dtype=np.float32) < 0.01
+    train, test = df[~held].reset_index(drop=True), df[held].reset_index(drop=True)
+    ye = a.yardstick_epochs or a.synthetic_epochs
+    y = numba_sgd(train, test, a.factors, ye)
     print(f"{'numba SGD epoch, 1 process':46} {y['epoch']:>9.3f} "
           f"{y['n'] / y['epoch'] / 1e6:>8.2f} {'1.00':>6}  (CPU {y['cpu']:.3f} s)")  # fmt: skip
+    print(f"  (test RMSE {y['rmse']:.4f} after {ye} epochs, {len(test):,} held-out ratings)")
     r = run_daskangel(
-        client, df, None, a.synthetic_epochs, n_factors=a.factors, solver="sgd", random_state=0
-    )
+        client, train, test, a.synthetic_epochs, n_factors=a.factors, solver="sgd",
+        random_state=0,
+    )  # fmt: skip
     if r is not None:
         rss = ", ".join(f"{v:.2f} GiB" for v in r["rss"].values())
         print(f"{'daskangel SGD epoch, 2 workers':46} {r['epoch']:>9.3f} "
-              f"{len(df) / r['epoch'] / 1e6:>8.2f} {r['epoch'] / y['epoch']:>6.2f}  {rss}")  # fmt: skip
-        print(f"  (fit wall {r['wall']:.1f} s for {a.synthetic_epochs} epochs, ingest included)")
+              f"{len(train) / r['epoch'] / 1e6:>8.2f} {r['epoch'] / y['epoch']:>6.2f}  {rss}")  # fmt: skip
+        print(f"  (test RMSE {r['rmse']:.4f} after {a.synthetic_epochs} epochs; "
+              f"fit wall {r['wall']:.1f} s, ingest included)")  # fmt: skip
         print_breakdown(r["model"], a.synthetic_epochs)
         r["model"].close()
 

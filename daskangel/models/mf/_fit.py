@@ -25,6 +25,7 @@ from ...context import PSContext
 from ...scheduler._clock_rule import as_sync
 from ...train import TrainResult, train
 from ._ingest import Ingested
+from ._parts import user_bounds
 from ._plan import METRICS_WIDTH, Plan
 from ._sgd import SGDTask
 
@@ -60,6 +61,7 @@ def make_plan(est: Any, ing: Ingested, epochs: int, metrics: str) -> Plan:
         pull_rows=int(config.get("daskangel.models.mf.pull-rows")),
         group_ratings=int(config.get("daskangel.models.mf.group-ratings")),
         user_runs=bool(config.get("daskangel.models.mf.user-runs")),
+        band_bounds=_bands(est, ing),
         user_state=a["user_state"],
         opt=est._bound(),
         alpha=float(est.alpha),
@@ -69,6 +71,16 @@ def make_plan(est: Any, ing: Ingested, epochs: int, metrics: str) -> Plan:
         n_users=len(ing.umap),
         n_items=len(ing.imap),
     )
+
+
+def _bands(est: Any, ing: Ingested) -> tuple[int, ...]:
+    """Item rows where the bands of data-parallel SGD start (and the end): one band per
+    clock of an epoch, about the same ratings each (``daskangel.models.mf.item-bands``)."""
+    nb = int(est.clocks_per_epoch)
+    on = config.get("daskangel.models.mf.item-bands")
+    if not on or nb < 2 or est.solver != "sgd" or est.parallelism != "data":
+        return ()
+    return tuple(int(b) for b in user_bounds(np.asarray(ing.item_counts, np.int64), nb))
 
 
 def _snap_clocks(every: Any) -> int:

@@ -66,6 +66,9 @@ class Plan:
     pull_rows: int = 4096  # rows per pipelined pull
     group_ratings: int = 64  # ratings per pulled row from which a clock trains ungrouped
     user_runs: bool = False  # each user's training ratings laid out together (_prep)
+    # item rows where the item bands start, and the end (_prep; () or 2 entries: none);
+    # data-parallel SGD trains one band a clock when there are ``rounds`` of them
+    band_bounds: tuple[int, ...] = ()
     user_state: str | None = None  # PS array: users' AdaGrad accumulators
     opt: Any = None  # BoundOptimizer of the items (adagrad, adarevision)
     eps: float = 1e-8

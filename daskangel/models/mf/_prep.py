@@ -14,6 +14,13 @@
   (:func:`user_runs`: users in a seeded random order, a user's ratings in a
   random order), so a block of the epoch's order updates one or two user rows
   that stay in the cache instead of one row from memory per rating;
+* with ``bounds`` (SGD, ``daskangel.models.mf.item-bands``), the item rows cut
+  into *bands* (item rows ``bounds[b] .. bounds[b+1]-1``, about the same ratings
+  each): the training ratings regrouped band by band (stably: user by user inside
+  a band), ``band_starts`` where each band's ratings start in that layout and
+  ``band_slots`` where its slots start; a clock that trains one band touches one
+  contiguous range of slots, whose item rows (a quarter of the task's at four
+  bands) stay in the core's L2 cache while it trains (:func:`band_order`);
 * a random *group* per key, about ``pull_rows`` keys each: a clock pulls the
   item rows it needs group by group, pipelined (``get_iter``), and trains on the
   ratings of a group as soon as its rows are in.
@@ -31,15 +38,15 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._core import PREPARED, split_ids
+from .._core import PREPARED, epoch_order, split_ids
 from ._kernels import group_by_slot
 from ._parts import RatingsPart
 
-__all__ = ["TaskData", "prepare", "user_runs"]
+__all__ = ["TaskData", "band_order", "by_band", "prepare", "user_runs"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -58,6 +65,14 @@ class TaskData:
     er: np.ndarray
     group: np.ndarray  # int32 pull group per slot
     n_groups: int
+    # item bands (empty without): where each band's training ratings start in the
+    # layout, and where its slots start (both n_bands + 1)
+    band_starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    band_slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def n_bands(self) -> int:
+        return max(0, int(self.band_starts.shape[0]) - 1)
 
     @property
     def n_train(self) -> int:
@@ -91,8 +106,54 @@ def user_runs(order: np.ndarray, u: np.ndarray, n_users: int, seed: list[int]) -
     return np.asarray(out)
 
 
+def by_band(
+    order: np.ndarray, slot: np.ndarray, band_of_slot: np.ndarray, n_bands: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``order`` (rating indices) stably regrouped band by band (``band_of_slot``: the
+    band of each slot, ``slot``: each rating's); the bands' starts (``n_bands + 1``).
+
+    Example
+    -------
+    >>> o, s = by_band(np.arange(4), np.array([1, 0, 1, 0], np.int32), np.array([0, 1]), 2)
+    >>> o.tolist(), s.tolist()
+    ([1, 3, 0, 2], [0, 2, 4])
+    """
+    g = np.asarray(band_of_slot, np.int32)
+    out, starts = group_by_slot(np.asarray(order, np.int64), slot, g, max(1, int(n_bands)))
+    return np.asarray(out), np.asarray(starts, np.int64)
+
+
+def band_order(
+    starts: np.ndarray, bands: np.ndarray, seed: list[int], out: np.ndarray
+) -> np.ndarray:
+    """An epoch's order over a banded layout: band ``bands[0]``'s ratings, then
+    ``bands[1]``'s ..., each band's in blocks in a seeded random order
+    (:func:`~daskangel.models._core.epoch_order`); filled into ``out``, where the
+    returned ``n_bands + 1`` offsets say where each band of the visit starts.
+
+    Example
+    -------
+    >>> o = np.empty(5, np.int32)
+    >>> band_order(np.array([0, 2, 5]), np.array([1, 0]), [0], o).tolist(), sorted(o[:3].tolist())
+    ([0, 3, 5], [2, 3, 4])
+    """
+    pos = np.zeros(len(bands) + 1, np.int64)
+    for j, b in enumerate(np.asarray(bands, np.int64)):
+        s0, s1 = int(starts[b]), int(starts[b + 1])
+        seg = out[pos[j] : pos[j] + s1 - s0]
+        epoch_order(s1 - s0, [*seed, int(b)], out=seg)
+        seg += s0
+        pos[j + 1] = pos[j] + s1 - s0
+    return pos
+
+
 def _make(
-    part: RatingsPart, seed: int, val_fraction: float, pull_rows: int, runs: bool
+    part: RatingsPart,
+    seed: int,
+    val_fraction: float,
+    pull_rows: int,
+    runs: bool,
+    bounds: tuple[int, ...] = (),
 ) -> TaskData:
     known = part.eval_i >= 0
     keys = np.unique(np.concatenate([part.i, part.eval_i[known]]).astype(np.int64))
@@ -106,10 +167,19 @@ def _make(
     n_groups = max(1, -(-nk // rows))
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 104729, int(part.task)])
     group = (rng.permutation(nk) // rows).astype(np.int32)
+    slot = _slots(keys, part.i[train])
+    band_starts = band_slots = np.zeros(0, np.int64)
+    if len(bounds) > 2:
+        nb = len(bounds) - 1
+        edges = np.asarray(bounds, np.int64)
+        band_of_slot = np.searchsorted(edges, keys, side="right") - 1
+        perm, band_starts = by_band(np.arange(slot.shape[0]), slot, band_of_slot, nb)
+        train, slot = train[perm], slot[perm]
+        band_slots = np.searchsorted(keys, edges).astype(np.int64)
     return TaskData(
         keys,
         part.u[train],
-        _slots(keys, part.i[train]),
+        slot,
         part.r[train],
         part.u[val],
         _slots(keys, part.i[val]),
@@ -119,15 +189,25 @@ def _make(
         part.eval_r,
         group,
         n_groups,
+        band_starts,
+        band_slots,
     )
 
 
 def prepare(
-    part: RatingsPart, *, seed: int, val_fraction: float, pull_rows: int, runs: bool = False
+    part: RatingsPart,
+    *,
+    seed: int,
+    val_fraction: float,
+    pull_rows: int,
+    runs: bool = False,
+    bounds: tuple[int, ...] = (),
 ) -> TaskData:
     """The task data of ``part`` (made once per partition and split, then cached);
-    ``runs``: the training ratings in :func:`user_runs` (SGD)."""
-    key = ("mf", id(part), int(seed), float(val_fraction), int(pull_rows), bool(runs))
+    ``runs``: the training ratings in :func:`user_runs` (SGD); ``bounds``: the item
+    rows where the bands start, and the end (SGD; fewer than 3: no bands)."""
+    b = tuple(int(x) for x in bounds)
+    key = ("mf", id(part), int(seed), float(val_fraction), int(pull_rows), bool(runs), b)
     return PREPARED.get_or_make(
-        part, key, lambda: _make(part, seed, val_fraction, pull_rows, bool(runs))
+        part, key, lambda: _make(part, seed, val_fraction, pull_rows, bool(runs), b)
     )

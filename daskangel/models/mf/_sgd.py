@@ -41,7 +41,7 @@ from .._core import epoch_order
 from ._kernels import grad_block, group_by_slot, sgd_block, sse, touched_slots
 from ._parts import RatingsPart
 from ._plan import METRICS_WIDTH, Plan, monitor
-from ._prep import TaskData, prepare
+from ._prep import TaskData, band_order, prepare
 
 __all__ = ["SGDTask", "evaluate", "pull_users"]
 
@@ -116,6 +116,7 @@ class _Run:
             val_fraction=p.val_fraction,
             pull_rows=p.pull_rows,
             runs=p.user_runs,
+            bounds=p.band_bounds,
         )
         self.users, self.items = ctx.array(p.users), ctx.array(p.items)
         width = p.n_factors + 1
@@ -135,11 +136,38 @@ class _Run:
         # the epochs' orders, each written over the last (no fresh array of n rows an epoch)
         self.order = np.empty(d.n_train, np.int32 if d.n_train < 2**31 else np.int64)
         self.stamp = 0
+        # item bands, one a clock (see _prep): where each clock's band starts in the
+        # epoch's order, and the band of the current clock (None: no bands)
+        self.banded = d.n_bands > 1 and d.n_bands == self.rounds
+        self.seg = np.zeros(0, np.int64)
+        self.visit = np.zeros(0, np.int64)
+        self.band: int | None = None
         self.mon = monitor(ctx, p, self.rounds)
         self.tm["prep"] = time.perf_counter() - t0
 
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The order of epoch ``epoch`` (of this fit) in ``self.order``.
+
+        With item bands a clock trains one band: band ``(perm[c] + task) mod n``
+        in clock ``c`` (``perm`` the epoch's seeded permutation, the same for every
+        task), so that tasks train different bands at once as in DSGD; each
+        band's ratings in a seeded block order (:func:`~._prep.band_order`).
+        """
+        p = self.plan
+        seed = [int(p.seed) & 0xFFFFFFFF, p.epoch0 + epoch, self.part.task]
+        if not self.banded:
+            return epoch_order(self.d.n_train, seed, out=self.order)
+        nb = self.d.n_bands
+        perm = np.random.default_rng([int(p.seed) & 0xFFFFFFFF, 7933, p.epoch0 + epoch])
+        self.visit = (perm.permutation(nb) + self.part.task) % nb
+        self.seg = band_order(self.d.band_starts, self.visit, seed, self.order)
+        return self.order
+
     def rows_of(self, order: np.ndarray, rnd: int) -> np.ndarray:
         """The training ratings of clock ``rnd`` of an epoch visiting ``order``."""
+        if self.banded:
+            self.band = int(self.visit[rnd])
+            return order[self.seg[rnd] : self.seg[rnd + 1]]
         per = -(-self.d.n_train // self.rounds)
         return order[rnd * per : (rnd + 1) * per]
 
@@ -156,8 +184,7 @@ class _Run:
         while c < total:
             epoch, rnd = divmod(c, R)
             if rnd == 0 or order.shape[0] != d.n_train:  # (a resumed task starts mid-epoch)
-                seed = [int(p.seed) & 0xFFFFFFFF, p.epoch0 + epoch, self.part.task]
-                order = epoch_order(d.n_train, seed, out=self.order)
+                order = self.epoch_order(epoch)
                 if epoch > 0 and rnd == 0:
                     t1 = time.perf_counter()
                     fresh = ctx.staleness(p.items) != 0
@@ -253,7 +280,10 @@ class _Run:
         p, d, tm = self.plan, self.d, self.tm
         t0, c0 = time.perf_counter(), time.thread_time()
         nk = d.keys.shape[0]
-        if p.optimizer == "sgd" and not p.n_blocks and rows.shape[0] >= p.group_ratings * nk:
+        if p.optimizer == "sgd" and self.band is not None:
+            # one item band: its slots are one range (untouched rows push a delta of 0)
+            tk = self.all_slots[d.band_slots[self.band] : d.band_slots[self.band + 1]]
+        elif p.optimizer == "sgd" and not p.n_blocks and rows.shape[0] >= p.group_ratings * nk:
             # so many ratings per row that the clock touches (nearly) all the task's rows:
             # pull and push them all (an untouched row's delta is 0) rather than pass over
             # the clock's ratings to find them (0.1 s a clock at 12 M ratings)

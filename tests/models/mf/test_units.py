@@ -145,3 +145,39 @@ def test_prepare_lays_each_users_ratings_out_together() -> None:
     assert not np.array_equal(np.unique(runs.u[np.r_[0, starts]]), runs.u[np.r_[0, starts]])
     again = prepare(part, seed=3, val_fraction=0.1, pull_rows=8, runs=True)
     assert np.array_equal(again.u, runs.u)  # (cached; seeded either way)
+
+
+def test_prepare_lays_the_ratings_out_band_by_band_user_by_user_inside() -> None:
+    from daskangel.models.mf._parts import make_part
+    from daskangel.models.mf._prep import band_order, prepare
+
+    rng = np.random.default_rng(1)
+    u = rng.integers(0, 30, 800)
+    i = rng.integers(0, 60, 800)
+    part = make_part(0, 0, 30, u, i, np.ones(800, np.float32), 60)
+    runs = prepare(part, seed=3, val_fraction=0.1, pull_rows=8, runs=True)
+    bounds = (0, 17, 35, 60)
+    d = prepare(part, seed=3, val_fraction=0.1, pull_rows=8, runs=True, bounds=bounds)
+    assert d.n_bands == 3 and d.band_starts.tolist()[::3] == [0, d.n_train]
+    assert sorted(zip(runs.u.tolist(), runs.slot.tolist(), strict=True)) == sorted(
+        zip(d.u.tolist(), d.slot.tolist(), strict=True)
+    )
+    items = d.keys[d.slot]
+    for b in range(3):
+        s0, s1 = d.band_starts[b], d.band_starts[b + 1]
+        assert ((items[s0:s1] >= bounds[b]) & (items[s0:s1] < bounds[b + 1])).all()
+        k0, k1 = d.band_slots[b], d.band_slots[b + 1]
+        assert ((d.slot[s0:s1] >= k0) & (d.slot[s0:s1] < k1)).all()
+        # inside a band each user's ratings stay together, in their user-run order
+        ub = d.u[s0:s1]
+        assert len(np.unique(ub)) == np.count_nonzero(np.diff(ub)) + 1
+    # an epoch's order: every rating once, band by band in the visiting order given
+    out = np.empty(d.n_train, np.int32)
+    seg = band_order(d.band_starts, np.array([2, 0, 1]), [5], out)
+    assert sorted(out.tolist()) == list(range(d.n_train))
+    for j, b in enumerate([2, 0, 1]):
+        part_b = out[seg[j] : seg[j + 1]]
+        assert sorted(part_b.tolist()) == list(range(d.band_starts[b], d.band_starts[b + 1]))
+    again = np.empty(d.n_train, np.int32)
+    band_order(d.band_starts, np.array([2, 0, 1]), [5], again)
+    assert np.array_equal(out, again)  # seeded
