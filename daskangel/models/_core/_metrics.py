@@ -7,6 +7,9 @@ Example
 1.0
 >>> should_stop([{"val_loss": v} for v in (3.0, 2.0, 2.5, 2.4)], "val_loss", 0.0, 2)
 True
+>>> should_stop([{"val_loss": v} for v in (0.60, 0.598, 0.5979)], "val_loss", 1e-3, 1,
+...             relative=True)
+True
 """
 
 from __future__ import annotations
@@ -27,14 +30,19 @@ def auc_from_hist(neg: np.ndarray, pos: np.ndarray) -> float:
     return float((pos * (below + 0.5 * neg)).sum() / (n_neg * n_pos))
 
 
-def should_stop(history: list[dict[str, Any]], key: str, tol: float, patience: int) -> bool:
+def should_stop(
+    history: list[dict[str, Any]], key: str, tol: float, patience: int, relative: bool = False
+) -> bool:
     """scikit-learn's rule: no improvement of ``key`` by ``tol`` for ``patience`` epochs.
 
     ``history`` is one dict per finished epoch; an epoch improves if its value is
-    below the best earlier value minus ``tol``.
+    below the best earlier value minus ``tol`` (``relative``: minus ``tol`` times
+    that best value's magnitude, the rule of scipy's L-BFGS ``ftol``, so one
+    ``tol`` means the same on a log-loss of 0.06 and on a squared error of 1e4).
     """
     vals = [h[key] for h in history if key in h and np.isfinite(h[key])]
     if len(vals) <= patience:
         return False
     best = min(vals[: len(vals) - patience])
-    return all(v > best - tol for v in vals[len(vals) - patience :])
+    margin = tol * abs(best) if relative else tol
+    return all(v > best - margin for v in vals[len(vals) - patience :])

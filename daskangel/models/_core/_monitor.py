@@ -127,7 +127,16 @@ class Monitor:
         self.met.increment(row, rows=epoch, cols=cols)
 
     def stop(self, clock: int) -> bool:
-        """Read the epochs every task has finished by ``clock``; True to stop early."""
+        """Read the epochs every task has finished by ``clock``; True to stop early.
+
+        ``clock`` counts rounds: an epoch's validation sums, added at the start
+        of the next epoch, are complete once every task has clocked after adding
+        them.  A task that clocks a barrier after its evaluation and before
+        training (linear ``'ma-sgd'`` under BSP) passes its round + 1 there, so
+        it stops before training an epoch it does not need.  The plan's
+        ``relative_tol`` (if it has one) makes ``tol`` relative
+        (:func:`._metrics.should_stop`).
+        """
         p = self.plan
         if self.staleness is None:  # ASP: no clock tells which rows are complete
             return False
@@ -145,7 +154,8 @@ class Monitor:
         self.ctx.report(**{self._x: p.epoch0 + last + 1}, **self.history[-1])
         if p.tol is None:
             return False
-        return should_stop(self.history, p.monitor, p.tol, p.patience)
+        relative = bool(getattr(p, "relative_tol", False))
+        return should_stop(self.history, p.monitor, p.tol, p.patience, relative)
 
     def end_round(self, epoch: int, last: bool, loss: float, n: int, tm: dict[str, float]) -> int:
         """Close a round: on the epoch's ``last`` round its training loss (``loss``

@@ -36,7 +36,10 @@ At the start of every epoch a task evaluates the global model (under BSP the
 copy it pulled; under SSP / ASP the servers' newest values) on its validation
 rows and adds the sums to the epoch's row of the metrics array; rows that every
 task has finished (known from the clock rule, so all tasks read the same
-figures) feed ``ctx.report`` and early stopping.
+figures) feed ``ctx.report`` and early stopping.  Under BSP ``'ma-sgd'`` decides
+right after the read barrier, which every task passes only once each has added
+the last epoch's sums: it stops before training an epoch it will not keep (the
+other solvers decide an epoch later, when the next clock has completed the row).
 
 Example
 -------
@@ -128,6 +131,14 @@ class Monitor(_Monitor):
         return pull(PSArray(self.plan.weights), keys, self.plan.n_outputs, pos=self.data.pos)
 
 
+def _stop(mon: Monitor, rnd: int, tm: dict[str, float]) -> bool:
+    """Whether to stop early at round ``rnd`` (:meth:`Monitor.stop`), timed into ``tm``."""
+    t_0 = time.perf_counter()
+    stop = mon.stop(rnd)
+    tm["eval"] += time.perf_counter() - t_0
+    return stop
+
+
 class SGDTask:
     """``fn(ctx, partition)`` of the stochastic solvers (see the module docstring)."""
 
@@ -184,12 +195,12 @@ class SGDTask:
                     mon.evaluate(epoch - 1, W0 if fresh else mon.latest(d.keys))
                     tm["pull"] += t_1 - t_0
                     tm["eval"] += time.perf_counter() - t_1
-                t_0 = time.perf_counter()
-                stop = mon.stop(rc)
-                tm["eval"] += time.perf_counter() - t_0
-                if stop:
+                if m == 1 and _stop(mon, rc, tm):
                     stopped = True
                     break
+            elif m == 2 and phase == 1 and rnd == 0 and _stop(mon, rc + 1, tm):
+                stopped = True  # (resumed past the barrier: decide as the others did)
+                break
             rows = order[rnd * per : (rnd + 1) * per]
             eta = min(p.eta(epoch), cap)
             if rows.size and p.solver == "ma-sgd":
@@ -201,6 +212,9 @@ class SGDTask:
                     G0 = pull(acc_base, d.keys, K, None, not p.prune, d.pos)
                 if m == 2 and phase == 0:
                     ctx.clock()  # the read barrier: every task has its base before any push
+                    if rnd == 0 and _stop(mon, rc + 1, tm):
+                        stopped = True
+                        break
                 t_1 = time.perf_counter()
                 W = W0.copy()
                 if acc is not None:
@@ -225,6 +239,9 @@ class SGDTask:
                 loss_n += rows.size
             elif m == 2 and phase == 0:
                 ctx.clock()  # no rows this round: the read barrier all the same
+                if rnd == 0 and _stop(mon, rc + 1, tm):
+                    stopped = True
+                    break
             c = mon.end_round(epoch, rnd == p.rounds - 1, loss_sum, loss_n, tm)
         # the monitor counts rounds: with the read barrier a round is two clocks
         return mon.finish(c // m, p.epochs, stopped, lambda: mon.latest(d.keys), tm)

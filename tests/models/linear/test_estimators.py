@@ -190,7 +190,7 @@ def test_adaptive_fits_with_one_random_state_are_identical(client: Client) -> No
 
 def test_early_stopping_stops_every_task_at_the_same_epoch(client: Client) -> None:
     X, y, _ = planted(n=1200, seed=3)
-    clf = models.LogisticRegression(max_iter=40, tol=1e-2, n_iter_no_change=2, sync="ssp:1")
+    clf = models.LogisticRegression(max_iter=40, tol=0.1, n_iter_no_change=2, sync="ssp:1")
     clf.fit(X, y)
     assert clf.n_iter_ < 40
     epochs = {r["epochs"] for r in clf.train_result_.results}
@@ -307,3 +307,31 @@ def test_bad_hot_keys_config_is_refused_before_anything_is_made(client: Client) 
     ):
         clf.fit(X, y)
     assert not getattr(clf, "_arrays", None)
+
+
+def test_bsp_ma_sgd_stops_before_training_an_epoch_it_would_drop(client: Client) -> None:
+    """Under BSP 'ma-sgd' decides after its read barrier: the fit ends at the first
+    epoch whose validation loss stops the rule (before: one epoch more was trained,
+    the decision waiting for the next round's clock)."""
+    from daskangel.models._core._metrics import should_stop
+
+    X, y, _ = planted(n=1200, seed=3)
+    clf = models.LogisticRegression(max_iter=30, tol=0.05, n_iter_no_change=1).fit(X, y)
+    n = clf.n_iter_
+    assert 1 < n < 30 and len(clf.history_) == n
+    hist = clf.history_.to_dict("records")
+    assert should_stop(hist, "val_loss", 0.05, 1, relative=True)
+    assert not should_stop(hist[:-1], "val_loss", 0.05, 1, relative=True)
+    assert {r["epochs"] for r in clf.train_result_.results} == {n}
+
+
+def test_tol_is_relative_to_the_best_validation_loss() -> None:
+    from daskangel.models._core._metrics import should_stop
+
+    small = [{"val_loss": v} for v in (0.0700, 0.0690, 0.0689)]  # 1.4 %, then 0.14 %
+    assert not should_stop(small, "val_loss", 1e-3, 1, relative=True)
+    assert should_stop(small, "val_loss", 1e-2, 1, relative=True)
+    assert should_stop(small, "val_loss", 1e-3, 1)  # absolute: 1e-4 < 1e-3
+    large = [{"val_loss": v} for v in (5e4, 4e4, 3.998e4)]
+    assert should_stop(large, "val_loss", 1e-3, 1, relative=True)  # 20 of 4e4: 0.05 %
+    assert not should_stop(large, "val_loss", 1e-3, 1)  # absolute: 100 > 1e-3
