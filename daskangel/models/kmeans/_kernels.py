@@ -36,6 +36,7 @@ __all__ = [
     "assign_csr_rows",
     "assign_dense",
     "assign_dense_blocks",
+    "csr_row_norms",
     "row_norms",
     "top_rows",
 ]
@@ -146,6 +147,20 @@ def top_rows(dist, m):  # type: ignore[no-untyped-def]
         if cnt < m:
             cnt += 1
     return idx[:cnt].copy()
+
+
+@njit(nogil=True, cache=True)
+def csr_row_norms(indptr, data):  # type: ignore[no-untyped-def]
+    """``||x||^2`` of each CSR row, float64 (no nnz-long temporary)."""
+    n = indptr.shape[0] - 1
+    out = np.zeros(n)
+    for i in range(n):
+        s = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            v = np.float64(data[p])
+            s += v * v
+        out[i] = s
+    return out
 
 
 def row_norms(X: np.ndarray) -> np.ndarray:
