@@ -98,8 +98,8 @@ def _decay_of(g, eta, alpha):  # type: ignore[no-untyped-def]  # pragma: no cove
 def _decay(x):  # type: ignore[no-untyped-def]  # pragma: no cover
     """``exp(x)`` for ``x <= 0``; for ``x > -0.01`` (most touches of a Zipf set: a
     key's gap times its step times ``alpha``) by its series to ``x**5``, relative
-    error below 2e-15: a call of ``exp`` per touch was half of an epoch's kernel
-    (the series from ``-1e-4`` only left the mid-frequency keys on ``exp``)."""
+    error below 2e-15 (the series from ``-1e-4`` only left the mid-frequency keys
+    on ``exp``: ~5 % of the kernel's time)."""
     if x > -1e-2:
         return 1.0 + x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0)))))
     return math.exp(x)
