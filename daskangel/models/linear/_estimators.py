@@ -77,11 +77,12 @@ _COMMON_DOC = """
         epoch (no epoch is trained only to be thrown away).  Quasi-Newton
         solvers stop on a relative decrease below ``tol`` (pass a small one,
         e.g. ``1e-6``, for a tight fit).  ``LogisticRegression`` and
-        ``SoftmaxRegression`` default to ``tol=1e-3, n_iter_no_change=1``: stop
-        at the first epoch that gains less than 0.1 % of the validation loss
-        (Keras' ``patience=0``; scikit-learn's ``SGDClassifier`` stops on an
-        absolute 1e-3, 0.2-0.3 % of a typical log-loss); the other models
-        ``tol=1e-4, n_iter_no_change=3``.
+        ``SoftmaxRegression`` default to ``tol='auto', n_iter_no_change=1``:
+        the epoch solvers stop at the first epoch that gains less than 0.1 %
+        of the validation loss (``tol`` 1e-3; Keras' ``patience=0``;
+        scikit-learn's ``SGDClassifier`` stops on an absolute 1e-3, 0.2-0.3 %
+        of a typical log-loss), quasi-Newton on a decrease below 1e-4; the
+        other models ``tol=1e-4, n_iter_no_change=3``.
     optimizer
         Server-side rule of ``'sgd'``: ``'sgd'``, ``'momentum'``, ``'adagrad'``, ``'adam'``.
     average
@@ -197,7 +198,7 @@ class LogisticRegression(_Probabilistic):
         self, *, solver: str = "ma-sgd", sync: Any = "bsp", max_iter: int = 10,
         learning_rate: float = 0.1, power_t: float = 0.5, batch_size: int | None = None,
         local_steps: int | None = None, alpha: float = 1e-5, l1: float = 0.0,
-        fit_intercept: bool = True, tol: float | None = 1e-3, n_iter_no_change: int = 1,
+        fit_intercept: bool = True, tol: float | str | None = "auto", n_iter_no_change: int = 1,
         early_stopping: bool = True, validation_fraction: float = 0.1,
         optimizer: str = "adagrad", prune: bool = True, average: bool = True,
         adaptive: bool | str = "auto",

@@ -335,3 +335,17 @@ def test_tol_is_relative_to_the_best_validation_loss() -> None:
     large = [{"val_loss": v} for v in (5e4, 4e4, 3.998e4)]
     assert should_stop(large, "val_loss", 1e-3, 1, relative=True)  # 20 of 4e4: 0.05 %
     assert not should_stop(large, "val_loss", 1e-3, 1)  # absolute: 100 > 1e-3
+
+
+def test_auto_tol_is_early_stoppings_for_epochs_and_tighter_for_quasi_newton() -> None:
+    from daskangel.errors import InvalidArgumentError
+    from daskangel.models.linear._params import _tol, check_params
+
+    assert _tol(models.LogisticRegression()) == 1e-3  # a relative gain of 0.1 % an epoch
+    assert _tol(models.LogisticRegression(solver="sgd")) == 1e-3
+    assert _tol(models.LogisticRegression(solver="lbfgs")) == 1e-4  # as before 'auto'
+    assert _tol(models.SoftmaxRegression(solver="owlqn", l1=1e-3)) == 1e-4
+    assert _tol(models.LogisticRegression(tol=0.5)) == 0.5
+    for bad in ("x", -1.0, float("nan"), True):
+        with pytest.raises(InvalidArgumentError, match="tol: expected None, 'auto' or"):
+            check_params(models.LogisticRegression(tol=bad))
