@@ -138,15 +138,17 @@ def centres_of(A: np.ndarray, g: Geometry) -> tuple[np.ndarray, np.ndarray, int]
     Empty clusters without a candidate (with a distance > 0) are NaN.
     """
     T, k, m = g.n_tasks, g.n_clusters, g.n_cand
-    A = np.asarray(A, np.float64)
-    sums = A[: T * k].reshape(T, k, A.shape[1]).sum(axis=0)
+    sums = np.array(A[:k], np.float64)  # float64 sums of the tasks' (float32) rows
+    for t in range(1, T):
+        sums += A[t * k : (t + 1) * k]
     counts = sums[:, -1].copy()
+    C = sums[:, :-1]
     with np.errstate(invalid="ignore", divide="ignore"):
-        C = sums[:, :-1] / counts[:, None]
+        C /= counts[:, None]
     empty = np.flatnonzero(counts <= 0)
     moved = 0
     if empty.size:
-        cand = A[T * k : T * (k + m)]
+        cand = np.asarray(A[T * k : T * (k + m)], np.float64)
         best = farthest(cand[:, -1], empty.size)
         best = best[cand[best, -1] > 0]
         moved = int(best.size)
@@ -202,18 +204,18 @@ class Centres(GetFunc):
         g = Geometry(*self.geometry)
         C, counts, moved = centres_of(cur.array, g)
         P, _c, _m = centres_of(prev.array, g)
-        diff = C - P
-        ok = np.isfinite(diff).all(axis=1)
+        diff = C - P  # NaN rows (empty clusters on either side) are whole rows
+        moves = np.einsum("ij,ij->i", diff, diff)
+        del diff
         cols = params.get("cols")
         picked = C if cols is None else C[:, cols]
         out: dict[str, Any] = {
             "centres_t": np.ascontiguousarray(picked.T, self.dtype or cur.array.dtype),
-            "norms": (C**2).sum(axis=1),  # over every feature of the block (NaN: empty)
-            "shift": float((diff[ok] ** 2).sum()),
+            "norms": np.einsum("ij,ij->i", C, C),  # over the block's features (NaN: empty)
+            "shift": float(moves[np.isfinite(moves)].sum()),
         }
         if cur.col0 == 0:
-            A = np.asarray(cur.array, np.float64)
-            met = A[g.n_tasks * (g.n_clusters + g.n_cand) :]
+            met = np.asarray(cur.array[g.n_tasks * (g.n_clusters + g.n_cand) :], np.float64)
             out.update(counts=counts, moved=moved, inertia=float(met[:, 0].sum()),
                        rows=float(met[:, 1].sum()))  # fmt: skip
         return out
