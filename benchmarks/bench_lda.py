@@ -29,9 +29,11 @@ folded in on half of each held-out document, the other half scored).
   sweep's wall time (evaluation excluded), median over the sweeps.
 * **daskangel MA-SVI**: ``LDA(solver="ma-svi")`` (MA-LDA: SVI on each task, models
   averaged through the PS), ``--svi-passes`` passes (default 10, the MLlib*
-  paper's budget) of ``--svi-batch`` documents a minibatch per task, scored
-  after every pass; the MLlib* paper's Table 3 comparison is printed as MA-SVI
-  after 10 passes against CGS after 100 sweeps (LL and seconds).
+  paper's budget) of ``--svi-batch`` documents a minibatch per task (default:
+  the estimator's ``batch_size='auto'``), scored after every pass, and its gap
+  to scikit-learn's batch VB; the MLlib* paper's Table 3 comparison is printed
+  as MA-SVI after 10 passes against CGS after 100 sweeps (LL and seconds).
+  ``--no-cgs`` runs MA-SVI and the VB peers only.
 * **tomotopy** ``LDAModel`` (CGS, 2 threads), trained ``--every`` sweeps at a
   time, its ``get_topic_word_dist`` scored after each chunk; tokens/s from the
   time in ``train`` only.
@@ -135,6 +137,7 @@ def run_daskangel(
         "tokens": m.n_train_tokens_,
         "wall": wall,
         "timings": [r.get("timings") for r in m.train_result_.results],
+        "steps": getattr(m, "n_steps_", None),
     }
     if Xte is not None:  # the peers' scorer on the final topics (= the last in-fit score)
         from daskangel.models.lda import completion_log_likelihood
@@ -203,16 +206,28 @@ def _at(curve: list[tuple[int, float, float]], sweep: int) -> tuple[float, float
 
 
 def compare(name: str, X: sp.csr_matrix, K: int, sweeps: int, every: int, peers: bool,
-            svi: dict[str, int] | None = None, sklearn: bool = True) -> None:  # fmt: skip
+            svi: dict[str, Any] | None = None, sklearn: bool = True,
+            cgs: bool = True) -> None:  # fmt: skip
     from daskangel.models.lda import heldout_mask
 
     held = heldout_mask(X, 0.1, 0)
     Xtr, Xte = X[~held], X[held]
     print(f"\n== {name}: D={X.shape[0]} V={X.shape[1]} tokens={int(X.sum())} "
           f"(train {int(Xtr.sum())}, held out {held.sum()} docs), K={K}, {sweeps} sweeps")  # fmt: skip
+    skl = run_sklearn(Xtr, Xte, K) if peers and sklearn else None
+    ours = compare_cgs(X, Xtr, Xte, K, sweeps, every, peers) if cgs else None
+    if skl:
+        print(f"sklearn  : batch VB 10 passes LL {skl['ll']:.4f}, {skl['tps'] / 1e6:.2f} M "
+              f"tokens/s, {skl['time']:.1f} s")  # fmt: skip
+    if svi is not None:
+        compare_svi(X, Xtr, Xte, K, ours, svi, peers, skl)
+
+
+def compare_cgs(X: sp.csr_matrix, Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int, sweeps: int,
+                every: int, peers: bool) -> dict[str, Any]:  # fmt: skip
+    """CGS against tomotopy: LL per sweep, tokens/s, time to tomotopy's 100-sweep LL."""
     ours = run_daskangel(X, K, sweeps, every)
     tomo = run_tomotopy(Xtr, Xte, K, sweeps, every) if peers else None
-    skl = run_sklearn(Xtr, Xte, K) if peers and sklearn else None
     print(f"{'sweep':>6} {'daskangel LL':>13} {'time s':>8} {'tomotopy LL':>12} {'time s':>8}")
     for s, ll, t in ours["curve"]:
         tm = _at(tomo["curve"], s) if tomo else None
@@ -239,30 +254,36 @@ def compare(name: str, X: sp.csr_matrix, K: int, sweeps: int, every: int, peers:
                 print(
                     f"daskangel did not reach tomotopy's {min(100, sweeps)}-sweep LL {ref[0]:.4f}"
                 )
-    if skl:
-        print(f"sklearn  : batch VB 10 passes LL {skl['ll']:.4f}, {skl['tps'] / 1e6:.2f} M "
-              f"tokens/s, {skl['time']:.1f} s")  # fmt: skip
-    if svi is not None:
-        compare_svi(X, Xtr, Xte, K, ours, svi, peers)
+    return ours
 
 
 def compare_svi(X: sp.csr_matrix, Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int,
-                cgs: dict[str, Any], svi: dict[str, int], peers: bool) -> None:  # fmt: skip
-    """MA-SVI's curve, its Table 3 comparison with CGS, and scikit-learn's online VB."""
+                cgs: dict[str, Any] | None, svi: dict[str, Any], peers: bool,
+                batch_vb: dict[str, Any] | None = None) -> None:  # fmt: skip
+    """MA-SVI's curve, its gap to batch VB, its Table 3 comparison with CGS, and
+    scikit-learn's online VB.  ``svi["batch"]`` None: the estimator's default."""
     passes = svi["passes"]
-    r = run_daskangel(X, K, passes, 1, solver="ma-svi", batch_size=svi["batch"], Xte=Xte)
-    print(f"MA-SVI   : {passes} passes of {svi['batch']}-document minibatches per task "
-          "(2 tasks, models averaged every minibatch)")  # fmt: skip
+    kw = {} if svi["batch"] is None else {"batch_size": svi["batch"]}
+    r = run_daskangel(X, K, passes, 1, solver="ma-svi", Xte=Xte, **kw)
+    n_b = (r["steps"] or 0) // passes
+    print(f"MA-SVI   : {passes} passes, batch_size={svi['batch'] or 'the default'}: {n_b} "
+          "minibatch steps a pass per task (2 tasks, models averaged every minibatch)")  # fmt: skip
     print(f"{'pass':>6} {'MA-SVI LL':>10} {'time s':>8}")
     for s, ll, t in r["curve"]:
         print(f"{s:6d} {ll:10.4f} {t:8.2f}")
     s, ll, t = r["curve"][-1]
     print(f"MA-SVI   : LL {ll:.4f} after {s} passes (peers' scorer on components_: "
           f"{r['ll_ext']:.4f}), {r['tps'] / 1e6:.3f} M tokens/s (median per pass), {t:.2f} s")  # fmt: skip
-    ref = _at(cgs["curve"], 100) or (cgs["curve"][-1][1:] if cgs["curve"] else None)
+    if batch_vb:
+        print(f"MA-SVI - batch VB (10 passes, same split and scorer) = {ll - batch_vb['ll']:+.4f} "
+              "nats/token")  # fmt: skip
+    if cgs is None:
+        ref = None
+    else:
+        ref = _at(cgs["curve"], 100) or (cgs["curve"][-1][1:] if cgs["curve"] else None)
     n10 = 10 if _at(r["curve"], 10) else s
     at10 = _at(r["curve"], 10) or (ll, t)
-    if ref is not None:
+    if ref is not None and cgs is not None:
         n = 100 if _at(cgs["curve"], 100) else cgs["curve"][-1][0]
         print(f"Table 3 (MLlib*): MA-SVI {n10} passes LL {at10[0]:.4f} in {at10[1]:.2f} s vs CGS "
               f"{n} sweeps LL {ref[0]:.4f} in {ref[1]:.2f} s: MA-SVI - CGS = "
@@ -457,7 +478,13 @@ def main() -> None:
     ap.add_argument("--synthetic-sweeps", type=int, default=3)
     ap.add_argument("--png", default=None)
     ap.add_argument("--svi-passes", type=int, default=10)
-    ap.add_argument("--svi-batch", type=int, default=256)
+    ap.add_argument(
+        "--svi-batch",
+        type=int,
+        default=None,
+        help="MA-SVI documents per minibatch per task (default: the estimator's)",
+    )
+    ap.add_argument("--no-cgs", action="store_true", help="MA-SVI and the VB peers only")
     ap.add_argument("--no-svi", action="store_true")
     ap.add_argument("--no-sklearn", action="store_true")
     ap.add_argument("--smoke", action="store_true")
@@ -477,7 +504,7 @@ def main() -> None:
             if not (a.staleness or a.fig10):
                 svi = None if a.no_svi else {"passes": a.svi_passes, "batch": a.svi_batch}
                 compare(name, X, a.topics, a.sweeps, a.every, peers=not a.no_peers, svi=svi,
-                        sklearn=not a.no_sklearn)  # fmt: skip
+                        sklearn=not a.no_sklearn, cgs=not a.no_cgs)  # fmt: skip
             png = a.png and a.png.replace(".png", f"-{name}.png")
             if a.staleness:
                 staleness(X, a.topics, a.sweeps, a.every, png and png.replace(".png", "-ssp.png"))

@@ -102,7 +102,12 @@ class LDA(TransformerMixin, PSEstimator):
     batch_size, average_every
         ``'ma-svi'``: documents per minibatch of a task (a task cuts its
         documents of a pass into as many minibatches as the largest task
-        needs), and minibatches between two model averages.
+        needs), and minibatches between two model averages.  ``'auto'``: the
+        largest task's documents over ``daskangel.lda.svi-steps-per-pass``
+        (16), at least ``daskangel.lda.svi-min-batch`` (128): large corpora
+        take larger minibatches (less noisy steps) rather than more steps, so
+        the step-size schedule forgets the random start equally fast on
+        any corpus.
     learning_offset, learning_decay
         ``'ma-svi'``: step size ``(learning_offset + t) ** -learning_decay`` of
         the ``t``-th minibatch step (scikit-learn's names and defaults).
@@ -152,7 +157,7 @@ class LDA(TransformerMixin, PSEstimator):
         sampler: str = "auto",
         mh_steps: int = 2,
         n_tasks: int | None = None,
-        batch_size: int = 128,
+        batch_size: int | str = "auto",
         average_every: int = 1,
         learning_offset: float = 10.0,
         learning_decay: float = 0.7,

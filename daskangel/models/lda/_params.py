@@ -119,7 +119,12 @@ def _svi_params(est: Any) -> None:
             f"parallelism: solver='ma-svi' averages whole models (data parallel only), "
             f"got {est.parallelism!r}"
         )
-    _int("batch_size", est.batch_size, 1)
+    if not (isinstance(est.batch_size, str) and est.batch_size == "auto"):
+        if isinstance(est.batch_size, str):
+            raise InvalidArgumentError(
+                f"batch_size: expected an int >= 1 or 'auto', got {est.batch_size!r}"
+            )
+        _int("batch_size", est.batch_size, 1)
     _int("average_every", est.average_every, 1)
     _int("max_doc_update_iter", est.max_doc_update_iter, 1)
     _real("learning_offset", est.learning_offset, 0.0, math.inf)

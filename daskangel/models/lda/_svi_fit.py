@@ -34,7 +34,7 @@ from ._history import METRIC_COLS
 from ._params import evaluate_every
 from ._svi import SVIPlan, SVITask, prepare_svi
 
-__all__ = ["make_svi_arrays", "run_svi", "steps_and_scale"]
+__all__ = ["make_svi_arrays", "run_svi", "steps_and_scale", "task_batch"]
 
 # the smallest log-scale a fit may reach (exp(-650) ~ 1e-283: mu stays a float64)
 MIN_LOG_SCALE = -650.0
@@ -56,11 +56,27 @@ def make_svi_arrays(ps: Any, V: int, K: int, seed: int, init: np.ndarray | None)
     return {"lam": lam.name, "lamsum": lamsum.name}
 
 
+def task_batch(doc_counts: list[int], batch_size: int | str) -> int:
+    """Documents per minibatch of a task: ``batch_size``, or for ``'auto'`` the largest
+    task's documents over ``daskangel.lda.svi-steps-per-pass``, at least
+    ``daskangel.lda.svi-min-batch``.
+
+    >>> task_batch([8450, 8400], "auto"), task_batch([1542, 1543], "auto"), task_batch([5], 64)
+    (529, 128, 64)
+    """
+    if batch_size != "auto":
+        return int(batch_size)
+    steps = max(1, int(config.get("daskangel.lda.svi-steps-per-pass")))
+    least = max(1, int(config.get("daskangel.lda.svi-min-batch")))
+    return max(least, -(-max(doc_counts, default=0) // steps))
+
+
 def steps_and_scale(
-    doc_counts: list[int], batch_size: int, passes: int, step0: int, offset: float, decay: float
-) -> tuple[int, float]:
+    doc_counts: list[int], batch_size: int | str, passes: int, step0: int, offset: float,
+    decay: float,
+) -> tuple[int, float]:  # fmt: skip
     """``(steps per pass, log S after the fit)``; refuses a fit whose ``S`` would underflow."""
-    n_b = max(1, -(-max(doc_counts, default=0) // batch_size))
+    n_b = max(1, -(-max(doc_counts, default=0) // task_batch(doc_counts, batch_size)))
     t = step0 + np.arange(1, passes * n_b + 1, dtype=np.float64)
     log_s = float(np.log1p(-((offset + t) ** -decay)).sum())
     if log_s < MIN_LOG_SCALE:
@@ -84,7 +100,7 @@ def run_svi(est: Any, ps: Any, ds: Any, V: int, K: int, alpha: float, eta: float
     tokens = sum(t for _, t in counts)
     step0 = int(getattr(est, "n_steps_", 0))
     n_b, log_s = steps_and_scale(
-        [d for d, _ in counts], int(est.batch_size), passes, step0,
+        [d for d, _ in counts], est.batch_size, passes, step0,
         float(est.learning_offset), float(est.learning_decay),
     )  # fmt: skip
     met = ps.zeros(f"{est._arrays['lam']}.metrics-{uuid.uuid4().hex[:6]}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -14,6 +15,7 @@ import daskangel as angel
 from daskangel.errors import InvalidArgumentError
 from daskangel.models import LDA
 from daskangel.models.lda import completion_log_likelihood, heldout_mask
+from daskangel.models.lda._svi_fit import steps_and_scale, task_batch
 from daskangel.models.lda._vb import batch_words, digamma, estep, expected_log_rows
 
 from .corpora import planted_corpus
@@ -120,6 +122,27 @@ def test_planted_topics_and_history(client: Client, corpus: Any) -> None:
     assert m.n_steps_ == 10 * 5  # ceil(135 docs / 32) steps a pass (the larger task)
 
 
+def test_auto_batch_size() -> None:
+    # 'auto': the largest task's documents over svi-steps-per-pass, at least svi-min-batch
+    assert task_batch([8450, 8400], "auto") == 529  # ceil(8450 / 16)
+    assert task_batch([1542, 1543], "auto") == 128  # the floor
+    assert task_batch([1542], 300) == 300  # an int is taken as given
+    with dask.config.set({"daskangel.lda.svi-steps-per-pass": 4, "daskangel.lda.svi-min-batch": 1}):
+        assert task_batch([10, 9], "auto") == 3
+        assert steps_and_scale([10, 9], "auto", 1, 0, 10.0, 0.7)[0] == 4
+    assert steps_and_scale([8450, 8400], "auto", 1, 0, 10.0, 0.7)[0] == 16
+
+
+def test_auto_batch_size_fit(client: Client, corpus: Any) -> None:
+    X, _ = corpus
+    # 135 documents a task, at most 128 a minibatch: 2 steps a pass
+    with dask.config.set({"daskangel.lda.svi-min-batch": 128}):
+        m = _svi(batch_size="auto", max_iter=2, evaluate_every=0).fit(X)
+    assert m.n_steps_ == 2 * 2
+    lam, s = _lam(m)
+    assert np.allclose(lam.sum(axis=0), s, rtol=1e-9)
+
+
 @pytest.mark.parametrize("sync", ["ssp:2", "asp"])
 def test_stale_averaging_keeps_sums(client: Client, corpus: Any, sync: str) -> None:
     X, _ = corpus
@@ -153,6 +176,7 @@ def test_partial_fit_transform_save_load(client: Client, corpus: Any, tmp_path: 
 BAD = [
     ({"parallelism": "model"}, "parallelism"),
     ({"batch_size": 0}, "batch_size"),
+    ({"batch_size": "large"}, "batch_size"),
     ({"average_every": 0}, "average_every"),
     ({"learning_decay": 0.0}, "learning_decay"),
     ({"learning_decay": 1.5}, "learning_decay"),
