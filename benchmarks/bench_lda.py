@@ -288,7 +288,7 @@ def compare_svi(X: sp.csr_matrix, Xtr: sp.csr_matrix, Xte: sp.csr_matrix, K: int
         print(f"Table 3 (MLlib*): MA-SVI {n10} passes LL {at10[0]:.4f} in {at10[1]:.2f} s vs CGS "
               f"{n} sweeps LL {ref[0]:.4f} in {ref[1]:.2f} s: MA-SVI - CGS = "
               f"{at10[0] - ref[0]:+.4f} nats/token")  # fmt: skip
-    if peers:
+    if peers and svi.get("online", True):
         on = run_sklearn(Xtr, Xte, K, method="online")
         print(f"sklearn  : online VB 10 passes LL {on['ll']:.4f}, {on['tps'] / 1e6:.3f} M "
               f"tokens/s, {on['time']:.1f} s; MA-SVI/online time ratio "
@@ -485,6 +485,7 @@ def main() -> None:
         help="MA-SVI documents per minibatch per task (default: the estimator's)",
     )
     ap.add_argument("--no-cgs", action="store_true", help="MA-SVI and the VB peers only")
+    ap.add_argument("--no-online", action="store_true", help="skip scikit-learn's online VB")
     ap.add_argument("--no-svi", action="store_true")
     ap.add_argument("--no-sklearn", action="store_true")
     ap.add_argument("--smoke", action="store_true")
@@ -502,7 +503,8 @@ def main() -> None:
                 continue
             X = read_docword(path)
             if not (a.staleness or a.fig10):
-                svi = None if a.no_svi else {"passes": a.svi_passes, "batch": a.svi_batch}
+                svi = None if a.no_svi else {"passes": a.svi_passes, "batch": a.svi_batch,
+                                              "online": not a.no_online}  # fmt: skip
                 compare(name, X, a.topics, a.sweeps, a.every, peers=not a.no_peers, svi=svi,
                         sklearn=not a.no_sklearn, cgs=not a.no_cgs)  # fmt: skip
             png = a.png and a.png.replace(".png", f"-{name}.png")
