@@ -32,6 +32,7 @@ from . import _kernels as K
 from ._initspec import InitSpec
 from ._packed import PACK_SHIFT, unpack_reduce
 from ._recvpool import pooled
+from ._scratch import scratch
 
 __all__ = ["DenseBlock", "SparseBlock", "make_block"]
 
@@ -281,8 +282,9 @@ class SparseBlock:
 
     def _merge(self, keys: np.ndarray, vals: np.ndarray, add: bool) -> None:
         growth = float(config.get("daskangel.server.sparse-growth"))
+        missing = scratch("missing", keys.shape[0], np.int64)
         self.keys, self.vals, self.n = K.merge_update(
-            self.keys, self.vals, self.n, keys, vals, add, self.default, growth
+            self.keys, self.vals, self.n, keys, vals, add, self.default, growth, missing
         )
 
     def _apply(self, keys: np.ndarray, values: np.ndarray, add: bool) -> None:

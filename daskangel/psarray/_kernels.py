@@ -185,56 +185,65 @@ def sparse_lookup(store_keys, store_vals, n, q, out, found):  # type: ignore[no-
 
 
 @njit(nogil=True, cache=True)
-def merge_update(store_keys, store_vals, n, new_keys, new_vals, add, init, growth):  # type: ignore[no-untyped-def]
+def merge_update(store_keys, store_vals, n, new_keys, new_vals, add, init, growth, missing):  # type: ignore[no-untyped-def]
     """Apply sorted unique ``new_keys``/``new_vals`` to a sorted store.
 
     Existing keys are added to (``add``) or overwritten; missing keys are inserted
-    with value ``init + v`` (add) or ``v`` (set).  Returns ``(keys, vals, n)``; the
-    arrays are the same objects unless the store had to grow.
+    with value ``init + v`` (add) or ``v`` (set).  ``missing`` is scratch space of at
+    least ``len(new_keys)`` int64s.  Returns ``(keys, vals, n)``; the arrays are the
+    same objects unless the store had to grow (then the store and the new keys are
+    merged straight into the grown arrays).
     """
     m = new_keys.shape[0]
-    missing = np.empty(m, np.int64)
     n_missing = 0
-    pos = 0
-    for i in range(m):
-        pos = gallop_find(store_keys, n, new_keys[i], pos)
-        if pos < n and store_keys[pos] == new_keys[i]:
-            if add:
-                store_vals[pos] += new_vals[i]
+    if n == 0:
+        for i in range(m):
+            missing[i] = i
+        n_missing = m
+    else:
+        pos = 0
+        for i in range(m):
+            pos = gallop_find(store_keys, n, new_keys[i], pos)
+            if pos < n and store_keys[pos] == new_keys[i]:
+                if add:
+                    store_vals[pos] += new_vals[i]
+                else:
+                    store_vals[pos] = new_vals[i]
             else:
-                store_vals[pos] = new_vals[i]
-        else:
-            missing[n_missing] = i
-            n_missing += 1
+                missing[n_missing] = i
+                n_missing += 1
     if n_missing == 0:
         return store_keys, store_vals, n
     total = n + n_missing
+    out_keys, out_vals = store_keys, store_vals
     if total > store_keys.shape[0]:
         cap = max(int(total * growth), total + 16)
-        k2 = np.empty(cap, store_keys.dtype)
-        v2 = np.empty(cap, store_vals.dtype)
-        k2[:n] = store_keys[:n]
-        v2[:n] = store_vals[:n]
-        store_keys, store_vals = k2, v2
-    # merge backwards, in place
+        out_keys = np.empty(cap, store_keys.dtype)
+        out_vals = np.empty(cap, store_vals.dtype)
+    # merge backwards (in place when the store did not grow)
     i = n - 1
     j = n_missing - 1
     w = total - 1
     while j >= 0:
         idx = missing[j]
         if i >= 0 and store_keys[i] > new_keys[idx]:
-            store_keys[w] = store_keys[i]
-            store_vals[w] = store_vals[i]
+            out_keys[w] = store_keys[i]
+            out_vals[w] = store_vals[i]
             i -= 1
         else:
-            store_keys[w] = new_keys[idx]
+            out_keys[w] = new_keys[idx]
             if add:
-                store_vals[w] = init + new_vals[idx]
+                out_vals[w] = init + new_vals[idx]
             else:
-                store_vals[w] = new_vals[idx]
+                out_vals[w] = new_vals[idx]
             j -= 1
         w -= 1
-    return store_keys, store_vals, total
+    if out_keys is not store_keys:
+        while i >= 0:
+            out_keys[i] = store_keys[i]
+            out_vals[i] = store_vals[i]
+            i -= 1
+    return out_keys, out_vals, total
 
 
 @njit(nogil=True, cache=True)

@@ -3,9 +3,9 @@
 A sparse increment of one row at many columns of a float32 / int32 array is sent as
 ``col << 32 | value bits`` per entry, grouped by block on the caller
 (:func:`pack_by_bounds`: a counting sort, split over two threads for large
-requests), 8 bytes per entry instead of 12.  The server sorts that int64 array in
-place with numpy's sort, which carries the values along, and one compiled pass
-unpacks the keys and sums the values of duplicates (:func:`unpack_reduce`).
+requests), 8 bytes per entry instead of 12.  The server sorts that int64 array by
+its key bits (a radix sort, which carries the values along), and one compiled pass
+unpacks the keys in place and sums the values of duplicates (:func:`unpack_reduce`).
 
 Example
 -------
@@ -30,6 +30,7 @@ from .. import config
 from ..errors import InvalidTypeError
 from ._kernels import helper
 from ._routing import check_size, check_values, normalize_index
+from ._scratch import scratch
 
 if TYPE_CHECKING:
     from ._meta import ArrayMeta  # (_meta imports _blocks, which imports this module)
@@ -109,87 +110,106 @@ def pack_by_bounds(
 
 
 @njit(nogil=True, cache=True)
-def _unpack_reduce(packed, values, offset):  # type: ignore[no-untyped-def]
-    """Sorted packed entries and their values -> unique ``keys + offset``, summed values."""
+def _unpack_reduce(packed, values, offset, keys, vals):  # type: ignore[no-untyped-def]
+    """Sorted packed entries and their values -> unique ``keys + offset`` and summed
+    values, written to ``keys`` / ``vals`` (``keys`` may be ``packed`` itself: entry
+    ``j`` is written after entries ``<= j`` were read); returns the number of keys."""
     n = packed.shape[0]
-    keys = np.empty(n, np.int64)
-    vals = np.empty(n, values.dtype)
     j = -1
     last = -1
     for i in range(n):
         k = packed[i] >> 32
+        v = values[i]
         if k == last:
-            vals[j] += values[i]
+            vals[j] += v
         else:
             j += 1
             keys[j] = k + offset
-            vals[j] = values[i]
+            vals[j] = v
             last = k
-    return keys[: j + 1], vals[: j + 1]
+    return j + 1
 
 
 @njit(nogil=True, cache=True)
 def _radix_by_key(packed, scratch):  # type: ignore[no-untyped-def]
-    """``packed`` ordered by its key bits (``>> 32``), stably: least significant digit
-    first, 11 bits a pass, only as many passes as the largest key needs.  Returns
-    ``packed`` or ``scratch``, whichever holds the result."""
+    """``packed`` ordered by its key bits (``>> 32``, below ``2**33``), stably: least
+    significant digit first, 11 bits a pass.  One read pass counts every digit; a
+    digit whose entries all share one value is skipped.  Returns ``packed`` or
+    ``scratch``, whichever holds the result."""
     n = packed.shape[0]
-    top = 0
+    counts = np.zeros((3, 2048), np.int64)
     for i in range(n):
         k = packed[i] >> 32
-        if k > top:
-            top = k
-    bits = 0
-    while (top >> bits) > 0:
-        bits += 1
+        counts[0, k & 2047] += 1
+        counts[1, (k >> 11) & 2047] += 1
+        counts[2, (k >> 22) & 2047] += 1
     src, dst = packed, scratch
-    counts = np.empty(2048, np.int64)
-    shift = 32
-    while shift < 32 + bits:
-        counts[:] = 0
-        for i in range(n):
-            counts[(src[i] >> shift) & 2047] += 1
+    for d in range(3):
         total = 0
-        for d in range(2048):
-            c = counts[d]
-            counts[d] = total
+        whole = False
+        for b in range(2048):
+            c = counts[d, b]
+            whole = whole or c == n
+            counts[d, b] = total
             total += c
+        if whole:
+            continue
+        shift = 32 + 11 * d
         for i in range(n):
-            d = (src[i] >> shift) & 2047
-            dst[counts[d]] = src[i]
-            counts[d] += 1
+            e = src[i]
+            b = (e >> shift) & 2047
+            dst[counts[d, b]] = e
+            counts[d, b] += 1
         src, dst = dst, src
-        shift += 11
     return src
 
 
-def sort_by_key(packed: np.ndarray) -> np.ndarray:
-    """Packed entries (non-negative keys) ordered by key; the input may be reordered.
+def sort_by_key(packed: np.ndarray, other: np.ndarray | None = None) -> np.ndarray:
+    """Packed entries (keys in ``[0, 2**33)``) ordered by key; the input may be reordered.
 
-    A numba radix sort over the key bits only: 2.2 ms for 500,000 entries against
-    23.5 ms for numpy's ``sort`` of the whole int64 on the benchmark machine (whose
-    numpy sorts int64 with its scalar introsort).  Entries of one key keep their
-    order.  Short arrays use numpy.
+    A numba radix sort over the key bits only (numpy sorts int64 with its scalar
+    introsort: 23.5 ms for 500,000 entries on the benchmark machine, the radix
+    sort ~3-6 ms).  ``other``: a second buffer of the same length for the sort
+    (default: a reused scratch buffer, see :mod:`._scratch`); the result is
+    ``packed`` or ``other``.  Entries of one key keep their order.  Short arrays
+    use numpy.
     """
     if packed.shape[0] < 4096:
         packed.sort()
         return packed
-    return _radix_by_key(packed, np.empty_like(packed))  # type: ignore[no-any-return]
+    if other is None:
+        other = scratch("radix", packed.shape[0], np.int64)
+    return _radix_by_key(packed, other)  # type: ignore[no-any-return]
 
 
 def unpack_reduce(
     packed: np.ndarray, dtype: np.dtype, offset: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sort packed entries by key (reordering ``packed``); return unique ascending
-    ``keys + offset`` and the sum of the values of each key (one pass after the sort)."""
+    ``keys + offset`` and the sum of the values of each key (one pass after the sort).
+
+    The results live in ``packed`` and in a scratch buffer of this thread
+    (:mod:`._scratch`, no fresh pages): use them before the next call here.
+    """
     if dtype not in (np.float32, np.int32):
         raise InvalidTypeError(f"packed values: expected float32 or int32, got {dtype}")
-    packed = sort_by_key(packed)
+    n = packed.shape[0]
+    if n < 4096:
+        packed.sort()
+        done, free = packed, None
+    else:
+        other = scratch("radix", n, np.int64)
+        done = _radix_by_key(packed, other)
+        free = packed if done is other else other
     if sys.byteorder == "little":  # the low 32 bits of each entry, read in place
-        values = packed.view(np.uint32)[0::2].view(dtype)
+        values = done.view(np.uint32)[0::2].view(dtype)
     else:  # pragma: no cover - no big-endian machine here
-        values = (packed & 0xFFFFFFFF).astype(np.uint32).view(dtype)
-    return _unpack_reduce(packed, values, offset)  # type: ignore[no-any-return]
+        values = (done & 0xFFFFFFFF).astype(np.uint32).view(dtype)
+    # the keys overwrite the sorted entries as they are read; the sums go to the
+    # other buffer (free once sorted)
+    vals = np.empty(n, dtype) if free is None else free.view(np.uint32)[:n].view(dtype)
+    k = _unpack_reduce(done, values, offset, done, vals)
+    return done[:k], vals[:k]
 
 
 def plan_packed(
