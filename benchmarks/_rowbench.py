@@ -17,7 +17,9 @@ counts) and MF-like (50,000 x 50 float32 item factors), auto-partitioned.
 * **pipelined pulls** of 10,000 rows in batches of 1,000: one ``get``,
   all batches as ``get_async`` issued up front then collected, and
   ``get_iter``; then the same with a compute step per batch (a float32 matmul
-  of the batch, releasing the GIL), where pulling ahead pays;
+  of the batch, releasing the GIL, its width calibrated so that computing all
+  batches takes about as long as one get of them: each batch's compute
+  comparable to its transfer), where pulling ahead pays;
 * **sparse row increments**: ``PSArray.increment`` of a ``scipy.sparse`` CSR of
   10,000 random rows x 20 nonzeros, against *raw*: one bare RPC per server
   carrying the update's compact content (a 4-byte column and a 4-byte value per
@@ -84,6 +86,30 @@ def _compute(vals: np.ndarray, B: np.ndarray) -> float:
     return float((vals.astype(np.float32) @ B).sum())
 
 
+def _calibrate(arr: angel.PSArray, idx: np.ndarray, batch: int, rng: Any) -> np.ndarray:
+    """The compute step's matrix: ``batch @ B`` of a batch takes about that batch's
+    share of one get of all ``idx`` (a pull-while-compute case worth overlapping:
+    each batch's compute comparable to its transfer).  Its width doubles from 16
+    until the compute of all batches takes at least the get (cap 8,192)."""
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        arr.get(rows=idx)
+        times.append(time.perf_counter() - t0)
+    target = float(np.median(times))
+    v = arr.get(rows=idx[:batch])
+    n_batches = -(-idx.shape[0] // batch)
+    k = 16
+    while True:
+        B = rng.standard_normal((v.shape[1], k)).astype(np.float32)
+        t0 = time.perf_counter()
+        for _ in range(3):
+            _compute(v, B)
+        if (time.perf_counter() - t0) / 3 * n_batches >= target or k >= 8_192:
+            return B
+        k *= 2
+
+
 def _floor(local: np.ndarray, idx: np.ndarray, owner: np.ndarray, n_servers: int) -> Any:
     """The two copies a random-row get cannot avoid, done with numpy on the same
     bytes: a server gathers its rows (sorted) into a reused reply buffer (the
@@ -131,7 +157,7 @@ def _measure(name: str, n_rows: list[int], repeat: int, warmup: int, seed: int) 
     idx = rng.choice(nr, size=n, replace=False)
     batch = min(BATCH, max(1, n // 10))
     starts = range(0, n, batch)
-    B = rng.standard_normal((width, 16)).astype(np.float32)
+    B = _calibrate(arr, idx, batch, rng)
 
     def one(compute: bool) -> None:
         v = arr.get(rows=idx)

@@ -11,9 +11,12 @@ import threading
 import dask
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daskangel.errors import NonFiniteError, PSIndexError, ShapeMismatchError
 from daskangel.psarray import PSArray, get_agent
+from daskangel.psarray._agent import chunk_batches
 from daskangel.psarray._binding import get_binding
 
 
@@ -132,6 +135,26 @@ def test_get_iter_sends_ahead_and_yields_every_row(ps):
     assert sorted(np.concatenate([r for r, _ in got]).tolist()) == sorted(dup.tolist())
     for rb, vals in got:
         np.testing.assert_array_equal(vals, full[rb])
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    n=st.integers(0, 500),
+    batch=st.integers(1, 40),
+    row_bytes=st.integers(1, 64),
+    request=st.integers(1, 4000),
+)
+def test_chunk_batches_cover_every_row_in_whole_batches(n, batch, row_bytes, request):
+    chunks = chunk_batches(n, batch, row_bytes, request)
+    k = max(1, request // (batch * row_bytes))  # batches a request may hold
+    assert [s for s, _ in chunks[1:]] == [e for _, e in chunks[:-1]]  # contiguous
+    assert (chunks[0][0], chunks[-1][1]) == (0, n) if n else chunks == []
+    for s, e in chunks:
+        assert s % batch == 0 and 0 < e - s <= k * batch
+        assert e == n or (e - s) % batch == 0
+    if n:  # as few requests as hold the batches
+        n_batches = -(-n // batch)
+        assert len(chunks) == -(-n_batches // k)
 
 
 def test_get_iter_rejects_bad_input(ps):

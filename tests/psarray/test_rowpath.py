@@ -59,6 +59,31 @@ def test_get_iter_and_agent_reads(ps: angel.PSContext) -> None:
     np.testing.assert_array_equal(a.get(rows=np.arange(10)), ref[:10])
 
 
+def test_get_iter_in_several_requests(ps: angel.PSContext) -> None:
+    """Batches requested in several chunks (all sent up front): every row arrives
+    once per occurrence, in request order with ``ordered=True``, for every dtype,
+    with duplicates, and an empty request yields nothing (worker processes: the
+    replies are serialised)."""
+    for dtype in ("int32", "float32", "float64"):
+        ref = _matrix(ps, f"chunks-{dtype}", (90, 12), dtype)
+        a = ps.get_array(f"chunks-{dtype}")
+        agent = agent_of(a._binding)
+        per = 5 * 12 * np.dtype(dtype).itemsize  # bytes of a batch of 5 rows
+        rows = np.concatenate([np.random.default_rng(2).permutation(90), [7, 7, 0]])
+        with dask.config.set({"daskangel.agent.pipeline-request-bytes": 4 * per}):
+            r0 = agent.requests
+            got = list(a.get_iter(rows, batch=5, ordered=True))
+            assert agent.requests - r0 == 5  # 19 batches, at most 4 a request
+            assert list(a.get_iter(np.arange(0), batch=5)) == []
+            arrived = list(a.get_iter(rows, batch=5))
+        np.testing.assert_array_equal(np.concatenate([r for r, _ in got]), rows)
+        assert [r.shape[0] for r, _ in got] == [5] * 18 + [3]
+        for rb, vals in got + arrived:
+            assert vals.dtype == np.dtype(dtype) and vals.shape == (rb.shape[0], 12)
+            np.testing.assert_array_equal(vals, ref[rb])
+        assert sorted(np.concatenate([r for r, _ in arrived]).tolist()) == sorted(rows.tolist())
+
+
 def _reply_pools(dask_worker: Any) -> int:
     return len(dask_worker.plugins["daskangel-ps"].reply_pool._bufs)
 
