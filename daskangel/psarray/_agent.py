@@ -442,8 +442,9 @@ class PSAgent(KeySetPulls):
                 be = min(b + batch, e)
                 if inv is None:
                     yield idx[b:be], vals[b - s : be - s]
-                else:
-                    yield idx[b:be], np.take(vals, inv[b - s : be - s], axis=0)
+                else:  # into a reused buffer, freed when the caller drops the batch
+                    o = self.binding.result((be - b, m.shape[1]), m.dtype)
+                    yield idx[b:be], np.take(vals, inv[b - s : be - s], axis=0, out=o, mode="clip")
             del vals
 
     # -- writes -----------------------------------------------------------------------

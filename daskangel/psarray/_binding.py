@@ -66,6 +66,7 @@ class Binding:
         self.writer_id = uuid.uuid4().hex
         self._seq = itertools.count()
         self._scratch: ReceivePool | None = None
+        self._results: ReceivePool | None = None
 
     def scratch(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised array in a reused buffer (``daskangel.client.scratch-bytes``
@@ -74,6 +75,14 @@ class Binding:
         if self._scratch is None:
             self._scratch = ReceivePool(config.get_bytes("daskangel.client.scratch-bytes"))
         return pooled(self._scratch, shape, dtype)
+
+    def result(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An uninitialised array for a result handed to the caller, in a buffer
+        reused once nothing refers to it any more (``daskangel.client.result-pool-bytes``
+        in all, then new arrays): its pages are already faulted in."""
+        if self._results is None:
+            self._results = ReceivePool(config.get_bytes("daskangel.client.result-pool-bytes"))
+        return pooled(self._results, shape, dtype)
 
     def next_tag(self) -> list[Any]:
         """A fresh ``[writer_id, seq]`` write tag (thread-safe: ``count`` is atomic)."""

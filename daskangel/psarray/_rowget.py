@@ -50,7 +50,7 @@ def get_in_order(
     m, parts, places, cost, full, shape = plan_get(m, rows, None)
     # the sorted replies land in a scratch buffer: they are only scattered from
     _, into = direct_targets(m.dtype, full, places, cost, b.scratch)
-    out = np.empty(full, m.dtype)
+    out = b.result(full, m.dtype)  # a reused buffer once the caller drops it
     landed: queue.SimpleQueue[Any] = queue.SimpleQueue()
     fut = b.submit(b.call_blocks, name, "get", parts, cost, {}, into, True, landed.put)
     fut.add_done_callback(lambda _: landed.put(None))
