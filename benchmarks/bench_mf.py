@@ -161,11 +161,11 @@ def numba_sgd(
     """daskangel's SGD kernel over all the ratings in one process (the yardstick), in
     the order a task of ``clocks`` clocks an epoch visits its ratings."""
     from daskangel import config
-    from daskangel.models._core import epoch_order
-    from daskangel.models.mf._kernels import predict, sgd_block
+    from daskangel.models._core import SHUFFLE_BLOCK, epoch_order
+    from daskangel.models.mf._kernels import predict, sgd_block, sgd_blocks
     from daskangel.models.mf._params import resolved_lr, resolved_reg
     from daskangel.models.mf._parts import user_bounds
-    from daskangel.models.mf._prep import band_order, by_band, user_runs
+    from daskangel.models.mf._prep import band_blocks, by_band, user_runs
 
     lr, reg = resolved_lr("sgd", "sgd", None), resolved_reg("sgd", "explicit", None)
     users = pd.concat([train.user, test.user]) if test is not None else train.user
@@ -200,12 +200,15 @@ def numba_sgd(
         # the block order of daskangel's epochs (int32, written over the last, as a task does)
         if starts is None:
             order = epoch_order(n, [seed, e, 0], out=buf)
-        else:  # the bands in a random order, as task 0 visits them
+        else:  # the bands in a random order, each in block order, as task 0 visits them
             visit = np.random.default_rng([seed, 7933, e]).permutation(clocks)
-            band_order(starts, visit, [seed, e, 0], buf)
-            order = buf
+            blocks = band_blocks(starts, visit, [seed, e, 0])
         t, c = time.perf_counter(), time.process_time()
-        sgd_block(order, ut, it, r, P, Q, mu, lr, reg, lr, reg)
+        if starts is None:
+            sgd_block(order, ut, it, r, P, Q, mu, lr, reg, lr, reg)
+        else:
+            for b, bl in zip(visit, blocks, strict=True):
+                sgd_blocks(bl, starts[b + 1], SHUFFLE_BLOCK, ut, it, r, P, Q, mu, lr, reg, lr, reg)
         times.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
     out: dict[str, Any] = {"epoch": float(np.median(times)), "n": n, "cpu": float(np.median(cpu))}

@@ -19,10 +19,12 @@ import numpy as np
 from numba import njit
 
 __all__ = [
+    "fill_blocks",
     "grad_block",
     "group_by_slot",
     "predict",
     "sgd_block",
+    "sgd_blocks",
     "sse",
     "touched_slots",
 ]
@@ -37,6 +39,21 @@ def _residual(p, q, K, mu, rating):  # type: ignore[no-untyped-def]
     return rating - dot
 
 
+@njit(nogil=True, cache=True, fastmath=True, inline="always")
+def _sgd_step(p, q, K, mu, rating, lr, reg, lrb, regb):  # type: ignore[no-untyped-def]
+    """One rating's plain SGD step on user row ``p`` and item row ``q``; its error."""
+    e = _residual(p, q, K, mu, rating)
+    if lrb != 0.0:
+        p[K] += lrb * (e - regb * p[K])
+        q[K] += lrb * (e - regb * q[K])
+    for f in range(K):
+        pf = p[f]
+        qf = q[f]
+        p[f] = pf + lr * (e * qf - reg * pf)
+        q[f] = qf + lr * (e * pf - reg * qf)
+    return e
+
+
 @njit(nogil=True, cache=True, fastmath=True)
 def sgd_block(seq, u, slot, r, P, Q, mu, lr, reg, lrb, regb):  # type: ignore[no-untyped-def]
     """Plain SGD over ratings ``seq`` (in that order), updating ``P`` and ``Q`` in place.
@@ -47,19 +64,35 @@ def sgd_block(seq, u, slot, r, P, Q, mu, lr, reg, lrb, regb):  # type: ignore[no
     loss = 0.0
     for n in range(seq.shape[0]):
         k = seq[n]
-        p = P[u[k]]
-        q = Q[slot[k]]
-        e = _residual(p, q, K, mu, r[k])
+        e = _sgd_step(P[u[k]], Q[slot[k]], K, mu, r[k], lr, reg, lrb, regb)
         loss += e * e
-        if lrb != 0.0:
-            p[K] += lrb * (e - regb * p[K])
-            q[K] += lrb * (e - regb * q[K])
-        for f in range(K):
-            pf = p[f]
-            qf = q[f]
-            p[f] = pf + lr * (e * qf - reg * pf)
-            q[f] = qf + lr * (e * pf - reg * qf)
     return loss
+
+
+@njit(nogil=True, cache=True, fastmath=True)
+def sgd_blocks(starts, lim, block, u, slot, r, P, Q, mu, lr, reg, lrb, regb):  # type: ignore[no-untyped-def]
+    """:func:`sgd_block` over the ratings ``starts[j] .. min(starts[j] + block, lim) - 1``
+    for each ``j`` in turn: the same updates as over the order those blocks spell out
+    (:func:`~daskangel.models._core.epoch_order`), without writing and reading it."""
+    K = P.shape[1] - 1
+    loss = 0.0
+    for j in range(starts.shape[0]):
+        b1 = min(starts[j] + block, lim)
+        for k in range(starts[j], b1):
+            e = _sgd_step(P[u[k]], Q[slot[k]], K, mu, r[k], lr, reg, lrb, regb)
+            loss += e * e
+    return loss
+
+
+@njit(nogil=True, cache=True)
+def fill_blocks(starts, lim, block, out):  # type: ignore[no-untyped-def]
+    """``out[:]`` = the ratings :func:`sgd_blocks` visits, in its order."""
+    n = 0
+    for j in range(starts.shape[0]):
+        for k in range(starts[j], min(starts[j] + block, lim)):
+            out[n] = k
+            n += 1
+    return out
 
 
 @njit(nogil=True, cache=True, fastmath=True)

@@ -20,7 +20,7 @@
   a band), ``band_starts`` where each band's ratings start in that layout and
   ``band_slots`` where its slots start; a clock that trains one band touches one
   contiguous range of slots, whose item rows (a quarter of the task's at four
-  bands) stay in the core's L2 cache while it trains (:func:`band_order`);
+  bands) stay in the core's L2 cache while it trains (:func:`band_blocks`);
 * a random *group* per key, about ``pull_rows`` keys each: a clock pulls the
   item rows it needs group by group, pipelined (``get_iter``), and trains on the
   ratings of a group as soon as its rows are in.
@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._core import PREPARED, epoch_order, split_ids
+from .._core import PREPARED, SHUFFLE_BLOCK, split_ids
 from ._kernels import group_by_slot
 from ._parts import RatingsPart
 
-__all__ = ["TaskData", "band_order", "by_band", "prepare", "user_runs"]
+__all__ = ["TaskData", "band_blocks", "by_band", "prepare", "user_runs"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -123,28 +123,29 @@ def by_band(
     return np.asarray(out), np.asarray(starts, np.int64)
 
 
-def band_order(
-    starts: np.ndarray, bands: np.ndarray, seed: list[int], out: np.ndarray
-) -> np.ndarray:
-    """An epoch's order over a banded layout: band ``bands[0]``'s ratings, then
-    ``bands[1]``'s ..., each band's in blocks in a seeded random order
-    (:func:`~daskangel.models._core.epoch_order`); filled into ``out``, where the
-    returned ``n_bands + 1`` offsets say where each band of the visit starts.
+def band_blocks(
+    starts: np.ndarray, bands: np.ndarray, seed: list[int], block: int = SHUFFLE_BLOCK
+) -> list[np.ndarray]:
+    """An epoch's visit of a banded layout: band ``bands[0]``'s ratings, then
+    ``bands[1]``'s ..., each band's in blocks of ``block`` adjacent ratings in a
+    seeded random order; per band visited, the first rating of each of its blocks
+    in that order (int64).  The blocks of band ``b`` spell out
+    ``epoch_order(n_b, [*seed, b]) + starts[b]``
+    (:func:`~daskangel.models._core.epoch_order`); :func:`~._kernels.sgd_blocks`
+    trains on them directly and :func:`~._kernels.fill_blocks` writes the order.
 
     Example
     -------
-    >>> o = np.empty(5, np.int32)
-    >>> band_order(np.array([0, 2, 5]), np.array([1, 0]), [0], o).tolist(), sorted(o[:3].tolist())
-    ([0, 3, 5], [2, 3, 4])
+    >>> [b.tolist() for b in band_blocks(np.array([0, 2, 5]), np.array([1, 0]), [0], 2)]
+    [[4, 2], [0]]
     """
-    pos = np.zeros(len(bands) + 1, np.int64)
-    for j, b in enumerate(np.asarray(bands, np.int64)):
+    out = []
+    for b in np.asarray(bands, np.int64):
         s0, s1 = int(starts[b]), int(starts[b + 1])
-        seg = out[pos[j] : pos[j] + s1 - s0]
-        epoch_order(s1 - s0, [*seed, int(b)], out=seg)
-        seg += s0
-        pos[j + 1] = pos[j] + s1 - s0
-    return pos
+        nb = -(-(s1 - s0) // int(block))
+        perm = np.random.default_rng([*seed, int(b)]).permutation(nb)
+        out.append(s0 + perm.astype(np.int64) * int(block))
+    return out
 
 
 def _make(

@@ -37,11 +37,19 @@ from typing import Any
 
 import numpy as np
 
-from .._core import epoch_order
-from ._kernels import grad_block, group_by_slot, sgd_block, sse, touched_slots
+from .._core import SHUFFLE_BLOCK, epoch_order
+from ._kernels import (
+    fill_blocks,
+    grad_block,
+    group_by_slot,
+    sgd_block,
+    sgd_blocks,
+    sse,
+    touched_slots,
+)
 from ._parts import RatingsPart
 from ._plan import METRICS_WIDTH, Plan, monitor
-from ._prep import TaskData, band_order, prepare
+from ._prep import TaskData, band_blocks, prepare
 
 __all__ = ["SGDTask", "evaluate", "pull_users"]
 
@@ -139,9 +147,13 @@ class _Run:
         # item bands, one a clock (see _prep): where each clock's band starts in the
         # epoch's order, and the band of the current clock (None: no bands)
         self.banded = d.n_bands > 1 and d.n_bands == self.rounds
-        self.seg = np.zeros(0, np.int64)
         self.visit = np.zeros(0, np.int64)
+        self.blocks: list[np.ndarray] = []
         self.band: int | None = None
+        # the clock's band as its blocks' starts when the kernel walks them itself (the
+        # order is then never written out), and the band's end
+        self.lazy: np.ndarray | None = None
+        self.lim = 0
         self.mon = monitor(ctx, p, self.rounds)
         self.tm["prep"] = time.perf_counter() - t0
 
@@ -151,7 +163,7 @@ class _Run:
         With item bands a clock trains one band: band ``(perm[c] + task) mod n``
         in clock ``c`` (``perm`` the epoch's seeded permutation, the same for every
         task), so that tasks train different bands at once as in DSGD; each
-        band's ratings in a seeded block order (:func:`~._prep.band_order`).
+        band's ratings in a seeded block order (:func:`~._prep.band_blocks`).
         """
         p = self.plan
         seed = [int(p.seed) & 0xFFFFFFFF, p.epoch0 + epoch, self.part.task]
@@ -160,14 +172,23 @@ class _Run:
         nb = self.d.n_bands
         perm = np.random.default_rng([int(p.seed) & 0xFFFFFFFF, 7933, p.epoch0 + epoch])
         self.visit = (perm.permutation(nb) + self.part.task) % nb
-        self.seg = band_order(self.d.band_starts, self.visit, seed, self.order)
+        self.blocks = band_blocks(self.d.band_starts, self.visit, seed)
         return self.order
 
     def rows_of(self, order: np.ndarray, rnd: int) -> np.ndarray:
         """The training ratings of clock ``rnd`` of an epoch visiting ``order``."""
         if self.banded:
-            self.band = int(self.visit[rnd])
-            return order[self.seg[rnd] : self.seg[rnd + 1]]
+            p, d = self.plan, self.d
+            b = self.band = int(self.visit[rnd])
+            s0, s1 = int(d.band_starts[b]), int(d.band_starts[b + 1])
+            rows = order[s0:s1]  # (band b's own stretch of the buffer)
+            self.lazy, self.lim = self.blocks[rnd], s1
+            if p.optimizer != "sgd" or s1 - s0 < p.group_ratings * int(
+                d.band_slots[b + 1] - d.band_slots[b]
+            ):  # the clock goes group by group, or takes optimiser steps: write the order
+                fill_blocks(self.lazy, s1, SHUFFLE_BLOCK, rows)
+                self.lazy = None
+            return rows
         per = -(-self.d.n_train // self.rounds)
         return order[rnd * per : (rnd + 1) * per]
 
@@ -269,6 +290,13 @@ class _Run:
                     p.eps,
                 )
             )
+        if self.lazy is not None:  # the whole band, straight from its blocks
+            blocks, self.lazy = self.lazy, None
+            loss = sgd_blocks(
+                blocks, self.lim, SHUFFLE_BLOCK, d.u, d.slot, d.r, self.P, self.Q,
+                p.mu, p.lr, p.reg, p.lr_bias, p.reg_bias,
+            )  # fmt: skip
+            return float(loss)
         return float(
             sgd_block(
                 seq, d.u, d.slot, d.r, self.P, self.Q, p.mu, p.lr, p.reg, p.lr_bias, p.reg_bias
@@ -310,6 +338,9 @@ class _Run:
             pulled = time.perf_counter() - t1
             loss += self.train_group(rows)
         else:
+            if self.lazy is not None:  # (not expected: rows_of writes it for this case)
+                fill_blocks(self.lazy, self.lim, SHUFFLE_BLOCK, rows)
+                self.lazy = None
             seq, starts = group_by_slot(rows, d.slot, d.group, d.n_groups)
             gk = d.group[tk]
             by_group = tk[np.argsort(gk, kind="stable")]

@@ -192,3 +192,21 @@ def test_ssp_and_asp(client: Client, data: Any, sync: str) -> None:
         ).fit(train)
     assert mf.rmse(test) < 0.75 * bias_only_rmse(train, test)
     assert "val_rmse" in mf.history_
+
+
+def test_item_bands_learn_as_well_as_one_band(client: Client) -> None:
+    # dense enough that a clock trains >= group-ratings ratings per row of its band: the
+    # kernel then walks the band's blocks itself (sgd_blocks) instead of the order
+    from .conftest import planted_ratings, split
+
+    train, test = split(planted_ratings(n_users=400, n_items=12, density=1.0, seed=2))
+    rmse = {}
+    for on in (True, False):
+        with dask.config.set({"daskangel.models.mf.item-bands": on}):
+            mf = MatrixFactorization(n_factors=4, max_iter=15, learning_rate=0.05, **FAST)
+            mf.fit(train)
+        assert mf.history_.train_rmse.iloc[-1] < mf.history_.train_rmse.iloc[0]
+        rmse[on] = mf.rmse(test)
+        mf.close()
+    assert rmse[True] < 0.75 * bias_only_rmse(train, test)
+    assert rmse[True] == pytest.approx(rmse[False], abs=0.05)

@@ -148,8 +148,10 @@ def test_prepare_lays_each_users_ratings_out_together() -> None:
 
 
 def test_prepare_lays_the_ratings_out_band_by_band_user_by_user_inside() -> None:
+    from daskangel.models._core import epoch_order
+    from daskangel.models.mf._kernels import fill_blocks, sgd_blocks
     from daskangel.models.mf._parts import make_part
-    from daskangel.models.mf._prep import band_order, prepare
+    from daskangel.models.mf._prep import band_blocks, prepare
 
     rng = np.random.default_rng(1)
     u = rng.integers(0, 30, 800)
@@ -171,13 +173,34 @@ def test_prepare_lays_the_ratings_out_band_by_band_user_by_user_inside() -> None
         # inside a band each user's ratings stay together, in their user-run order
         ub = d.u[s0:s1]
         assert len(np.unique(ub)) == np.count_nonzero(np.diff(ub)) + 1
-    # an epoch's order: every rating once, band by band in the visiting order given
-    out = np.empty(d.n_train, np.int32)
-    seg = band_order(d.band_starts, np.array([2, 0, 1]), [5], out)
-    assert sorted(out.tolist()) == list(range(d.n_train))
-    for j, b in enumerate([2, 0, 1]):
-        part_b = out[seg[j] : seg[j + 1]]
-        assert sorted(part_b.tolist()) == list(range(d.band_starts[b], d.band_starts[b + 1]))
-    again = np.empty(d.n_train, np.int32)
-    band_order(d.band_starts, np.array([2, 0, 1]), [5], again)
-    assert np.array_equal(out, again)  # seeded
+    # an epoch's visit: every rating once, band by band in the visiting order given,
+    # each band's blocks spelling out its epoch order; the kernel walking the blocks
+    # makes exactly the updates of the kernel over the written-out order
+    blocks = band_blocks(d.band_starts, np.array([2, 0, 1]), [5], block=4)
+    assert [int(bl.shape[0]) for bl in blocks] == [
+        -(-int(d.band_starts[b + 1] - d.band_starts[b]) // 4) for b in (2, 0, 1)
+    ]
+    orders = []
+    for bl, b in zip(blocks, (2, 0, 1), strict=True):
+        o = np.empty(int(d.band_starts[b + 1] - d.band_starts[b]), np.int64)
+        fill_blocks(bl, d.band_starts[b + 1], 4, o)
+        want = epoch_order(o.shape[0], [5, b], block=4) + d.band_starts[b]
+        assert np.array_equal(o, want)
+        orders.append(o)
+    order = np.concatenate(orders)
+    assert sorted(order.tolist()) == list(range(d.n_train))
+    rng = np.random.default_rng(0)
+    P = rng.normal(0, 0.1, (30, 5)).astype(np.float32)
+    Q = rng.normal(0, 0.1, (d.keys.shape[0], 5)).astype(np.float32)
+    P2, Q2 = P.copy(), Q.copy()
+    r = np.linspace(1, 5, d.n_train).astype(np.float32)
+    a = sgd_block(order, d.u, d.slot, r, P, Q, 3.0, 0.01, 0.05, 0.01, 0.05)
+    b_ = sum(
+        sgd_blocks(bl, d.band_starts[b + 1], 4, d.u, d.slot, r, P2, Q2, 3.0, 0.01, 0.05, 0.01, 0.05)
+        for bl, b in zip(blocks, (2, 0, 1), strict=True)
+    )
+    assert a == pytest.approx(b_, rel=1e-6)
+    np.testing.assert_array_equal(P, P2)
+    np.testing.assert_array_equal(Q, Q2)
+    again = band_blocks(d.band_starts, np.array([2, 0, 1]), [5], block=4)
+    assert all(np.array_equal(x, y) for x, y in zip(blocks, again, strict=True))  # seeded
