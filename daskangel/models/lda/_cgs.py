@@ -59,7 +59,7 @@ from .._core._faults import ExitHook
 from .._core._monitor import Monitor
 from ._docs import TaskDocs, task_docs
 from ._eval import completion_sums, phi_rows
-from ._history import SweepPlan, sweep_metrics
+from ._history import SweepPlan, score_entries, sweep_metrics
 from ._recover import restore_z, write_z
 from ._sampler import init_topics, word_deltas
 from ._sweeps import Sweeper
@@ -73,7 +73,7 @@ class Plan:
 
     nwk: str  # PS array (V, K) int32
     nk: str  # PS array (1, K) int64
-    metrics: str  # PS array (sweeps + 1, METRIC_COLS) float64 (``._history``)
+    metrics: str  # PS array (sweeps + 1, METRIC_COLS + tasks) float64 (``._history``)
     model: str  # uid keying the worker-side token state
     n_words: int  # V
     n_topics: int  # K
@@ -193,7 +193,8 @@ class CGSTask:
                 assert nk_eval is not None
                 ll, n = evaluate_docs(docs, vwords, capture, nk_eval, p)
                 ev = time.perf_counter() - t1
-                met.increment(np.array([ll, n, ev]), rows=s - 1, cols=np.arange(3))
+                vals, cols = score_entries(ll, n, ev, part.index)
+                met.increment(vals, rows=s - 1, cols=cols)
             tm["eval"] += ev
             if zarr is not None and p.snap_every and ((s + 1) % p.snap_every == 0 or s == p.sweeps):
                 write_z(zarr, c, zoff)  # in the snapshot at clock s + 1 (and kept for the next fit)
@@ -212,9 +213,8 @@ class CGSTask:
             ctx.flush()
             rows = np.asarray(nwk.get(rows=c.keys[vkeys]))
             ll, n = evaluate_docs(docs, vwords, rows, _nk_now(nka), p)
-            met.increment(
-                np.array([ll, n, time.perf_counter() - t0]), rows=p.sweeps, cols=np.arange(3)
-            )
+            vals, cols = score_entries(ll, n, time.perf_counter() - t0, part.index)
+            met.increment(vals, rows=p.sweeps, cols=cols)
         return {
             "tokens": c.n_tokens, "docs": docs.n_train_docs, "sampled": sw.sampled, "timings": tm
         }  # fmt: skip

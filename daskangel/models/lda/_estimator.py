@@ -40,7 +40,7 @@ from .._core import Prepared, PSEstimator, as_unlabelled
 from ._apply import score_of, theta_of
 from ._cgs import CGSTask, Plan
 from ._docs import forget
-from ._history import METRIC_COLS, sweep_records
+from ._history import metric_cols, settle, sweep_records
 from ._params import (
     check_params,
     dense_sampler,
@@ -309,7 +309,7 @@ class LDA(TransformerMixin, PSEstimator):
             self._record(res, rows, sweeps, sweep0, sp.rounds)
             return self._done(sweep0, sweeps, res)
         met = ps.zeros(f"{self._arrays['nwk']}.metrics-{uuid.uuid4().hex[:6]}",
-                       (sweeps + 1, METRIC_COLS), "float64")  # fmt: skip
+                       (sweeps + 1, metric_cols(len(ds.partitions))), "float64")  # fmt: skip
         plan = Plan(
             nwk=self._arrays["nwk"], nk=self._arrays["nk"], metrics=met.name, model=self._uid,
             n_words=V, n_topics=K, alpha=alpha, beta=beta, mh_steps=int(self.mh_steps),
@@ -326,7 +326,7 @@ class LDA(TransformerMixin, PSEstimator):
                 sync=as_sync(self.sync), epochs=sweeps + 1, progress=self.progress,
                 unit="sweep",
             )  # fmt: skip
-            rows = np.asarray(ps.get_array(met.name).get())  # (a resume may remake it)
+            rows = settle(np.asarray(ps.get_array(met.name).get()))  # (a resume may remake it)
         finally:
             with contextlib.suppress(Exception):
                 ps.drop(met.name)

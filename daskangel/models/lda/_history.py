@@ -16,6 +16,7 @@ Example
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -23,11 +24,47 @@ import numpy as np
 
 from .._core import RowsPlan
 
-__all__ = ["SweepPlan", "sweep_metrics", "sweep_records"]
+__all__ = ["SweepPlan", "metric_cols", "score_entries", "settle", "sweep_metrics", "sweep_records"]
 
 # a CGS metrics row: [held-out LL sum, tokens scored, eval seconds, tokens sampled,
 # sampling seconds summed over the tasks]; row i: the model after i sweeps
 METRIC_COLS = 5
+
+
+def metric_cols(n_tasks: int) -> int:
+    """Columns of a fit's metrics array: :data:`METRIC_COLS`, then one held-out LL
+    sum per task (task ``i``'s alone in column ``METRIC_COLS + i``)."""
+    return METRIC_COLS + n_tasks
+
+
+def score_entries(ll: float, n: int, seconds: float, task: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, cols)`` of one task's held-out sums for a metrics row.
+
+    Column 0 sums every task's log-likelihood as pushes land, and float addition
+    is not associative: with more than two tasks the order the pushes arrive in
+    changed the last bit of a BSP fit's score (1 run in ~8).  So each task's sum
+    also goes to its own column, where it is alone, and :func:`settle` adds those
+    in task order.
+
+    >>> score_entries(-7.5, 3, 0.1, 1)[1].tolist()
+    [0, 1, 2, 6]
+    """
+    vals = np.array([ll, float(n), seconds, ll])
+    return vals, np.array([0, 1, 2, METRIC_COLS + task])
+
+
+def settle(rows: np.ndarray) -> np.ndarray:
+    """The metrics rows with column 0 the tasks' own log-likelihood sums added in
+    task order (exactly rounded: the same whatever order the pushes landed in).
+
+    >>> r = np.zeros((1, 8)); r[0, 5:] = [0.1, 0.2, 0.3]; r[0, 0] = 0.1 + 0.2 + 0.3
+    >>> float(settle(r)[0, 0])
+    0.6
+    """
+    rows = np.array(rows, np.float64)
+    if rows.shape[1] > METRIC_COLS:
+        rows[:, 0] = [math.fsum(r) for r in rows[:, METRIC_COLS:]]
+    return rows
 
 
 # what :class:`.._core.Monitor` reads of a CGS fit (its rows are sweeps, one clock each;

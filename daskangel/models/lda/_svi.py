@@ -44,7 +44,7 @@ import numpy as np
 from .._core._monitor import Monitor
 from ._docs import STATES, _lock, _mask, _take, fingerprint
 from ._eval import completion_sums
-from ._history import SweepPlan, sweep_metrics
+from ._history import SweepPlan, score_entries, sweep_metrics
 from ._vb import batch_words, estep, expected_log_rows, sgd_update
 
 __all__ = ["SVIDocs", "SVIPlan", "SVITask", "log_scales", "prepare_svi"]
@@ -56,7 +56,7 @@ class SVIPlan:
 
     lam: str  # PS array (V, K) float64: mu
     lamsum: str  # PS array (1, K) float64: musum
-    metrics: str  # PS array (passes + 1, METRIC_COLS) float64 (``._history``)
+    metrics: str  # PS array (passes + 1, METRIC_COLS + tasks) float64 (``._history``)
     model: str  # uid keying the worker-side state
     n_words: int
     n_topics: int
@@ -222,7 +222,8 @@ class SVITask:
             if evaluate:
                 ll, n = _score(docs, vrows, vslot, mu, musum, logs[ps_i * n_b], p)
                 ev = time.perf_counter() - t1
-                met.increment(np.array([ll, n, ev]), rows=ps_i, cols=np.arange(3))
+                vals, cols = score_entries(ll, n, ev, part.index)
+                met.increment(vals, rows=ps_i, cols=cols)
                 tm["eval"] += ev
             t1 = time.perf_counter()
             for j, bw in zip(steps, bws, strict=True):
@@ -256,9 +257,8 @@ class SVITask:
             mu[vrows] = np.asarray(lam.get(rows=docs.keys[vrows]), np.float64)
             musum = np.asarray(lsum.get(rows=0), np.float64).reshape(K)
             ll, n = _score(docs, vrows, vslot, mu, musum, logs[-1], p)
-            met.increment(
-                np.array([ll, n, time.perf_counter() - t0]), rows=p.passes, cols=np.arange(3)
-            )
+            vals, cols = score_entries(ll, n, time.perf_counter() - t0, part.index)
+            met.increment(vals, rows=p.passes, cols=cols)
         return {"tokens": docs.n_tokens, "docs": docs.n_docs, "estep_iters": e_iters,
                 "timings": tm}  # fmt: skip
 

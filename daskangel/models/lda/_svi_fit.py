@@ -30,7 +30,7 @@ from ...errors import InvalidArgumentError
 from ...ops import Scale, Sum
 from ...scheduler._clock_rule import as_sync
 from ...train import train
-from ._history import METRIC_COLS
+from ._history import metric_cols, settle
 from ._params import evaluate_every
 from ._svi import SVIPlan, SVITask, prepare_svi
 
@@ -104,7 +104,7 @@ def run_svi(est: Any, ps: Any, ds: Any, V: int, K: int, alpha: float, eta: float
         float(est.learning_offset), float(est.learning_decay),
     )  # fmt: skip
     met = ps.zeros(f"{est._arrays['lam']}.metrics-{uuid.uuid4().hex[:6]}",
-                   (passes + 1, METRIC_COLS), "float64")  # fmt: skip
+                   (passes + 1, metric_cols(len(ds.partitions))), "float64")  # fmt: skip
     plan = SVIPlan(
         lam=est._arrays["lam"], lamsum=est._arrays["lamsum"], metrics=met.name, model=est._uid,
         n_words=V, n_topics=K, alpha=alpha, eta=eta, seed=seed, passes=passes, pass0=pass0,
@@ -121,7 +121,7 @@ def run_svi(est: Any, ps: Any, ds: Any, V: int, K: int, alpha: float, eta: float
             sync=as_sync(est.sync), epochs=passes * plan.rounds + 1, progress=est.progress,
             unit="pass", clocks_per_unit=plan.rounds,
         )  # fmt: skip
-        rows = np.asarray(met.get())
+        rows = settle(np.asarray(met.get()))
     finally:
         with contextlib.suppress(Exception):
             ps.drop(met.name)
