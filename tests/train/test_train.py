@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import dask
@@ -206,12 +207,19 @@ def test_job_barrier_spans_every_group(ps):
 
 
 def _busy_step(ctx, part):
-    """Real work every clock (a few matrix products), then one increment of the
-    task's own row."""
+    """Real work every clock, then one increment of the task's own row.
+
+    A clock's work is 40 ms of this thread's CPU (matrix products until
+    ``time.thread_time`` has moved that much), longer than the throttle's 120 ms
+    cycle is stopped for only in part: every clock of the throttled task then takes
+    ~4x the others' wall time, whatever the machine's load.  A fixed few-ms of work
+    (as before) could fall inside a 30 ms running window and not be slowed at all,
+    and under load the task was sometimes never flagged."""
     w = ctx.array("w_slow")
     a = np.random.default_rng(ctx.task_id).normal(size=(128, 128))
     for _ in ctx.epochs():
-        for _ in range(8):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.04:
             a = np.tanh(a @ a.T / 128.0)
         w.increment(np.ones((1, 4), "int64"), rows=[ctx.task_id])
         ctx.clock()
