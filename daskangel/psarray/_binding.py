@@ -77,9 +77,13 @@ class Binding:
         return pooled(self._scratch, shape, dtype)
 
     def result(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        """An uninitialised array for a result handed to the caller, in a buffer
-        reused once nothing refers to it any more (``daskangel.client.result-pool-bytes``
-        in all, then new arrays): its pages are already faulted in."""
+        """An uninitialised array for a result handed to the caller: when at least
+        ``daskangel.client.result-pool-min-bytes``, in a buffer reused once nothing
+        refers to it any more (``daskangel.client.result-pool-bytes`` in all, then
+        new arrays), whose pages are already faulted in."""
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if n < config.get_bytes("daskangel.client.result-pool-min-bytes"):
+            return np.empty(shape, dtype)  # malloc's heap: no fresh pages to fault in
         if self._results is None:
             self._results = ReceivePool(config.get_bytes("daskangel.client.result-pool-bytes"))
         return pooled(self._results, shape, dtype)
