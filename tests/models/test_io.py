@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import pickle
+import threading
 from pathlib import Path
 
 import dask.array as da
@@ -17,6 +19,7 @@ from sklearn.datasets import dump_svmlight_file
 
 import daskangel as angel
 from daskangel import models
+from daskangel.models._core import _estimator as _core_estimator
 
 from .conftest import planted
 
@@ -160,3 +163,54 @@ def test_load_refuses_a_class_that_is_not_a_daskangel_estimator(tmp_path: Path, 
     with pytest.raises(angel.errors.SnapshotError, match="daskangel"):
         models.load(str(tmp_path / "m"))
     assert not sentinel.exists()
+
+
+class _Marker:
+    """Queued after a context: the closer thread reached it, so it handled the context."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.client = self
+
+    status = "running"
+
+    def close(self) -> None:
+        self.reached.set()
+
+
+@pytest.mark.timeout(60)
+def test_a_collected_models_context_is_closed_without_a_thread_started_in_gc(
+    client: Client,
+) -> None:
+    """A model fitted without ``ps=`` keeps a context of its own; once the model is
+    garbage-collected the finalizer only queues the context and the long-lived closer
+    thread closes it.  The finalizer starts no thread: CPython 3.11 may run GC inside
+    ``sys._current_frames()`` (Dask's profiler, on the event loop) while holding the
+    thread-list lock, and a thread started there never starts (the suite once hung in
+    a GBDT fit with the loop blocked in ``Thread.start``)."""
+    X, y, _ = planted(n=400)
+    clf = models.LogisticRegression(max_iter=2, early_stopping=False).fit(X, y)
+    ps = clf._ps
+    assert not ps.closed
+    started: list[threading.Thread] = []
+    real_start = threading.Thread.start
+    here = threading.current_thread()
+
+    def spy(self: threading.Thread) -> None:  # records a thread this GC run starts
+        if threading.current_thread() is here:
+            started.append(self)
+        real_start(self)
+
+    threading.Thread.start = spy  # type: ignore[method-assign]
+    try:
+        del clf
+        gc.collect()
+    finally:
+        threading.Thread.start = real_start  # type: ignore[method-assign]
+    assert started == [], started
+    marker = _Marker()
+    _core_estimator._to_close.put(marker)  # type: ignore[arg-type]
+    assert marker.reached.wait(30)
+    assert ps.closed

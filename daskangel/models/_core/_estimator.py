@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import weakref
 from collections.abc import Callable
@@ -50,16 +51,41 @@ logger = logging.getLogger(__name__)
 __all__ = ["PSEstimator"]
 
 
-def _close(ps: PSContext) -> None:
-    """Free a garbage-collected model's context (from a thread: GC may run on the loop)."""
-    if ps.closed or getattr(ps.client, "status", None) != "running":
-        return
+# contexts of garbage-collected models, closed by one long-lived thread
+_to_close: queue.SimpleQueue[PSContext] = queue.SimpleQueue()
+_closer: list[threading.Thread] = []  # the closer thread, once started
+_closer_lock = threading.Lock()
 
-    def run() -> None:
+
+def _close_loop() -> None:
+    while True:
+        ps = _to_close.get()
         with contextlib.suppress(Exception):
-            ps.close()
+            if not ps.closed and getattr(ps.client, "status", None) == "running":
+                ps.close()
+        del ps
 
-    threading.Thread(target=run, name="daskangel-model-close", daemon=True).start()
+
+def _start_closer() -> None:
+    """Start the closer thread, from ordinary code (when a model makes its context).
+
+    Never from the finalizer: GC can run inside ``sys._current_frames()`` (Dask's
+    profiler calls it on the event loop) while CPython 3.11 holds the thread-list
+    lock, and a thread started there waits forever for that lock (the suite hung in a
+    GBDT fit: the loop thread blocked in ``Thread.start`` under ``_current_frames``).
+    """
+    with _closer_lock:
+        if not _closer or not _closer[0].is_alive():
+            t = threading.Thread(target=_close_loop, name="daskangel-model-close", daemon=True)
+            t.start()
+            _closer[:] = [t]
+
+
+def _close(ps: PSContext) -> None:
+    """Free a garbage-collected model's context: queued for the closer thread
+    (``SimpleQueue.put`` is safe in a finalizer; GC may run on the event loop)."""
+    if not ps.closed:
+        _to_close.put(ps)
 
 
 _seceded = threading.local()  # .key: the task this thread has seceded for
@@ -145,6 +171,7 @@ class PSEstimator(BaseEstimator):
             self._ps = self.ps
         else:
             self._ps = PSContext(client, close_with_client=True, **self._context_options())
+            _start_closer()
             self._ps_finalizer = weakref.finalize(self, _close, self._ps)
         self._arrays = None
         return self._ps
