@@ -298,11 +298,18 @@ class ArrayRegistry:
         Workers without the PS plugin, or leaving, are skipped."""
         if not names or not self.scheduler.workers:
             return
+        if getattr(self.scheduler.status, "name", "running") != "running":
+            return  # the scheduler is closing: the workers go with their caches
+
+        async def send(addr: str) -> None:
+            # not Scheduler.broadcast: it logs an ERROR for every worker it cannot
+            # reach, even with on_error="ignore", which a clean shutdown hit
+            with contextlib.suppress(Exception):
+                await self.scheduler.rpc(addr=addr).daskangel_forget(names=names)
+
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
-                self.scheduler.broadcast(
-                    msg={"op": "daskangel_forget", "names": names}, on_error="ignore"
-                ),
+                asyncio.gather(*(send(a) for a in list(self.scheduler.workers))),
                 config.get_seconds("daskangel.context.start-timeout"),
             )
 
