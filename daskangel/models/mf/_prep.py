@@ -137,7 +137,7 @@ def band_blocks(
     Example
     -------
     >>> [b.tolist() for b in band_blocks(np.array([0, 2, 5]), np.array([1, 0]), [0], 2)]
-    [[4, 2], [0]]
+    [[2, 4], [0]]
     """
     out = []
     for b in np.asarray(bands, np.int64):
