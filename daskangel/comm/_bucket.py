@@ -17,6 +17,7 @@ Example
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 
@@ -61,7 +62,11 @@ class CommStats:
         self.early_units = 0
         self.boundary_units = 0
         self.short_clocks = 0  # clock boundaries that needed more than the budget
+        # [(time, nbytes)] of the last window's pushes, and their sum; recorded by the
+        # pushing thread while a task's clock() reads the rate: under the lock
         self._recent: deque[tuple[float, int]] = deque()
+        self._recent_bytes = 0
+        self._lock = threading.Lock()
 
     def record(self, nbytes: int, units: int, early: bool, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -71,15 +76,18 @@ class CommStats:
         else:
             self.boundary += nbytes
             self.boundary_units += units
-        self._recent.append((now, nbytes))
-        self._trim(now)
+        with self._lock:
+            self._recent.append((now, nbytes))
+            self._recent_bytes += nbytes
+            self._trim(now)
 
-    def _trim(self, now: float) -> None:
+    def _trim(self, now: float) -> None:  # under self._lock
         while self._recent and self._recent[0][0] < now - self.window:
-            self._recent.popleft()
+            self._recent_bytes -= self._recent.popleft()[1]
 
     def rate(self, now: float | None = None) -> float:
         """Bytes per second pushed over the last ``window`` seconds."""
         now = time.monotonic() if now is None else now
-        self._trim(now)
-        return sum(n for _, n in self._recent) / self.window
+        with self._lock:
+            self._trim(now)
+            return self._recent_bytes / self.window
