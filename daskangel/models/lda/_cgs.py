@@ -61,8 +61,8 @@ from ._docs import TaskDocs, task_docs
 from ._eval import completion_sums, phi_rows
 from ._history import SweepPlan, score_entries, sweep_metrics
 from ._recover import restore_z, write_z
-from ._sampler import init_topics, word_deltas
 from ._sweeps import Sweeper
+from ._warp import init_counts
 
 __all__ = ["CGSTask", "Plan", "evaluate_docs"]
 
@@ -80,7 +80,7 @@ class Plan:
     alpha: float
     beta: float
     mh_steps: int
-    dense: bool  # the exact conditional over all topics (``._dense``), else the MH chain
+    sampler: str  # "dense" (``._dense``), "mh" (``._sampler``) or "warp" (``._warp``)
     seed: int
     sweeps: int  # sweeps of this fit
     sweep0: int  # sweeps done before (partial_fit): the random streams continue
@@ -145,13 +145,8 @@ class CGSTask:
             restore_z(ctx, zarr, c, zoff, K, "rollback" if resumed else p.recovery)
         elif ctx.iteration == 0 and (c.z is None or restart):
             c.z = np.empty(c.n_tokens, np.int32)
-            c.zps = None
-            c.ndk = np.zeros((c.n_docs, K), np.int32)
-            counts = init_topics(c.z, c.tdoc, c.wptr, c.ndk, K, p.seed + 1000 * part.index)
-            ri, ci, vi = word_deltas(c.keys, counts, K)
-            if ri.size:
-                nwk.increment(sp.coo_matrix((vi, (ri, ci)), shape=(V, K)))
-            nka.increment(counts.sum(axis=0, dtype=np.int64), rows=0)
+            c.zps = c.ndk = c.warp = None
+            _init_counts(c, nwk, nka, V, K, p.seed + 1000 * part.index)
         if ctx.iteration == 0:
             if zarr is not None:
                 write_z(zarr, c, zoff)
@@ -218,6 +213,21 @@ class CGSTask:
         return {
             "tokens": c.n_tokens, "docs": docs.n_train_docs, "sampled": sw.sampled, "timings": tm
         }  # fmt: skip
+
+
+def _init_counts(c: Any, nwk: Any, nka: Any, V: int, K: int, seed: int) -> None:
+    """Uniform random topics for every token, their counts pushed a slice of words at a
+    time (sparse entries: no ``(words, K)`` matrix at once)."""
+    nk = np.zeros(K, np.int64)
+    nw = c.keys.shape[0]
+    step = max(1, (1 << 22) // max(K, 1))
+    for w0 in range(0, nw, step):
+        keys, vals = init_counts(c.z, c.wptr, K, seed, w0, min(nw, w0 + step), c.keys)
+        if keys.size:
+            r, col = np.divmod(keys, K)
+            nwk.increment(sp.coo_matrix((vals, (r, col)), shape=(V, K)))
+            nk += np.bincount(col, weights=vals, minlength=K).astype(np.int64)
+    nka.increment(nk, rows=0)
 
 
 def _nk_now(nka: Any) -> np.ndarray:

@@ -24,6 +24,7 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -52,7 +53,7 @@ def check_counts(data: np.ndarray, where: str = "X") -> None:
 
 
 @njit(nogil=True, cache=True)
-def _layout(indptr, indices, counts, keys, n_tokens):  # type: ignore[no-untyped-def]
+def _layout(indptr, indices, counts, keys, n_tokens, dtok):  # type: ignore[no-untyped-def]
     nd = indptr.shape[0] - 1
     nw = keys.shape[0]
     wptr = np.zeros(nw + 1, np.int64)
@@ -64,7 +65,6 @@ def _layout(indptr, indices, counts, keys, n_tokens):  # type: ignore[no-untyped
     fill = wptr[:-1].copy()
     tdoc = np.empty(n_tokens, np.int32)
     dptr = np.zeros(nd + 1, np.int64)
-    dtok = np.empty(n_tokens, np.int64)
     for d in range(nd):
         o = dptr[d]
         for e in range(indptr[d], indptr[d + 1]):
@@ -76,7 +76,7 @@ def _layout(indptr, indices, counts, keys, n_tokens):  # type: ignore[no-untyped
                 dtok[o] = t
                 o += 1
         dptr[d + 1] = o
-    return wptr, tdoc, dptr, dtok
+    return wptr, tdoc, dptr
 
 
 @dataclass
@@ -87,9 +87,11 @@ class Corpus:
     wptr: np.ndarray  # (n_words + 1,) int64
     tdoc: np.ndarray  # (n_tokens,) int32 local document of each word-major token
     dptr: np.ndarray  # (n_docs + 1,) int64
-    dtok: np.ndarray  # (n_tokens,) int64 word-major position of each doc-major token
+    dtok: np.ndarray  # (n_tokens,) int32 (int64 past 2**31 tokens) word-major position
+    # of each doc-major token
     z: np.ndarray | None = None  # (n_tokens,) int32 topics, once initialised
-    ndk: np.ndarray | None = None  # (n_docs, K) int32
+    ndk: np.ndarray | None = None  # (n_docs, K) int32 (dense / mh samplers; made on demand)
+    warp: Any = None  # ``._warp.WarpState`` (the warp sampler; made on demand)
     zps: np.ndarray | None = None  # z as last written to the PS (snapshots, ``._recover``)
     job: str | None = None  # the training job that last ran on these tokens
 
@@ -104,7 +106,8 @@ class Corpus:
     @property
     def nbytes(self) -> int:
         arrays = [self.keys, self.wptr, self.tdoc, self.dptr, self.dtok, self.z, self.ndk]
-        return sum(a.nbytes for a in arrays if a is not None)
+        extra = self.warp.nbytes if self.warp is not None else 0
+        return sum(a.nbytes for a in arrays if a is not None) + extra
 
     @classmethod
     def build(
@@ -136,8 +139,14 @@ class Corpus:
         if extra_keys is not None and extra_keys.size:
             keys = np.union1d(keys, np.asarray(extra_keys, np.int64))
         n_tokens = int(counts.sum())
-        wptr, tdoc, dptr, dtok = _layout(
-            np.asarray(indptr, np.int64), np.asarray(indices, np.int64), counts, keys, n_tokens
+        dtok = np.empty(n_tokens, np.int32 if n_tokens < 2**31 else np.int64)
+        wptr, tdoc, dptr = _layout(
+            np.asarray(indptr, np.int64),
+            np.asarray(indices, np.int64),
+            counts,
+            keys,
+            n_tokens,
+            dtok,
         )
         return cls(keys, wptr, tdoc, dptr, dtok)
 

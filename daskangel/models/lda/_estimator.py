@@ -43,10 +43,10 @@ from ._docs import forget
 from ._history import metric_cols, settle, sweep_records
 from ._params import (
     check_params,
-    dense_sampler,
     evaluate_every,
     layout,
     priors,
+    sampler_kind,
     validate_dataset,
 )
 from ._recover import make_z, resume_clock_of, token_offsets
@@ -92,11 +92,14 @@ class LDA(TransformerMixin, PSEstimator):
         ``'cgs'``: ``'dense'`` draws each token from the exact conditional over
         all topics (``K`` multiply-adds a token: the fastest for a few dozen
         topics); ``'mh'`` runs LightLDA's Metropolis-Hastings chain with alias
-        proposals (cost per token independent of ``K``); ``'auto'``: ``'dense'``
-        while ``n_topics <= daskangel.lda.dense-max-topics``, else ``'mh'``.
+        proposals (cost per token independent of ``K``); ``'warp'`` runs
+        WarpLDA's cache-friendly form of that chain (a doc phase and a word
+        phase a sweep, delayed count updates, O(1) a token: the fastest for
+        hundreds of topics, :mod:`._warp`); ``'auto'``: ``'dense'`` while
+        ``n_topics <= daskangel.lda.dense-max-topics``, else ``'warp'``.
     mh_steps
-        ``sampler='mh'``: Metropolis-Hastings rounds (a doc and a word proposal
-        each) per token.
+        ``sampler='mh'`` / ``'warp'``: Metropolis-Hastings rounds (a doc and a
+        word proposal each) per token.
     n_tasks
         Training tasks (default: one per worker thread).
     batch_size, average_every
@@ -313,7 +316,7 @@ class LDA(TransformerMixin, PSEstimator):
         plan = Plan(
             nwk=self._arrays["nwk"], nk=self._arrays["nk"], metrics=met.name, model=self._uid,
             n_words=V, n_topics=K, alpha=alpha, beta=beta, mh_steps=int(self.mh_steps),
-            dense=dense_sampler(self),
+            sampler=sampler_kind(self),
             seed=self._seed(), sweeps=sweeps, sweep0=sweep0,
             val_fraction=float(self.validation_fraction),
             evaluate_every=evaluate_every(self),

@@ -24,16 +24,16 @@ __all__ = [
     "PARALLELISMS",
     "SAMPLERS",
     "SOLVERS",
-    "dense_sampler",
-    "evaluate_every",
     "check_params",
+    "evaluate_every",
     "layout",
     "priors",
+    "sampler_kind",
     "validate_dataset",
 ]
 
 SOLVERS = ("cgs", "ma-svi")
-SAMPLERS = ("auto", "dense", "mh")
+SAMPLERS = ("auto", "dense", "mh", "warp")
 PARALLELISMS = ("data", "model", "hybrid")
 
 
@@ -93,14 +93,15 @@ def evaluate_every(est: Any) -> int:
     return int(est.evaluate_every)
 
 
-def dense_sampler(est: Any) -> bool:
-    """Does CGS sample the exact conditional over all topics (``sampler``; ``'auto'``:
-    while ``n_topics <= daskangel.lda.dense-max-topics``)?"""
+def sampler_kind(est: Any) -> str:
+    """The CGS sampler a fit runs: ``sampler``, or for ``'auto'`` the exact conditional
+    (``'dense'``) while ``n_topics <= daskangel.lda.dense-max-topics``, else ``'warp'``."""
     if est.sampler == "auto":
         from ... import config
 
-        return int(est.n_topics) <= int(config.get("daskangel.lda.dense-max-topics"))
-    return bool(est.sampler == "dense")
+        small = int(est.n_topics) <= int(config.get("daskangel.lda.dense-max-topics"))
+        return "dense" if small else "warp"
+    return str(est.sampler)
 
 
 def _real(name: str, v: Any, lo: float, hi: float, lo_open: bool = True) -> None:

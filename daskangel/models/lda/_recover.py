@@ -112,4 +112,5 @@ def restore_z(ctx: Any, zarr: Any, c: Any, offset: int, K: int, recovery: str) -
         )
     c.z = z
     c.zps = z.copy()
-    c.ndk = doc_topic(c.tdoc, z, c.n_docs, K)
+    c.ndk = None  # the sampler's state, rebuilt from z on demand (``._sweeps``)
+    c.warp = None

@@ -35,7 +35,9 @@ import scipy.sparse as sp
 
 from ... import config
 from ._dense import sample_dense
+from ._recover import doc_topic
 from ._sampler import build_alias, sample_words, word_deltas
+from ._warp import WarpState, doc_phase, sparse_deltas, word_phase
 
 __all__ = ["Sweeper"]
 
@@ -57,11 +59,32 @@ class Sweeper:
         self.dprob, self.dalias = np.empty(K), np.empty(K, np.int32)
         self.sampled = 0
         self.batch = int(config.get("daskangel.lda.row-batch"))
+        self._dbuf = np.empty((0, K), np.int32)
 
     def _alias(self, nk0: np.ndarray) -> float:
         p = self.p
+        if p.sampler != "mh":
+            return 0.0
         w = p.beta / (np.maximum(nk0, 0) + p.n_words * p.beta)
         return float(build_alias(w, p.n_topics, self.dprob, self.dalias))
+
+    def _prepare(self, nk: np.ndarray, s: int) -> None:
+        """The sampler's per-token state (made on demand: a fit's first sweep, after a
+        restore) and, for ``'warp'``, the sweep's doc phase (``nk`` updated)."""
+        p, c = self.p, self.c
+        K = p.n_topics
+        if p.sampler != "warp":
+            if c.ndk is None:
+                c.ndk = doc_topic(c.tdoc, c.z, c.n_docs, K)
+            return
+        c.ndk = None  # not used: the doc phase counts a document's topics as it goes
+        if c.warp is None or not c.warp.fits(c.z, K, p.mh_steps):
+            c.warp = WarpState.start(c.z, K, p.mh_steps)
+        ts = time.perf_counter()
+        w = c.warp
+        doc_phase(w.z, w.prop, c.dptr, c.dtok, nk, p.alpha, p.beta, p.n_words * p.beta,
+                  p.seed, p.sweep0 + s)  # fmt: skip
+        self.tm["sample"] += time.perf_counter() - ts
 
     def _sample(
         self, local: np.ndarray, vals: np.ndarray, nk: np.ndarray, nk0: np.ndarray,
@@ -69,10 +92,19 @@ class Sweeper:
     ) -> np.ndarray:  # fmt: skip
         """Resample the tokens of the words ``local`` (rows ``vals``); their count changes."""
         p, c = self.p, self.c
-        delta = np.empty_like(vals)
+        n = vals.shape[0]
+        if self._dbuf.shape[0] < n:  # one buffer for every batch (no page faults a batch)
+            self._dbuf = np.empty((n, p.n_topics), np.int32)
+        delta = self._dbuf[:n]
         ts = time.perf_counter()
         vb = p.n_words * p.beta
-        if p.dense:
+        if p.sampler == "warp":
+            w = c.warp
+            self.sampled += word_phase(
+                local, vals, nk, w.z, w.zpush, w.prop, c.wptr, p.beta, vb, p.seed,
+                p.sweep0 + s, delta,
+            )  # fmt: skip
+        elif p.sampler == "dense":
             self.sampled += sample_dense(
                 local, vals, nk, c.z, c.tdoc, c.wptr, c.ndk, p.alpha, p.beta, vb,
                 p.seed, p.sweep0 + s, delta,
@@ -101,6 +133,7 @@ class Sweeper:
             tm["rows"] += time.perf_counter() - tq
             rows = full[c.keys]
             nk = nk0.copy()
+            self._prepare(nk, s)
             delta = self._sample(np.arange(c.keys.shape[0]), rows, nk, nk0, self._alias(nk0), s)
             if due:
                 capture = rows[self.vkeys]
@@ -112,6 +145,7 @@ class Sweeper:
             nk0 = np.asarray(nka.get(rows=0), np.int64)
             tm["nk"] += time.perf_counter() - tq
             nk = nk0.copy()
+            self._prepare(nk, s)
             dtot = self._alias(nk0)
             if due:
                 capture = np.zeros((self.vkeys.shape[0], K), np.int32)
@@ -123,16 +157,22 @@ class Sweeper:
                     sl = self.slot[local]
                     m = sl >= 0
                     capture[sl[m]] = vals[m]
-                parts.append(word_deltas(rb, self._sample(local, vals, nk, nk0, dtot, s), K))
+                # held compact (12 bytes an entry) until every task has read the sweep
+                parts.append(sparse_deltas(rb, self._sample(local, vals, nk, nk0, dtot, s), K))
             barrier = ctx.job_barrier(s, wait=False)
             tm["rows"] += time.perf_counter() - tq - (tm["sample"] - s0)  # net of sampling
             t1 = time.perf_counter()
-            ri, ci, vi = (np.concatenate([q[i] for q in parts]) for i in range(3))
-            update = sp.coo_matrix((vi, (ri, ci)), shape=(V, K)) if ri.size else None
+            update = parts
         tb = time.perf_counter()
         barrier.wait()
         tm["barrier"] += time.perf_counter() - tb
-        if update is not None:
+        if isinstance(update, list):  # the batches' entries, in row order (no re-sort)
+            while update:
+                keys, vals = update.pop(0)
+                if keys.size:
+                    r, col = np.divmod(keys, K)
+                    nwk.increment(sp.coo_matrix((vals, (r, col)), shape=(V, K)))
+        else:
             nwk.increment(update)
         self.hook.at(ctx, s)  # the test hook: die with the rows pushed, n_k not
         nka.increment(nk - nk0, rows=0)
@@ -163,6 +203,8 @@ class Sweeper:
             nk = nk0.copy()
             if nk_eval is None:
                 nk_eval = nk0
+            if r == 0:
+                self._prepare(nk, s)  # warp: n_k pushed per round is exact by the clock
             dtot = self._alias(nk0)
             words = c.keys[bounds[sl_id] : bounds[sl_id + 1]]
             for rb, vals in rows_src.get_iter(rows=words, batch=self.batch, ordered=True):

@@ -35,7 +35,8 @@ def _arm(sweep: int, marker: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_worker_killed_mid_fit_keeps_counts_exact(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sampler", ["auto", "warp"])
+def test_worker_killed_mid_fit_keeps_counts_exact(tmp_path: Path, sampler: str) -> None:
     X, _ = planted_corpus(n_docs=120, doc_len=40, seed=3)
     with (
         dask.config.set(FAST),
@@ -44,7 +45,7 @@ def test_worker_killed_mid_fit_keeps_counts_exact(tmp_path: Path) -> None:
     ):
         m = LDA(n_topics=4, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=6,
                 snapshot=str(tmp_path / "snap"), snapshot_every=2, n_tasks=2, random_state=0,
-                evaluate_every=0, progress=False)  # fmt: skip
+                evaluate_every=0, sampler=sampler, progress=False)  # fmt: skip
         # the first task to reach sweep 5 pushes part of it and kills its worker: the
         # counts then hold half a sweep of its changes and its assignments are gone
         marker = tmp_path / "killed"
@@ -69,7 +70,8 @@ def test_worker_killed_mid_fit_keeps_counts_exact(tmp_path: Path) -> None:
         clocks = {v: _clock(v) for v in versions}  # an unfinished version: None
         start, at4 = max((c, v) for v, c in clocks.items() if c in (2, 4))
         got = LDA(n_topics=4, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=6,
-                  n_tasks=2, random_state=0, evaluate_every=0, progress=False)  # fmt: skip
+                  n_tasks=2, random_state=0, evaluate_every=0, sampler=sampler,
+                  progress=False)  # fmt: skip
         got.fit(X, resume=at4)
         assert int(got.train_result_.history.clock.min()) == start
         nwk = np.asarray(got._ps.get_array(got._arrays["nwk"]).get())
