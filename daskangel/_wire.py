@@ -19,6 +19,7 @@ Example
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -156,46 +157,88 @@ def check_wire_config() -> None:
     """Read every ``daskangel.client`` key a call's framing uses, raising on a bad
     value.  Callers run it before sending any part of a request: otherwise the
     first server's message could fail on the value while the others were sent."""
-    for key in ("inline-array-bytes", "align-bytes", "follow-bytes"):
+    for key in ("inline-array-bytes", "align-bytes", "follow-bytes", "follow-pack-bytes"):
         config.get_bytes(f"daskangel.client.{key}")
 
 
 # the fields of an update's parts that may carry its bulk
 _BULK = ("values", "packed", "coo_rows", "coo_cols", "csr_rows", "csr_len", "csr_cols")
+_ALIGN = 64  # each array of a packed follow frame starts on a cache line
 
 
-def split_follow(op: str, kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """An update's kwargs without its bulk arrays, and those arrays.
+def split_follow(
+    op: str, kwargs: dict[str, Any], alloc: Callable[[int], np.ndarray] | None = None
+) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """An update's kwargs without its bulk arrays, and the frames that carry them.
 
     When the arrays of an update's parts (dense ``values``, packed sparse pairs,
-    coordinates) add up to at least ``daskangel.client.follow-bytes``, those over
-    ``daskangel.client.inline-array-bytes`` travel in a message of their own right
-    after the request, which the server reads into reused buffers
-    (:mod:`daskangel.psarray._recvpool`); the request then says ``follow``:
-    ``[[part index, field, bytes], ...]`` in the order of that message.  Anything
+    coordinates, compressed rows) add up to at least
+    ``daskangel.client.follow-bytes``, every one of them travels in a message of
+    its own right after the request, which the server reads into reused buffers
+    (:mod:`daskangel.psarray._recvpool`).  Arrays up to
+    ``daskangel.client.follow-pack-bytes`` are copied into *one* frame (64-byte
+    aligned, in a buffer from ``alloc(nbytes)``, default ``np.empty``): Dask's
+    serialisation costs ~30-70 us an array on each side, more than the copy of
+    a few hundred KiB, and a 10,000-row sparse increment has a dozen of them a
+    server.  Larger arrays are frames of their own (no copy).
+
+    The request then says ``follow = {"frames": [bytes of each frame],
+    "fields": [[part, field, frame, offset, dtype, shape], ...]}``.  Anything
     else: ``(kwargs, [])``, sent as one message.
+
+    Example
+    -------
+    >>> import dask
+    >>> parts = [{"block": 0, "csr_cols": np.arange(3, dtype="int32"),
+    ...           "values": np.ones(3, "float32")}]
+    >>> with dask.config.set({"daskangel.client.follow-bytes": 1}):
+    ...     kw, frames = split_follow("update", {"parts": parts, "add": True})
+    >>> kw["follow"]["fields"]
+    [[0, 'values', 0, 0, '<f4', [3]], [0, 'csr_cols', 0, 64, '<i4', [3]]]
+    >>> kw["follow"]["frames"], kw["parts"]
+    ([128], [{'block': 0}])
     """
     parts = kwargs.get("parts") if op == "update" else None
     if not parts:
         return kwargs, []
-    inline = config.get_bytes("daskangel.client.inline-array-bytes")
     found = [
         (i, k, p[k])
         for i, p in enumerate(parts)
         for k in _BULK
-        if isinstance(p.get(k), np.ndarray) and p[k].nbytes > inline
+        if isinstance(p.get(k), np.ndarray) and p[k].dtype.kind in "biuf"
     ]
     if not found or sum(a.nbytes for _, _, a in found) < config.get_bytes(
         "daskangel.client.follow-bytes"
     ):
         return kwargs, []
-    arrays = [np.ascontiguousarray(a) for _, _, a in found]
+    limit = config.get_bytes("daskangel.client.follow-pack-bytes")
+    small = [f for f in found if f[2].nbytes <= limit]
+    frames: list[np.ndarray] = []
+    fields: list[list[Any]] = []
+    if len(small) > 1:
+        offsets, pos = [], 0
+        for _, _, a in small:
+            offsets.append(pos)
+            pos += -(-a.nbytes // _ALIGN) * _ALIGN
+        buf = np.empty(pos, np.uint8) if alloc is None else alloc(pos)
+        for (i, k, a), off in zip(small, offsets, strict=True):
+            dst = buf[off : off + a.nbytes].view(a.dtype).reshape(a.shape)
+            np.copyto(dst, a, casting="no")
+            fields.append([i, k, 0, off, a.dtype.str, list(a.shape)])
+        frames.append(buf)
+    else:
+        small = []
+    for i, k, a in found:
+        if small and a.nbytes <= limit:
+            continue
+        fields.append([i, k, len(frames), 0, a.dtype.str, list(a.shape)])
+        frames.append(np.ascontiguousarray(a))
     moved: dict[int, set[str]] = {}
     for i, k, _ in found:
         moved.setdefault(i, set()).add(k)
     rest = [{k: x for k, x in p.items() if k not in moved.get(i, ())} for i, p in enumerate(parts)]
-    follow = [[i, k, a.nbytes] for (i, k, _), a in zip(found, arrays, strict=True)]
-    return {**kwargs, "parts": rest, "follow": follow}, arrays
+    follow = {"frames": [int(f.nbytes) for f in frames], "fields": fields}
+    return {**kwargs, "parts": rest, "follow": follow}, frames
 
 
 def _pad(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -213,15 +256,17 @@ async def call_server(
     cost: int,
     kwargs: dict[str, Any],
     into: tuple[list[int], list[np.ndarray | None]] | None = None,
+    alloc: Callable[[int], np.ndarray] | None = None,
 ) -> Any:
     """Run ``op`` on server ``(address, index)`` over ``rpc`` (a ConnectionPool).
 
     ``into = (sizes, targets)``: the reply is a list of arrays, and those of
     ``sizes[k]`` bytes are read from the socket straight into ``targets[k]``
-    (see :mod:`daskangel._recv`; the caller checks which ones landed).
+    (see :mod:`daskangel._recv`; the caller checks which ones landed).  ``alloc``:
+    where an update's packed follow frame is copied to (:func:`split_follow`).
     """
     if transport == "handlers":
-        kwargs, values = split_follow(op, kwargs)
+        kwargs, values = split_follow(op, kwargs, alloc)
         if values:
             msg = {"ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
             follow = {"values": [to_serialize(v) for v in values]}

@@ -67,6 +67,7 @@ class Binding:
         self._seq = itertools.count()
         self._scratch: ReceivePool | None = None
         self._results: ReceivePool | None = None
+        self._sends: ReceivePool | None = None
 
     def scratch(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised array in a reused buffer (``daskangel.client.scratch-bytes``
@@ -87,6 +88,14 @@ class Binding:
         if self._results is None:
             self._results = ReceivePool(config.get_bytes("daskangel.client.result-pool-bytes"))
         return pooled(self._results, shape, dtype)
+
+    def send_buffer(self, nbytes: int) -> np.ndarray:
+        """A uint8 buffer for an update's packed follow frame (``_wire.split_follow``),
+        reused once the comm has sent it and nothing refers to it
+        (``daskangel.client.send-pool-bytes`` in all, then new arrays)."""
+        if self._sends is None:
+            self._sends = ReceivePool(config.get_bytes("daskangel.client.send-pool-bytes"))
+        return self._sends.take([nbytes])[0]
 
     def next_tag(self) -> list[Any]:
         """A fresh ``[writer_id, seq]`` write tag (thread-safe: ``count`` is atomic)."""
@@ -159,7 +168,7 @@ class Binding:
                 return await plugin.call_local(op, server.index, cost, **kwargs)  # type: ignore[attr-defined]
         pool = self._pool or await self.pool()
         return await call_server(
-            pool, server.address, server.index, op, transport, cost, kwargs, into
+            pool, server.address, server.index, op, transport, cost, kwargs, into, self.send_buffer
         )
 
     async def call_blocks(

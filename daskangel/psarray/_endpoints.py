@@ -24,7 +24,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from .. import config
 from .._wire import call_server, error_reply, payload_nbytes, unwrap_arrays, wrap_arrays
 from ..errors import BlockBusyError, DaskAngelError, InvalidArgumentError
-from ._recvpool import ReceivePool, read_follow
+from ._recvpool import ReceivePool, cut_fields, read_follow
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -128,7 +128,7 @@ class PSWorkerPlugin(WorkerPlugin):
         server: int,
         cost: int = 0,
         pad: Any = None,
-        follow: list[list[Any]] | None = None,
+        follow: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
         """The ``daskangel_ps`` comm handler: run ``ps_op`` and frame its arrays.
@@ -139,8 +139,9 @@ class PSWorkerPlugin(WorkerPlugin):
         the block copies itself before its next write.  Expected errors (bad index,
         stale layout) go back to the caller without an error log on the worker.
 
-        ``follow``: some of the parts' arrays (``[[part, field, bytes], ...]``) come
-        in the next message on ``comm``, read here
+        ``follow``: the parts' bulk arrays come in the next message on ``comm``
+        (``{"frames": [bytes, ...], "fields": [[part, field, frame, offset, dtype,
+        shape], ...]}``, :func:`daskangel._wire.split_follow`), read here
         into reused buffers (:mod:`._recvpool`) before anything else happens, so a
         request that fails still leaves the comm in step.
         """
@@ -148,17 +149,19 @@ class PSWorkerPlugin(WorkerPlugin):
             comm.allow_offload = False  # as the caller's side (daskangel._recv)
         if follow is not None:
             try:
-                arrays = await read_follow(comm, follow, self.receive_pool)
+                frames = await read_follow(comm, follow, self.receive_pool)
             except InvalidArgumentError:
                 comm.abort()  # its arrays message was not read: the comm is out of step
                 raise
             parts = kwargs.get("parts")
             try:
-                for (i, field, _), a in zip(follow, arrays, strict=True):
+                for i, field, a in cut_fields(frames, follow["fields"]):
                     parts[i][field] = a  # type: ignore[index]
+            except InvalidArgumentError as e:
+                return error_reply(e)
             except (TypeError, IndexError, KeyError, ValueError):
                 return error_reply(
-                    InvalidArgumentError("follow: expected [[part, field, bytes], ...]")
+                    InvalidArgumentError("follow: a field names a part the request lacks")
                 )
         if ps_op == "get":
             kwargs["lend"] = True

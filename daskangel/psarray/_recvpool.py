@@ -42,7 +42,7 @@ from .. import config
 from .._recv import read_into_targets
 from ..errors import InvalidArgumentError
 
-__all__ = ["ReceivePool", "pooled", "read_follow"]
+__all__ = ["ReceivePool", "cut_fields", "pooled", "read_follow"]
 
 _ALIGN = 64  # each part's values start on a cache line
 
@@ -120,24 +120,35 @@ class ReceivePool:
         return out
 
 
-async def read_follow(comm: Any, follow: list[Any], pool: ReceivePool) -> list[np.ndarray]:
-    """Read the arrays message that follows a request, into ``pool``'s buffers.
-
-    ``follow`` lists ``[part, field, bytes]`` of each array, in message order.
-
-    Returns one array per part: views of the pooled buffer for parts of at least
-    ``daskangel.client.direct-read-bytes`` whose frames were the sizes announced;
-    arrays of their own otherwise (small parts, a non-TCP comm).
-    """
+def _frame_sizes(follow: Any) -> list[int]:
+    """The byte count of each frame of a follow message, or InvalidArgumentError."""
     try:
-        sizes = [int(n) for _, _, n in follow]
-    except (TypeError, ValueError):
+        sizes = [int(n) for n in follow["frames"]]
+        if not isinstance(follow["fields"], (list, tuple)):
+            raise TypeError
+    except (TypeError, ValueError, KeyError, IndexError):
         sizes = [-1]
     if not sizes or min(sizes) < 0:
         raise InvalidArgumentError(
-            f"follow: expected [[part, field, bytes], ...], got {str(follow)[:200]}"
+            'follow: expected {"frames": [bytes, ...], "fields": [[part, field, frame, '
+            f"offset, dtype, shape], ...]}}, got {str(follow)[:200]}"
         )
-    # small parts are read as usual: only frames of at least direct-read-bytes are
+    return sizes
+
+
+async def read_follow(comm: Any, follow: Any, pool: ReceivePool) -> list[np.ndarray]:
+    """Read the frames message that follows a request, into ``pool``'s buffers.
+
+    ``follow["frames"]`` gives the bytes of each frame, in message order.
+
+    Returns one array per frame: a uint8 view of the pooled buffer for frames of at
+    least ``daskangel.client.direct-read-bytes`` whose sizes were as announced; an
+    array of its own otherwise (small frames, a non-TCP comm).  Raises
+    :class:`InvalidArgumentError` (before reading anything) when ``follow`` does
+    not say how many bytes to expect: the caller must then drop the comm.
+    """
+    sizes = _frame_sizes(follow)
+    # small frames are read as usual: only frames of at least direct-read-bytes are
     # matched by size, so no header frame can be taken for one
     limit = config.get_bytes("daskangel.client.direct-read-bytes")
     want = [s if s >= limit else 0 for s in sizes]
@@ -150,6 +161,41 @@ async def read_follow(comm: Any, follow: list[Any], pool: ReceivePool) -> list[n
             f"follow: expected a message of {len(sizes)} arrays, got {type(msg).__name__}"
         )
     return list(values)
+
+
+def cut_fields(frames: list[Any], fields: Any) -> list[tuple[int, str, np.ndarray]]:
+    """``[(part, field, array), ...]``: each field's array, a view of its frame.
+
+    ``fields`` is ``[[part, field, frame, offset, dtype, shape], ...]``
+    (:func:`daskangel._wire.split_follow`).  Only numeric dtypes, and only views
+    inside their frame, are accepted: anything else raises
+    :class:`InvalidArgumentError` and nothing is cut.
+
+    Example
+    -------
+    >>> buf = np.arange(16, dtype=np.uint8)
+    >>> [(i, k, a.tolist()) for i, k, a in cut_fields([buf], [[0, "csr_len", 0, 8, "<i2", [2]]])]
+    [(0, 'csr_len', [2312, 2826])]
+    """
+    out = []
+    try:
+        raw = [np.asarray(f).reshape(-1).view(np.uint8) for f in frames]
+        for part, field, frame, offset, dtype, shape in fields:
+            dt = np.dtype(str(dtype))
+            shp = tuple(int(n) for n in shape)
+            n = dt.itemsize * int(np.prod(shp, dtype=np.int64))
+            buf = raw[int(frame)]
+            off = int(offset)
+            bad = dt.kind not in "biuf" or min(shp, default=0) < 0 or int(part) < 0
+            if bad or off < 0 or off + n > buf.size:
+                raise ValueError
+            out.append((int(part), str(field), buf[off : off + n].view(dt).reshape(shp)))
+    except (TypeError, ValueError, IndexError, AttributeError):
+        raise InvalidArgumentError(
+            "follow: expected fields [[part, field, frame, offset, dtype, shape], ...] "
+            f"inside their frames, got {str(fields)[:200]}"
+        ) from None
+    return out
 
 
 def pooled(pool: ReceivePool | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

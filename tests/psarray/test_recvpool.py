@@ -23,7 +23,7 @@ import daskangel as angel
 from daskangel._recv import send_recv_into
 from daskangel._wire import call_server, split_follow
 from daskangel.errors import InvalidArgumentError, NonFiniteError, StaleLayoutError
-from daskangel.psarray._recvpool import ReceivePool
+from daskangel.psarray._recvpool import ReceivePool, cut_fields
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -78,17 +78,106 @@ def test_split_follow_moves_only_the_bulk_arrays_of_large_updates() -> None:
         {"block": 1, "rows": np.array([0]), "packed": packed},
     ]
     with dask.config.set({"daskangel.client.follow-bytes": "256KiB"}):
-        kw, arrays = split_follow("update", {"array": "a", "parts": parts})
-        assert kw["follow"] == [[0, "values", v.nbytes], [1, "packed", packed.nbytes]]
-        assert arrays[0] is v and arrays[1] is packed
+        kw, frames = split_follow("update", {"array": "a", "parts": parts})
+        # both under follow-pack-bytes: copied into one frame, 64-byte aligned
+        assert kw["follow"]["frames"] == [frames[0].nbytes] and len(frames) == 1
+        assert kw["follow"]["fields"] == [
+            [0, "values", 0, 0, "<f4", [1, 100_000]],
+            [1, "packed", 0, 400_000, "<i8", [50_000]],
+        ]
+        got = {(i, k): a for i, k, a in cut_fields(frames, kw["follow"]["fields"])}
+        np.testing.assert_array_equal(got[0, "values"], v)
+        np.testing.assert_array_equal(got[1, "packed"], packed)
         assert "values" not in kw["parts"][0] and "packed" not in kw["parts"][1]
-        assert kw["parts"][0]["cols"] is parts[0]["cols"]  # small arrays stay inline
+        assert kw["parts"][0]["cols"] is parts[0]["cols"]  # index arrays stay in the request
         assert "values" in parts[0]  # the caller's dicts are left alone
         small = [{**parts[0], "values": v[:, :10]}]
         assert split_follow("update", {"parts": small})[1] == []
         assert split_follow("get", {"parts": parts})[1] == []
+    with dask.config.set(
+        {"daskangel.client.follow-bytes": "256KiB", "daskangel.client.follow-pack-bytes": "100KB"}
+    ):
+        kw, frames = split_follow("update", {"array": "a", "parts": parts})
+        # each over the pack limit: frames of their own, never copied
+        assert frames[0] is v and frames[1] is packed
+        assert [f[2:4] for f in kw["follow"]["fields"]] == [[0, 0], [1, 0]]
     with dask.config.set({"daskangel.client.follow-bytes": 0}):
-        assert split_follow("update", {"parts": small})[1] == []  # nothing to move
+        assert split_follow("update", {"parts": small})[1] != []  # everything follows
+        assert split_follow("update", {"parts": [{"block": 0}]})[1] == []  # nothing to move
+
+
+_DTYPES = ["int32", "float32", "int64", "float64", "uint8", "int16"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["values", "packed", "csr_rows", "csr_len", "csr_cols", "coo_rows"]),
+            st.sampled_from(_DTYPES),
+            st.integers(0, 3000),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    st.sampled_from(["1B", "4KiB", "1MiB"]),
+)
+def test_split_follow_and_cut_fields_give_back_every_array(
+    arrays: list[tuple[str, str, int]], pack: str
+) -> None:
+    """Whatever the mix of dtypes and sizes (packed or framed alone), the server's
+    cut of the follow frames gives every part back its arrays, bit for bit, and
+    each packed field starts on a 64-byte boundary of its frame."""
+    rng = np.random.default_rng(len(arrays))
+    parts: list[dict[str, Any]] = []
+    for k, (field, dtype, n) in enumerate(arrays):
+        a = (rng.standard_normal(n) * 1000).astype(dtype)
+        if k % 3 == 0 or field in parts[-1]:
+            parts.append({"block": k})
+        parts[-1][field] = a
+    alloc_calls: list[int] = []
+
+    def alloc(nbytes: int) -> np.ndarray:
+        alloc_calls.append(nbytes)
+        return np.full(nbytes, 255, np.uint8)
+
+    with dask.config.set(
+        {"daskangel.client.follow-bytes": 1, "daskangel.client.follow-pack-bytes": pack}
+    ):
+        kw, frames = split_follow("update", {"parts": parts}, alloc)
+    if sum(n * np.dtype(d).itemsize for _, d, n in arrays) == 0:
+        assert frames == [] and "follow" not in kw  # under follow-bytes: one message
+        return
+    assert kw["follow"]["frames"] == [f.nbytes for f in frames]
+    got = cut_fields(frames, kw["follow"]["fields"])
+    assert len(got) == len(arrays)
+    for i, field, a in got:
+        want = parts[i][field]
+        assert a.dtype == want.dtype and a.shape == want.shape
+        np.testing.assert_array_equal(a, want)
+        assert field not in kw["parts"][i]
+    for _, _, _, offset, _, _ in kw["follow"]["fields"]:
+        assert offset % 64 == 0
+    assert len(alloc_calls) <= 1
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [[0, "values", 0, 0, "O", [2]]],  # object pointers from bytes: never
+        [[0, "values", 0, 0, "<f4", [100]]],  # past the frame's end
+        [[0, "values", 0, -4, "<f4", [1]]],  # before its start
+        [[0, "values", 1, 0, "<f4", [1]]],  # no such frame
+        [[-1, "values", 0, 0, "<f4", [1]]],  # no such part
+        [[0, "values", 0, 0, "<f4", [-1]]],  # a negative extent
+        [[0, "values", 0, 0, "nonsense", [1]]],
+        [[0, "values", 0]],
+        "not a list",
+    ],
+)
+def test_cut_fields_refuses_what_does_not_fit_its_frames(fields: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="follow: expected fields"):
+        cut_fields([np.zeros(64, np.uint8)], fields)
 
 
 # -- over real comms ------------------------------------------------------------------
@@ -210,7 +299,7 @@ def test_a_malformed_follow_closes_only_its_comm(ctx: angel.PSContext) -> None:
         async def bogus() -> Any:
             pool = await b.pool()
             msg = {"ps_op": "update", "server": blk.server.index, "cost": 0, "array": "malformed"}
-            msg |= {"parts": [{"block": blk.id}], "add": True, "follow": "not a list"}
+            msg |= {"parts": [{"block": blk.id}], "add": True, "follow": "not a dict"}
             return await send_recv_into(pool, blk.server.address, "daskangel_ps", msg, [], [])
 
         with pytest.raises((OSError, CommClosedError)):
