@@ -79,6 +79,7 @@ from ._optim import BoundOptimizer, Optimizer, OptimizerStep, PullWithVersions
 from ._reduce import Amax, Amin, Asum, Max, Min, Nnz, Norm, Nrm2, Reduce, Sum
 from ._rules import FTRL, SGD, AdaGrad, Adam, AdaRevision, Momentum
 from ._select import Argmax, GetCols, GetRows, TopK, UpdateCols
+from ._steppull import StepPull, step_pull_async
 
 __all__ = [
     "FTRL",
@@ -149,6 +150,7 @@ __all__ = [
     "Sqrt",
     "Sub",
     "SubS",
+    "StepPull",
     "Sum",
     "TopK",
     "UpdateCols",
@@ -164,4 +166,5 @@ __all__ = [
     "register_function",
     "register_psf",
     "step_accumulated",
+    "step_pull_async",
 ]

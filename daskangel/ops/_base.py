@@ -158,13 +158,15 @@ class UpdateFunc(PSFunc):
     (``part.data[...] = ...``, ``part.assign(new)``, ``part.write(rows, cols,
     values)``, ``part.replace(keys, values)`` ...).  ``writes_for(n)`` says which of
     the ``n`` arrays of a call are written (default: the first); the others are
-    read-only views.
+    read-only views.  It returns ``None``, or values that a ``merge_update(partials,
+    metas)`` method combines into the call's result (``ops._steppull.StepPull``: a
+    step that returns the weights of the next pull).
     """
 
     __slots__ = ()
     psf_kind: ClassVar[str] = "update"
 
-    def partition_update(self, *parts: Partition, **params: Any) -> None:
+    def partition_update(self, *parts: Partition, **params: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement partition_update")
 
     def writes_for(self, n_arrays: int) -> tuple[int, ...]:

@@ -15,6 +15,11 @@
     Combine ``{block_id: partial}`` into the result (get psfs).
 ``writes_for(n_arrays) -> tuple[int, ...]``
     Which of the call's arrays an update writes (default: the first).
+``merge_update(partials, metas)`` (optional, update psfs)
+    Combine ``{block_id: partial}`` of an update whose ``partition_update``
+    returns values (``None`` counts as ``True``; a part a resend found applied
+    already reads ``True``), e.g. an optimiser step that returns the weights of
+    the next minibatch in the same message; without it an update returns ``None``.
 ``check(metas)``, ``output(metas)``, ``cost(metas, block, params)``
     Validate the call before anything is sent; the expected ``(shape, dtype)``
     of the merged result (or a list of them for a tuple result); the byte cost
@@ -181,10 +186,11 @@ async def run_psf(
     servers = sorted({metas[0].servers[b] for b in parts})
     if len(servers) == 1 or not atomic:
         extra["tag"] = binding.next_tag()
-        await binding.call_blocks(names[0], "psf_update", parts, cost, extra)
-        return None
-    await _two_phase(binding, names[0], parts, cost, extra, metas[0], servers)
-    return None
+        partials = await binding.call_blocks(names[0], "psf_update", parts, cost, extra)
+    else:
+        partials = await _two_phase(binding, names[0], parts, cost, extra, metas[0], servers)
+    merge = getattr(func, "merge_update", None)
+    return None if merge is None else merge(partials, metas)
 
 
 async def _two_phase(
@@ -195,16 +201,17 @@ async def _two_phase(
     extra: dict[str, Any],
     meta: ArrayMeta,
     servers: list[Any],
-) -> None:
+) -> dict[int, Any]:
     """Prepare on every server, then commit; prepared again from the start, under a
-    new transaction, when a block turns out to be moving or moved (see :func:`_prepare`)."""
+    new transaction, when a block turns out to be moving or moved (see :func:`_prepare`).
+    Returns the prepares' partial results (what ``partition_update`` returned)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + config.get_seconds("daskangel.client.recovery-wait")
     bare = {b: {"block": b} for b in parts}
     while True:
         txn = uuid.uuid4().hex
         try:
-            await _prepare(binding, name, parts, cost, extra, txn, meta, servers)
+            partials = await _prepare(binding, name, parts, cost, extra, txn, meta, servers)
             break
         except StaleLayoutError:
             # a block is being handed to another server (that move waits for the blocks
@@ -221,6 +228,7 @@ async def _two_phase(
             await _abort(binding, name, bare, txn)
             raise
     await binding.call_blocks(name, "psf_commit", bare, {}, {"txn": txn})
+    return partials
 
 
 async def _prepare(
@@ -232,12 +240,12 @@ async def _prepare(
     txn: str,
     meta: ArrayMeta,
     servers: list[Any],
-) -> None:
-    """Phase one of ``txn``; raises :class:`StaleLayoutError` (``BlockMovingError``
+) -> dict[int, Any]:
+    """Phase one of ``txn`` (its partial results); raises :class:`StaleLayoutError` (``BlockMovingError``
     at once for a moving block) instead of resending (the caller aborts what was
     prepared and starts again)."""
     try:
-        await binding.call_blocks(
+        return await binding.call_blocks(
             name,
             "psf_prepare",
             parts,
@@ -249,9 +257,10 @@ async def _prepare(
         # another update holds some of the blocks: free ours, then take the
         # servers one at a time in a fixed order, waiting for each
         await _abort(binding, name, {b: {"block": b} for b in parts}, txn)
+        out: dict[int, Any] = {}
         for s in servers:
             mine = {b: p for b, p in parts.items() if meta.servers[b] == s}
-            await binding.call_blocks(
+            out |= await binding.call_blocks(
                 name,
                 "psf_prepare",
                 mine,
@@ -259,6 +268,7 @@ async def _prepare(
                 {**extra, "txn": txn, "txn_wait": True},
                 resend=False,
             )
+        return out
 
 
 async def _abort(binding: Binding, name: str, bare: dict[int, Any], txn: str) -> None:

@@ -166,8 +166,8 @@ def _run(
             if kind == "get":
                 results.append(func.partition_get(*vs, **params))
                 continue
-            func.partition_update(*vs, **params)
-            results.append(True)
+            out = func.partition_update(*vs, **params)
+            results.append(True if out is None else out)  # values for merge_update
             cut_vs: list[Partition | None] = [None] * len(vs)
             if in_cut and any((a, b) in server.shadows for a in arrays):
                 cut_vs = list(_views(server, arrays, geometry, p, writes, cut=True))

@@ -23,6 +23,18 @@ for the read floor); later pulls follow a ``ctx.clock()``, which returns only
 once the floor of the next clock holds, so they read the servers directly
 (no clock cache: they want the newest weights).
 
+**Step-pulls.** Where the weights allow it (range blocks, a rule without
+versions: ``ops._steppull.fusable``) a minibatch's step travels with the pull of
+the minibatch ``prefetch + 1`` ahead, one message per server
+(``ops._steppull.step_pull_async``: the server applies the step, then reads the
+pulled keys): half the messages of a pull and a push each, and the pull reads
+this step's result.  A round opens with ``prefetch + 1`` plain pulls and closes
+with as many plain steps, so no pull of a round is sent before the clock that
+opens it.  Minibatch ``i + prefetch + 1`` thus reads the weights after the
+task's step ``i`` (it misses the ``prefetch`` steps in between, as a prefetched
+pull did) and whatever the other tasks pushed by then, up to the staleness
+bound between rounds.
+
 .. warning:: Within a round the model is read asynchronously: two fits with
    one ``random_state`` differ by the arrival order of the pushes (as they did
    with a clock per minibatch: a faster task's step could land before a
@@ -44,6 +56,7 @@ import numpy as np
 
 from ... import config
 from ...errors import InvalidArgumentError
+from ...ops._steppull import fusable, step_pull_async
 from .._core._rounds import check_finite_step
 from ._kernels import batch_keys, grad_batch, put_rows
 from ._task import Plan, TaskData
@@ -86,6 +99,14 @@ class MinibatchRounds:
         self.bits = np.zeros((nk + 63) // 64, np.uint64)  # batch_keys' scratch bitmap
         self.prefetch = prefetch
         self.first = True
+        self.axis = "cols" if K == 1 else "rows"
+        keys = data.keys
+        self.fused = (
+            plan.pull_group <= 1
+            and plan.optimizer is not None
+            and bool(keys.shape[0] < 2 or (keys[1:] > keys[:-1]).all())
+            and fusable(plan.optimizer, self.axis)
+        )
 
     def _keys(self, rows: np.ndarray) -> np.ndarray:
         t = self.d.train
@@ -105,19 +126,42 @@ class MinibatchRounds:
             return self.plain.get_async(cols=keys)
         return self.plain.get_async(rows=keys)
 
+    def _grad(
+        self, r: np.ndarray, bk: np.ndarray, epoch: int, eta: float
+    ) -> tuple[float, np.ndarray]:
+        """The loss sum and gradient of minibatch rows ``r`` on its local keys ``bk``."""
+        p, d = self.p, self.d
+        t = d.train
+        scale = 1.0 / r.size
+        if p.decay_grad:
+            scale *= eta / p.eta0
+        loss, g = grad_batch(
+            t.indptr, t.indices, t.data, d.y_train, r, self.W, p.kind, p.eps,
+            p.has_bias, self.G, bk, scale,
+        )  # fmt: skip
+        check_finite_step(loss, g, epoch, eta)
+        return float(loss), g
+
+    def _step(self, opt: Any, g: np.ndarray, gk: np.ndarray) -> Any:
+        if self.p.n_outputs == 1:
+            return opt.step_async(g[:, 0], cols=gk, casting="same_kind", atomic=False)
+        return opt.step_async(g, rows=gk, casting="same_kind", atomic=False)
+
     def run(
         self, rows: np.ndarray, epoch: int, rnd: int, eta: float, tm: dict[str, float]
     ) -> float:
         """Train on a round's ``rows`` (minibatches of ``plan.batch``); the loss sum.
 
-        The round's minibatches are pulled ``plan.pull_group`` at a time (one pull
-        of their keys' union), ``plan.prefetch`` such pulls in flight ahead of the
-        group computing.  Every step of the round has been applied on the servers
-        when this returns.
+        With step-pulls (see the module docstring) see :meth:`_run_fused`.
+        Otherwise the round's minibatches are pulled ``plan.pull_group`` at a time
+        (one pull of their keys' union), ``plan.prefetch`` such pulls in flight
+        ahead of the group computing.  Every step of the round has been applied on
+        the servers when this returns.
         """
-        p, d, W, G = self.p, self.d, self.W, self.G
-        t, K = d.train, p.n_outputs
-        b, pg = p.batch, max(1, p.pull_group)
+        if self.fused:
+            return self._run_fused(rows, epoch, rnd, eta, tm)
+        p, d, W = self.p, self.d, self.W
+        K, b, pg = p.n_outputs, p.batch, max(1, p.pull_group)
         batches = [rows[i : i + b] for i in range(0, rows.size, b)]
         keys = [self._keys(r) for r in batches]
         groups = [range(i, min(i + pg, len(batches))) for i in range(0, len(batches), pg)]
@@ -139,38 +183,59 @@ class MinibatchRounds:
             tm["pull"] += time.perf_counter() - t_0
             for i in grp:
                 t_1 = time.perf_counter()
-                r, bk = batches[i], keys[i]
-                scale = 1.0 / r.size
-                if p.decay_grad:
-                    scale *= eta / p.eta0
-                loss, g = grad_batch(
-                    t.indptr,
-                    t.indices,
-                    t.data,
-                    d.y_train,
-                    r,
-                    W,
-                    p.kind,
-                    p.eps,
-                    p.has_bias,
-                    G,
-                    bk,
-                    scale,
-                )
-                check_finite_step(loss, g, epoch, eta)
+                loss, g = self._grad(batches[i], keys[i], epoch, eta)
                 opt = p.step_optimizer(epoch, rnd * p.group + i)
-                gk = d.keys[bk]
                 t_2 = time.perf_counter()
-                if K == 1:
-                    f = opt.step_async(g[:, 0], cols=gk, casting="same_kind", atomic=False)
-                else:
-                    f = opt.step_async(g, rows=gk, casting="same_kind", atomic=False)
-                pushes.append(f)
+                pushes.append(self._step(opt, g, d.keys[keys[i]]))
                 tm["sgd"] += t_2 - t_1
                 tm["push"] += time.perf_counter() - t_2
-                loss_sum += float(loss)
+                loss_sum += loss
         t_0 = time.perf_counter()
         for f in pushes:  # applied before the clock: the next round's reads see them
+            f.result()
+        tm["push"] += time.perf_counter() - t_0
+        return loss_sum
+
+    def _run_fused(
+        self, rows: np.ndarray, epoch: int, rnd: int, eta: float, tm: dict[str, float]
+    ) -> float:
+        """:meth:`run` with step-pulls: minibatch ``i``'s step carries the pull of
+        minibatch ``i + prefetch + 1``; the first ``prefetch + 1`` pulls and the last
+        as many steps travel alone."""
+        p, d, W = self.p, self.d, self.W
+        K, b, ahead = p.n_outputs, p.batch, self.prefetch + 1
+        batches = [rows[i : i + b] for i in range(0, rows.size, b)]
+        keys = [self._keys(r) for r in batches]
+        n = len(batches)
+        t_0 = time.perf_counter()
+        pulls: deque[Any] = deque(self._pull(keys[j]) for j in range(min(ahead, n)))
+        tm["pull"] += time.perf_counter() - t_0
+        pushes = []
+        loss_sum = 0.0
+        for i in range(n):
+            t_0 = time.perf_counter()
+            bk = keys[i]
+            v = pulls.popleft().result()
+            if v is None:  # a resend found the step applied already: pull again
+                v = self._pull(bk).result()
+            put_rows(W, bk, np.asarray(v).reshape(bk.shape[0], K))
+            t_1 = time.perf_counter()
+            loss, g = self._grad(batches[i], bk, epoch, eta)
+            opt = p.step_optimizer(epoch, rnd * p.group + i)
+            gk = d.keys[bk]
+            t_2 = time.perf_counter()
+            if i + ahead < n:
+                nk = d.keys[keys[i + ahead]]
+                gi = g[:, 0] if K == 1 else g
+                pulls.append(step_pull_async(opt, gi, gk, nk, axis=self.axis, casting="same_kind"))
+            else:
+                pushes.append(self._step(opt, g, gk))
+            tm["pull"] += t_1 - t_0
+            tm["sgd"] += t_2 - t_1
+            tm["push"] += time.perf_counter() - t_2
+            loss_sum += loss
+        t_0 = time.perf_counter()
+        for f in pushes:  # applied before the clock (the step-pulls were read above)
             f.result()
         tm["push"] += time.perf_counter() - t_0
         return loss_sum
