@@ -33,7 +33,7 @@ from ._keylists import KeySet
 from ._meta import ArrayMeta, BlockInfo
 from ._plan import assemble, direct_targets, plan_get, plan_update, sort_rows
 from ._routing import check_values
-from ._rowget import get_in_order
+from ._rowget import get_rows, get_rows_async, unsorted_rows
 from ._taskclock import current_clock
 
 if TYPE_CHECKING:
@@ -176,15 +176,30 @@ class PSArray:
     def get_async(self, rows: Any = None, cols: Any = None) -> PSFuture:
         """Start a :meth:`get`; return a :class:`PSFuture` of the numpy result."""
         m = self.meta
+        b = self._binding
+        r = unsorted_rows(m, rows, cols)
+        if r is not None:
+            # whole random rows: one request and one reply frame per server
+            started = get_rows_async(b, self.name, m, r, lambda: self._get(m, rows, cols))
+            if started is not None:
+                return PSFuture(*started)
+        parts, cost, into, finish = self._plan_get(m, rows, cols)
+        return PSFuture(b.submit(b.call_blocks, self.name, "get", parts, cost, {}, into), finish)
+
+    def _plan_get(self, m: ArrayMeta, rows: Any, cols: Any) -> tuple[Any, Any, Any, Any]:
+        """The general path of a get, one part per block (any selection):
+        ``(parts, cost, into, finish)`` for ``call_blocks``."""
         rows, order = sort_rows(m, rows)
         m, parts, places, cost, full, shape = plan_get(m, rows, cols)
-        b = self._binding
         # rows planned sorted land in a scratch buffer, then are scattered back
-        out, into = direct_targets(
-            m.dtype, full, places, cost, None if order is None else b.scratch
-        )
-        fut = b.submit(b.call_blocks, self.name, "get", parts, cost, {}, into)
-        return PSFuture(fut, _in_order(assemble(m, places, full, shape, out, into), order))
+        scratch = None if order is None else self._binding.scratch
+        out, into = direct_targets(m.dtype, full, places, cost, scratch)
+        return parts, cost, into, _in_order(assemble(m, places, full, shape, out, into), order)
+
+    def _get(self, m: ArrayMeta, rows: Any, cols: Any) -> np.ndarray:
+        parts, cost, into, finish = self._plan_get(m, rows, cols)
+        b = self._binding
+        return finish(b.run(b.call_blocks, self.name, "get", parts, cost, {}, into))  # type: ignore[no-any-return]
 
     def get(self, rows: Any = None, cols: Any = None) -> np.ndarray:
         """Pull the whole array, some rows, some columns, or rows x columns.
@@ -199,20 +214,13 @@ class PSArray:
                 raise ShapeMismatchError("rows: a key-set pull selects columns of a vector only")
             return self._agent().get_keys(cols)
         m = self.meta
-        rows, order = sort_rows(m, rows)
-        b = self._binding
-        if order is not None and cols is None:
-            # whole rows: each server's reply is put in request order as it lands
-            got = get_in_order(b, self.name, m, rows, order)
+        r = unsorted_rows(m, rows, cols)
+        if r is not None:
+            # whole random rows: one request and one reply frame per server
+            got = get_rows(self._binding, self.name, m, r)
             if got is not None:
                 return got
-        m, parts, places, cost, full, shape = plan_get(m, rows, cols)
-        # rows planned sorted land in a scratch buffer, then are scattered back
-        out, into = direct_targets(
-            m.dtype, full, places, cost, None if order is None else b.scratch
-        )
-        results = b.run(b.call_blocks, self.name, "get", parts, cost, {}, into)
-        return _in_order(assemble(m, places, full, shape, out, into), order)(results)
+        return self._get(m, rows, cols)
 
     def _agent(self) -> Any:
         from ._agent import agent_of

@@ -180,7 +180,6 @@ class Binding:
         extra: dict[str, Any],
         into: dict[int, tuple[int, np.ndarray | None]] | None = None,
         resend: bool = True,
-        on_result: Callable[[list[tuple[int, Any]]], None] | None = None,
     ) -> dict[int, Any]:
         """Send each block's part to its server, one message per server, concurrently.
 
@@ -201,9 +200,6 @@ class Binding:
         new transaction: it must not hold blocks while waiting for a move that may
         wait for them, and parts resent under its transaction to a server that
         prepared it already would be taken for a repeat and skipped).
-
-        ``on_result([(block_id, result), ...])`` (called on the event loop) is
-        given each server's results as soon as they are in, once per block.
         """
         check_wire_config()  # a bad framing key fails here, before any message leaves
         loop = asyncio.get_running_loop()
@@ -244,10 +240,7 @@ class Binding:
                 elif isinstance(r, BaseException):
                     raise r
                 elif isinstance(r, (list, tuple)):
-                    got = list(zip(blocks, r, strict=True))
-                    done.update(got)
-                    if on_result is not None:
-                        on_result(got)
+                    done.update(zip(blocks, r, strict=True))
             if not stale:
                 return done
             pending = {b: by_block[b] for b in stale}

@@ -1,6 +1,6 @@
 """The PS server's built-in operations on blocks, registered with :func:`server_op`.
 
-``create`` / ``drop`` / ``get`` / ``update`` / ``fill`` / ``versions`` /
+``create`` / ``drop`` / ``get`` / ``get_rows`` / ``update`` / ``fill`` / ``versions`` /
 ``read_block`` / ``stats`` and the ``ping`` of the heartbeat, with the write-tag
 bookkeeping that applies a retried write once (:func:`unapplied`,
 :func:`record_tag`).  Other modules add their own operations the same way (psf
@@ -27,6 +27,7 @@ from ._blocks import DenseBlock, make_block
 from ._changed import note_write
 from ._initspec import InitSpec
 from ._packed import PACK_SHIFT
+from ._recvpool import pooled
 
 if TYPE_CHECKING:
     pass
@@ -119,6 +120,43 @@ def _get(
             for b, p in zip(blocks, parts, strict=True)
         ]
     return [b.get(p["rows"], p["cols"]) for b, p in zip(blocks, parts, strict=True)]
+
+
+@server_op("get_rows")
+def _get_rows(
+    server: PSServer, array: str, rows: Any, blocks: list[int], counts: list[int]
+) -> np.ndarray:
+    """Whole rows of this server's dense blocks of a matrix cut only by rows, in
+    one reply array (one frame): ``rows`` holds ``counts[k]`` local rows of
+    ``blocks[k]`` after those of the blocks before it, each run in the caller's
+    order, gathered into a buffer of the server's ``reply_pool`` when large (see
+    :mod:`._rowget`, the caller's side)."""
+    rows = as_index(rows)
+    if rows is None or len(blocks) != len(counts) or sum(counts) != rows.shape[0]:
+        raise InvalidArgumentError(
+            f"get_rows: expected rows in runs of counts {str(counts)[:80]} (one per block "
+            f"of {str(blocks)[:80]}), got {None if rows is None else rows.shape[0]} rows"
+        )
+    held: list[DenseBlock] = []
+    for k in blocks:
+        b = server.block(array, int(k))
+        if not isinstance(b, DenseBlock):
+            raise InvalidArgumentError(f"get_rows: array {array!r}: expected dense blocks")
+        held.append(b)
+    ends = np.cumsum(counts)
+    for b, s, e in zip(held, ends - counts, ends, strict=True):
+        b.check(rows[s:e], None)
+    d0 = held[0].data
+    shape = (rows.shape[0], d0.shape[1])
+    if rows.shape[0] * d0.shape[1] * d0.itemsize >= config.get_bytes(
+        "daskangel.client.direct-read-bytes"
+    ):
+        out = pooled(server.reply_pool, shape, d0.dtype)
+    else:
+        out = np.empty(shape, d0.dtype)
+    for b, s, e in zip(held, ends - counts, ends, strict=True):
+        np.take(b.data, rows[s:e], axis=0, out=out[s:e], mode="clip")
+    return out
 
 
 def seen_tag(server: PSServer, tag: list[Any] | None) -> bool:

@@ -1,61 +1,234 @@
-"""Random-row gets put back into request order as each server's reply lands.
+"""Random-row gets: one request and one reply frame per server.
 
-A get of unsorted rows is planned on the rows sorted (:func:`~._plan.sort_rows`):
-each block then answers with one run of the sorted result, which the caller reads
-from the socket into a reused scratch buffer, and the server gathers its rows in
-memory order.  The rows still have to go back to the caller's order (one copy of
-every byte, into the caller's new array).  That copy used to start once *every*
-server had replied; here each server's part is scattered into the result
-(``out[order[run]] = part``, which releases the GIL) as soon as it has landed,
-in the caller's thread, while the event loop is still receiving the other
-servers' replies.
+A get of whole rows of a dense matrix cut only by rows (LDA's word-topic
+counts, MF's factors) is the row path's common case, and for small gets its
+cost was fixed per-request work rather than bytes: a part and a reply frame per
+block, planning in Python per block, the caller's thread woken per reply.  Here
+(:func:`plan_rows`, numpy only, no sort of the row ids):
+
+* each row's block and server are found with one ``searchsorted``; a stable
+  counting sort by ``(server, block)`` (a radix sort of ``uint16`` keys) groups
+  the rows, each block's run keeping the caller's order;
+* each server gets one ``get_rows`` request: its local rows (``int32``, block
+  after block) and the runs' block ids and counts, and answers with one array,
+  gathered into a reused reply buffer (:func:`~._dataops._get_rows`);
+* a reply of at least ``daskangel.client.direct-read-bytes`` is read from the
+  socket into a reused scratch buffer (:mod:`daskangel._recv`); its rows go to
+  their request positions with one scatter (``out[order[run]] = reply``), done
+  on the event loop up to ``daskangel.client.loop-scatter-bytes`` (the caller is
+  then woken once, at the end) and in the caller's thread above it, as each
+  reply lands, while the loop receives the others.
+
+Anything unusual (a lost, moved or moving block, an unreachable server) makes
+:func:`get_rows` return ``None`` and the caller takes the general path, which
+refreshes the layout, waits for recoveries and resends (a read is idempotent).
 
 Example
 -------
->>> import numpy as np
->>> out = np.zeros((4, 2), "int32")
->>> scatter_part(out, np.array([2, 0, 3, 1]), slice(0, 2), np.array([[1, 1], [2, 2]]))
->>> out[:, 0].tolist()
-[2, 0, 1, 0]
+>>> from daskangel.psarray._layout import Layout
+>>> from daskangel.psarray._initspec import InitSpec
+>>> from daskangel.psarray._meta import ServerId
+>>> lay = Layout((10, 2), (0, 4, 8, 10), "range", (0, 2), 1)
+>>> m = ArrayMeta("w", (10, 2), 2, np.dtype("float32"), False, lay, InitSpec(),
+...               servers=(ServerId("a", 0), ServerId("b", 0), ServerId("a", 0)))
+>>> p = plan_rows(m, np.array([9, 1, 5, 0]))
+>>> p.order.tolist(), p.local.tolist()
+([1, 3, 0, 2], [1, 0, 1, 1])
+>>> [(s.address, blocks, counts, run) for s, blocks, counts, run in p.requests]
+[('a', [0, 2], [2, 1], (0, 3)), ('b', [1], [1], (3, 4))]
 """
 
 from __future__ import annotations
 
+import functools
 import queue
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from distributed.comm.core import CommClosedError
 
+from .. import config
+from ..errors import StaleLayoutError
+from . import _kernels as K
 from ._binding import Binding
-from ._meta import ArrayMeta
-from ._plan import direct_targets, plan_get
+from ._meta import ArrayMeta, ServerId
+from ._routing import check_size, normalize_index
 
-__all__ = ["get_in_order", "scatter_part"]
+__all__ = ["RowPlan", "get_rows", "get_rows_async", "plan_rows", "unsorted_rows"]
 
-
-def scatter_part(out: np.ndarray, order: np.ndarray, run: slice, part: np.ndarray) -> None:
-    """Put a block's reply, the sorted rows ``run``, at their request positions."""
-    if run.stop > run.start:
-        out[order[run]] = part.reshape(run.stop - run.start, -1)
+# a fetch handing a large reply to the caller's thread: (request positions, rows)
+Handoff = Callable[[tuple[np.ndarray, np.ndarray] | None], None]
 
 
-def get_in_order(
-    b: Binding, name: str, m: ArrayMeta, rows: np.ndarray, order: np.ndarray
-) -> np.ndarray | None:
-    """Whole rows ``rows`` (sorted; ``rows[i]`` is wanted at ``order[i]``) in request
-    order, each server's reply scattered as it lands; None when the layout cuts
-    rows into several column blocks (the caller then assembles as usual)."""
-    if m.layout.n_col_blocks != 1:
+@dataclass(frozen=True)
+class RowPlan:
+    """Where the rows of a random-row get go.
+
+    ``order[i]``: the request position of the ``i``-th row sent (rows grouped by
+    server, then block); ``local``: those rows, local to their blocks;
+    ``requests``: per server ``(server, block ids, rows per block, (start, stop)
+    in order / local)``."""
+
+    order: np.ndarray
+    local: np.ndarray
+    requests: list[tuple[ServerId, list[int], list[int], tuple[int, int]]]
+
+
+@functools.lru_cache(maxsize=64)
+def _keys(bounds: tuple[int, ...], servers: tuple[ServerId, ...]) -> tuple[np.ndarray, ...]:
+    """``(row bounds, server rank of each block, the servers)`` of a layout."""
+    ranked = sorted(set(servers))
+    rank = {s: i for i, s in enumerate(ranked)}
+    return (
+        np.asarray(bounds, np.int64),
+        np.array([rank[s] for s in servers], np.int64),
+        np.array(ranked, dtype=object),
+    )
+
+
+def unsorted_rows(m: ArrayMeta, rows: Any, cols: Any) -> np.ndarray | None:
+    """The row ids of a get this module answers (whole rows of a dense matrix cut
+    only by rows, given as an index array of two or more rows not in increasing
+    order), else None: sorted rows are read into place block by block."""
+    if (
+        cols is not None
+        or rows is None
+        or m.ndim != 2
+        or m.sparse
+        or m.layout.n_col_blocks != 1
+        or isinstance(rows, (int, np.integer, slice))
+    ):
         return None
-    m, parts, places, cost, full, shape = plan_get(m, rows, None)
-    # the sorted replies land in a scratch buffer: they are only scattered from
-    _, into = direct_targets(m.dtype, full, places, cost, b.scratch)
+    r, scalar = normalize_index("rows", rows, m.shape[0])
+    if r is None or scalar or r.shape[0] < 2 or K.is_sorted(r):
+        return None
+    return r
+
+
+def plan_rows(m: ArrayMeta, rows: np.ndarray) -> RowPlan | None:
+    """Group checked row ids by server and block (None: a touched block is lost,
+    or too many blocks for 16-bit keys)."""
+    bounds, rank, servers = _keys(m.layout.row_bounds, m.servers)
+    nb = bounds.shape[0] - 1
+    n_keys = servers.shape[0] * nb
+    if n_keys > 1 << 16:
+        return None
+    blk = np.searchsorted(bounds, rows, side="right") - 1
+    key = (rank[blk] * nb + blk).astype(np.uint16)
+    order = np.argsort(key, kind="stable")  # a radix sort: O(n)
+    counts = np.bincount(key, minlength=n_keys)
+    touched = np.flatnonzero(counts)
+    if m.lost and any(int(k) % nb in m.lost for k in touched):
+        return None
+    local = (rows[order] - bounds[blk[order]]).astype(np.int32)
+    requests: list[tuple[ServerId, list[int], list[int], tuple[int, int]]] = []
+    start = 0
+    for k in touched.tolist():
+        s, c = servers[k // nb], int(counts[k])
+        if not requests or requests[-1][0] != s:
+            requests.append((s, [], [], (start, start)))
+        _, blocks, cs, (s0, _) = requests[-1]
+        blocks.append(k % nb)
+        cs.append(c)
+        start += c
+        requests[-1] = (s, blocks, cs, (s0, start))
+    return RowPlan(order, local, requests)
+
+
+async def _fetch(
+    b: Binding,
+    name: str,
+    m: ArrayMeta,
+    plan: RowPlan,
+    out: np.ndarray,
+    scratch: np.ndarray | None,
+    handoff: Handoff,
+) -> bool:
+    """Send every server its request and put each reply's rows in place as it
+    lands; False when the general path must answer instead (layout changed)."""
+    width = m.shape[1]
+    row_bytes = width * m.itemsize
+    direct = config.get_bytes("daskangel.client.direct-read-bytes")
+    on_loop = config.get_bytes("daskangel.client.loop-scatter-bytes")
+    uid = {"uid": m.uid} if m.uid else {}
+
+    async def one(s: ServerId, blocks: list[int], counts: list[int], run: tuple[int, int]) -> None:
+        start, stop = run
+        nbytes = (stop - start) * row_bytes
+        into: tuple[list[int], list[np.ndarray | None]] | None = None
+        if scratch is not None and nbytes >= direct:
+            into = ([nbytes], [scratch[start:stop]])
+        part = await b.call(
+            s, "get_rows", nbytes, m.transport, into,
+            array=name, rows=plan.local[start:stop], blocks=blocks, counts=counts, **uid,
+        )  # fmt: skip
+        part = part.reshape(stop - start, width)
+        if nbytes <= on_loop:
+            out[plan.order[start:stop]] = part
+        else:
+            handoff((plan.order[start:stop], part))
+
+    calls = [one(*r) for r in plan.requests]
+    results = await b._watched(name, m, [r[0] for r in plan.requests], calls)
+    for r in results:
+        if isinstance(r, (StaleLayoutError, OSError, CommClosedError)):
+            return False
+        if isinstance(r, BaseException):
+            raise r
+    return True
+
+
+def _start(
+    b: Binding, name: str, m: ArrayMeta, rows: np.ndarray, handoff: Handoff
+) -> tuple[Any, np.ndarray] | None:
+    check_size("get", rows.shape[0] * m.shape[1] * m.itemsize)
+    plan = plan_rows(m, rows)
+    if plan is None:
+        return None
+    full = (rows.shape[0], m.shape[1])
     out = b.result(full, m.dtype)  # a reused buffer once the caller drops it
+    direct = config.get_bytes("daskangel.client.direct-read-bytes")
+    row_bytes = m.shape[1] * m.itemsize
+    biggest = max(r[3][1] - r[3][0] for r in plan.requests)
+    # replies land in a scratch buffer: they are only scattered from
+    scratch = b.scratch(full, m.dtype) if biggest * row_bytes >= direct else None
+    return b.submit(_fetch, b, name, m, plan, out, scratch, handoff), out
+
+
+def get_rows(b: Binding, name: str, m: ArrayMeta, rows: np.ndarray) -> np.ndarray | None:
+    """Rows ``rows`` (checked, from :func:`unsorted_rows`) in request order, or
+    None when the general path must answer."""
     landed: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    fut = b.submit(b.call_blocks, name, "get", parts, cost, {}, into, True, landed.put)
+    started = _start(b, name, m, rows, landed.put)
+    if started is None:
+        return None
+    fut, out = started
     fut.add_done_callback(lambda _: landed.put(None))
     while (got := landed.get()) is not None:
-        for blk, part in got:
-            scatter_part(out, order, places[blk][0], part)
-    fut.result()  # raises what the call raised
-    return out.reshape(shape)
+        pos, part = got
+        out[pos] = part  # releases the GIL: the loop receives the other replies
+    return out if fut.result() else None
+
+
+def get_rows_async(
+    b: Binding, name: str, m: ArrayMeta, rows: np.ndarray, fallback: Callable[[], np.ndarray]
+) -> tuple[Any, Callable[[bool], np.ndarray]] | None:
+    """``(future, finish)`` of :func:`get_rows` started now: ``finish(future's
+    result)`` in the caller's thread scatters the large replies (or runs
+    ``fallback``, the general path); None when the general path must answer."""
+    big: list[tuple[np.ndarray, np.ndarray]] = []
+    started = _start(b, name, m, rows, lambda got: big.append(got) if got else None)
+    if started is None:
+        return None
+    fut, out = started
+
+    def finish(ok: bool) -> np.ndarray:
+        if not ok:
+            return fallback()
+        for pos, part in big:
+            out[pos] = part
+        return out
+
+    return fut, finish

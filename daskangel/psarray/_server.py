@@ -125,7 +125,7 @@ def _inline_limit(op: str, kwargs: dict[str, Any]) -> int:
     about a memcpy of their bytes, less than the two hops to the server's thread
     and back (each a wait for a core on a loaded machine: 5-12 ms measured for a
     10,000-row sparse increment under load 3-4, its apply 1-3 ms)."""
-    if op == "get":
+    if op in ("get", "get_rows"):
         return config.get_bytes("daskangel.server.inline-get-bytes")
     parts = kwargs.get("parts") if op == "update" else None
     if parts and all(any(k in p for k in _SCATTERED) for p in parts):

@@ -14,7 +14,7 @@ import daskangel as angel
 from daskangel.errors import ShapeMismatchError
 from daskangel.psarray._agent import agent_of
 from daskangel.psarray._initspec import InitSpec
-from daskangel.psarray._plan import plan_coo, plan_get
+from daskangel.psarray._plan import plan_coo
 from daskangel.psarray._server import PSServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -122,34 +122,6 @@ def test_row_gets_reuse_their_buffers(ps: angel.PSContext) -> None:
     for i, g in zip(idx + idx[:1], got, strict=True):
         np.testing.assert_array_equal(g, ref[i])
         assert not np.shares_memory(g, scratch._bufs[0])
-
-
-def test_each_servers_reply_is_handed_over_once_as_it_lands(ps: angel.PSContext) -> None:
-    """``call_blocks(on_result=)`` gets every block's result once, one call per
-    server, before the call returns: a random-row get scatters each server's part
-    into request order from there (``_rowget``)."""
-    ref = _matrix(ps, "land", (60, 40), "int32")  # 7-row blocks over both servers
-    a = ps.get_array("land")
-    b = a._binding
-    m = a.meta
-    rows = np.arange(0, 60, 3)
-    _, parts, *_ = plan_get(m, rows, None)
-    seen: list[list[int]] = []
-    out = b.run(
-        b.call_blocks,
-        "land",
-        "get",
-        parts,
-        {},
-        {},
-        None,
-        True,
-        lambda got: seen.append([k for k, _ in got]),
-    )
-    assert sorted(k for s in seen for k in s) == sorted(parts) == sorted(out)
-    assert len(seen) == len({m.servers[k] for k in parts}) == 2
-    for idx in (np.random.default_rng(4).permutation(60)[:45], [59, 0, 30, 30, 1]):
-        np.testing.assert_array_equal(a.get(rows=idx), ref[idx])
 
 
 @pytest.mark.parametrize("dtype", ["int32", "float32", "float64"])
