@@ -383,10 +383,15 @@ def synthetic(n_tokens: int, V: int, K: int, sweeps: int, seed: int,
               f"(median {np.median(tps) / 1e6:.2f} M); fit wall {wall:.1f} s (init and "
               f"partitioning included); peak RSS per worker "
               f"{', '.join(f'{v / 2**30:.2f} GiB' for v in peak.values())}")  # fmt: skip
-        for i, tm in enumerate(r.get("timings") for r in m.train_result_.results):
+        for i, r in enumerate(m.train_result_.results):
+            tm = r.get("timings")
             if tm:
                 print(f"  task {i} seconds a sweep: "
                       + ", ".join(f"{a} {b / sweeps:.4f}" for a, b in tm.items()))  # fmt: skip
+            if r.get("state_bytes"):
+                print(f"  task {i}: {r['tokens']} tokens, worker-side state "
+                      f"{r['state_bytes'] / 2**20:.0f} MiB "
+                      f"({r['state_bytes'] / max(r['tokens'], 1):.1f} bytes a token)")  # fmt: skip
         rates[k] = float(np.median(tps))
         m.close()
         if peers:

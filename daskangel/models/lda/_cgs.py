@@ -211,7 +211,8 @@ class CGSTask:
             vals, cols = score_entries(ll, n, time.perf_counter() - t0, part.index)
             met.increment(vals, rows=p.sweeps, cols=cols)
         return {
-            "tokens": c.n_tokens, "docs": docs.n_train_docs, "sampled": sw.sampled, "timings": tm
+            "tokens": c.n_tokens, "docs": docs.n_train_docs, "sampled": sw.sampled, "timings": tm,
+            "state_bytes": docs.nbytes,
         }  # fmt: skip
 
 

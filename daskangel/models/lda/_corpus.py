@@ -79,13 +79,23 @@ def _layout(indptr, indices, counts, keys, n_tokens, dtok):  # type: ignore[no-u
     return wptr, tdoc, dptr
 
 
+@njit(nogil=True, cache=True)
+def _token_docs(dptr, dtok, n_tokens):  # type: ignore[no-untyped-def]
+    tdoc = np.empty(n_tokens, np.int32)
+    for d in range(dptr.shape[0] - 1):
+        for o in range(dptr[d], dptr[d + 1]):
+            tdoc[dtok[o]] = d
+    return tdoc
+
+
 @dataclass
 class Corpus:
     """One task's training tokens (see the module docstring)."""
 
     keys: np.ndarray  # (n_words,) int64 sorted global word ids
     wptr: np.ndarray  # (n_words + 1,) int64
-    tdoc: np.ndarray  # (n_tokens,) int32 local document of each word-major token
+    tdoc: np.ndarray | None  # (n_tokens,) int32 local document of each word-major token
+    # (dropped while the warp sampler runs: :meth:`token_docs` makes it again)
     dptr: np.ndarray  # (n_docs + 1,) int64
     dtok: np.ndarray  # (n_tokens,) int32 (int64 past 2**31 tokens) word-major position
     # of each doc-major token
@@ -102,6 +112,12 @@ class Corpus:
     @property
     def n_docs(self) -> int:
         return int(self.dptr.shape[0] - 1)
+
+    def token_docs(self) -> np.ndarray:
+        """``tdoc``, rebuilt from ``dptr`` / ``dtok`` if it was dropped."""
+        if self.tdoc is None:
+            self.tdoc = _token_docs(self.dptr, self.dtok, self.n_tokens)
+        return self.tdoc
 
     @property
     def nbytes(self) -> int:

@@ -75,9 +75,9 @@ class Sweeper:
         K = p.n_topics
         if p.sampler != "warp":
             if c.ndk is None:
-                c.ndk = doc_topic(c.tdoc, c.z, c.n_docs, K)
+                c.ndk = doc_topic(c.token_docs(), c.z, c.n_docs, K)
             return
-        c.ndk = None  # not used: the doc phase counts a document's topics as it goes
+        c.ndk = c.tdoc = None  # not used: the doc phase visits the tokens doc by doc
         if c.warp is None or not c.warp.fits(c.z, K, p.mh_steps):
             c.warp = WarpState.start(c.z, K, p.mh_steps)
         ts = time.perf_counter()
@@ -150,6 +150,7 @@ class Sweeper:
             if due:
                 capture = np.zeros((self.vkeys.shape[0], K), np.int32)
             parts = []
+            kt = np.int32 if c.keys.shape[0] * K < 2**31 else np.int64  # local row * K + topic
             tq, s0 = time.perf_counter(), tm["sample"]
             for rb, vals in nwk.get_iter(rows=c.keys, batch=self.batch, ordered=True):
                 local = np.searchsorted(c.keys, rb)
@@ -157,8 +158,10 @@ class Sweeper:
                     sl = self.slot[local]
                     m = sl >= 0
                     capture[sl[m]] = vals[m]
-                # held compact (12 bytes an entry) until every task has read the sweep
-                parts.append(sparse_deltas(rb, self._sample(local, vals, nk, nk0, dtot, s), K))
+                # held compact (8 bytes an entry) until every task has read the sweep
+                parts.append(
+                    sparse_deltas(local.astype(kt), self._sample(local, vals, nk, nk0, dtot, s), K)
+                )
             barrier = ctx.job_barrier(s, wait=False)
             tm["rows"] += time.perf_counter() - tq - (tm["sample"] - s0)  # net of sampling
             t1 = time.perf_counter()
@@ -171,6 +174,7 @@ class Sweeper:
                 keys, vals = update.pop(0)
                 if keys.size:
                     r, col = np.divmod(keys, K)
+                    r = c.keys[r]
                     nwk.increment(sp.coo_matrix((vals, (r, col)), shape=(V, K)))
         else:
             nwk.increment(update)

@@ -299,17 +299,18 @@ def word_phase(local, rows, nk, z, zpush, prop, wptr, beta, vbeta, seed, sweep, 
 
 @njit(nogil=True, cache=True)
 def sparse_deltas(rows_ids, delta, K):  # type: ignore[no-untyped-def]
-    """The non-zero entries of ``delta`` (one row per global id) as ``(row * K + col, value)``."""
+    """The non-zero entries of ``delta`` (one row per id) as ``(id * K + col, value)``; the
+    keys have ``rows_ids``' dtype (int32 keeps a held entry at 8 bytes)."""
     n = 0
     for r in range(delta.shape[0]):
         for k in range(K):
             if delta[r, k] != 0:
                 n += 1
-    keys = np.empty(n, np.int64)
+    keys = np.empty(n, rows_ids.dtype)
     vals = np.empty(n, np.int32)
     n = 0
     for r in range(delta.shape[0]):
-        base = rows_ids[r] * K
+        base = np.int64(rows_ids[r]) * K
         for k in range(K):
             v = delta[r, k]
             if v != 0:
