@@ -48,6 +48,14 @@ def reduce_units(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.nda
     return k[starts], np.add.reduceat(v, starts, axis=0)
 
 
+def _appends(merged: np.ndarray, keys: np.ndarray) -> bool:
+    """Do ``keys`` extend the sorted unique ``merged`` as they are (increasing, all past
+    its last key)?  Then merging is a concatenation (e.g. LDA's row-ordered deltas)."""
+    if keys.shape[0] == 0 or (merged.shape[0] and keys[0] <= merged[-1]):
+        return False
+    return bool(K.is_strictly_sorted(keys))
+
+
 class MergeBuffer:
     """Merged increments to one array at one clock (not thread-safe: the agent locks).
 
@@ -117,10 +125,14 @@ class MergeBuffer:
         k = np.concatenate(self._keys) if len(self._keys) > 1 else self._keys[0]
         v = np.concatenate(self._vals) if len(self._vals) > 1 else self._vals[0]
         self._keys, self._vals, self._pending = [], [], 0
-        if self.dense is None:
-            k = np.concatenate([self.keys, k])
-            v = np.concatenate([self.vals, v])
-        uk, uv = reduce_units(k, v)
+        if self.dense is None and _appends(self.keys, k):  # already merged: no sort, no sum
+            uk = np.concatenate([self.keys, k.astype(np.int64, copy=False)])
+            uv = np.concatenate([self.vals, v])
+        else:
+            if self.dense is None:
+                k = np.concatenate([self.keys, k])
+                v = np.concatenate([self.vals, v])
+            uk, uv = reduce_units(k, v)
         if self.dense is not None:
             assert self.touched is not None
             self.dense[uk] += uv  # keys unique: fancy += is a dense add

@@ -72,3 +72,25 @@ def test_unit_store_keeps_the_fresher_copy_and_evicts_stale_first():
     assert hit.all() and vals.ravel().tolist() == [1.0, 2.0, 30.0]
     assert s.evict(2 * (16 + 8)) == 1  # the least fresh unit (3) goes
     assert s.keys.tolist() == [1, 2]
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    starts=st.lists(st.integers(0, 40), min_size=1, max_size=8),
+    lens=st.lists(st.integers(0, 6), min_size=8, max_size=8),
+)
+def test_increasing_batches_append_as_merged(starts, lens):
+    # batches of increasing keys past the merged ones are appended without a sort;
+    # others (overlapping, or behind) take the general merge: the sum is the same
+    buf = MergeBuffer(100, 1, np.dtype("int32"), 16, 0, merge_bytes=1)
+    want = np.zeros((100, 1), np.int32)
+    for i, s in enumerate(starts):
+        k = np.arange(s, min(100, s + lens[i]), dtype=np.int64)
+        v = np.full((k.shape[0], 1), i + 1, np.int32)
+        np.add.at(want, k, v)
+        buf.add(k, v)
+    fmt, keys, vals = buf.take()
+    assert fmt == "sparse" and np.all(np.diff(keys) > 0)
+    got = np.zeros_like(want)
+    got[keys] = vals
+    np.testing.assert_array_equal(got, want)
