@@ -85,6 +85,7 @@ class Sweeper:
         doc_phase(w.z, w.prop, c.dptr, c.dtok, nk, p.alpha, p.beta, p.n_words * p.beta,
                   p.seed, p.sweep0 + s)  # fmt: skip
         self.tm["sample"] += time.perf_counter() - ts
+        self.tm["doc_phase"] = self.tm.get("doc_phase", 0.0) + time.perf_counter() - ts  # of it
 
     def _sample(
         self, local: np.ndarray, vals: np.ndarray, nk: np.ndarray, nk0: np.ndarray,

@@ -140,19 +140,23 @@ def doc_phase(z, prop, dptr, dtok, nk, alpha, beta, vbeta, seed, sweep):  # type
     M = prop.shape[1]
     cnt = np.zeros(K, np.int32)
     kalpha = K * alpha
+    zd = np.empty(0, np.int32)  # the document's topics, gathered once
     done = 0
     for d in range(dptr.shape[0] - 1):
         o0 = dptr[d]
-        o1 = dptr[d + 1]
-        L = o1 - o0
+        L = dptr[d + 1] - o0
         if L == 0:
             continue
-        for o in range(o0, o1):
-            cnt[z[dtok[o]]] += 1
+        if zd.shape[0] < L:
+            zd = np.empty(2 * L, np.int32)
+        for a in range(L):
+            s = z[dtok[o0 + a]]
+            zd[a] = s
+            cnt[s] += 1
         st = mix_seed(seed + _DOC_STREAM, sweep, d)
-        for o in range(o0, o1):
-            i = dtok[o]
-            s = z[i]
+        for a in range(L):
+            i = dtok[o0 + a]
+            s = zd[a]
             s0 = s
             cnt[s] -= 1
             nk[s] -= 1
@@ -167,21 +171,22 @@ def doc_phase(z, prop, dptr, dtok, nk, alpha, beta, vbeta, seed, sweep):  # type
             cnt[s] += 1
             nk[s] += 1
             if s != s0:
+                zd[a] = s
                 z[i] = s
-        for o in range(o0, o1):  # doc proposals ~ n_dk + alpha, drawn in O(1)
-            i = dtok[o]
+        for a in range(L):  # doc proposals ~ n_dk + alpha, drawn in O(1)
+            i = dtok[o0 + a]
             for m in range(M):
                 st, u = _next(st)
                 u *= L + kalpha
                 if u < L:
-                    t = z[dtok[o0 + int(u)]]
+                    t = zd[int(u)]
                 else:
                     t = int((u - L) / alpha)
                     if t >= K:
                         t = K - 1
                 prop[i, m] = t
-        for o in range(o0, o1):
-            cnt[z[dtok[o]]] = 0
+        for a in range(L):
+            cnt[zd[a]] = 0
         done += L
     return done
 
