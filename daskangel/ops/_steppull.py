@@ -3,27 +3,30 @@
 Angel's PS-SGD worker pushes a minibatch's gradient to the server-side optimiser
 and pulls the next minibatch's weights: two requests to every server a
 minibatch, each paying the transport and the server's dispatch.  A *step-pull*
-sends both in one message per server: the server applies the step (the rule and
-its state, as :class:`~._optim.OptimizerStep` does) and returns the weights of
-the keys to pull, read *after* the step (an entry both stepped and pulled reads
-its new value), so a task pipelining its minibatches sends half the messages.
+sends steps and pulls in one message per server: the server applies the steps in
+order (the rule and its state, as :class:`~._optim.OptimizerStep` does; a step
+reads the ones before it) and returns the weights of each key list to pull, read
+*after* the steps (an entry both stepped and pulled reads its new value).  A
+task pipelining its minibatches sends one message per server for a minibatch's
+step and a later one's pull, or for several of each.
 
-Both key lists are strictly increasing global indices along one axis of a
+Every key list is strictly increasing global indices along one axis of a
 range-partitioned array: ``cols`` of a 1-D array, or ``rows`` (every column) of
-a 2-D array with one column block.  Either list may be empty (a pull alone, a
-step alone).  The update is all-or-nothing per server like every update psf;
-with ``atomic=False`` (the default here, as the minibatch solvers push) each
-server commits on its own.
+a 2-D array with one column block.  There may be no step (pulls alone) or no
+pull (steps alone).  The update is all-or-nothing per server like every update
+psf; with ``atomic=False`` (the default here, as the minibatch solvers push)
+each server commits on its own.
 
 Example
 -------
 >>> opt = angel.ops.AdaGrad(lr=0.1).attach(ps, w)                 # doctest: +SKIP
->>> f = angel.ops.step_pull_async(opt, grad, keys, next_keys, axis="cols")  # doctest: +SKIP
->>> next_w = f.result()       # w[next_keys] after the step       # doctest: +SKIP
+>>> f = angel.ops.step_pull_async(opt, [grad], [keys], [next_keys])  # doctest: +SKIP
+>>> [next_w] = f.result()     # w[next_keys] after the step       # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -40,62 +43,85 @@ __all__ = ["StepPull", "fusable", "step_pull_async"]
 
 @dataclass(frozen=True)
 class StepPull(RuleStep):
-    """The psf of a step and a pull along ``axis``: arrays are the weights, then
-    the rule's state slots.
+    """The psf of steps and pulls along ``axis``: arrays are the weights, then the
+    rule's state slots.
 
-    A block's params are ``k`` (local keys stepped) with ``g`` (their gradient:
-    1-D for ``cols``, ``(len(k), n_cols)`` for ``rows``) and / or ``p`` (local
-    keys pulled).  ``plan`` and ``where`` (caller only): ``{block: params}`` and
-    ``(n pulled, [(block, slice of the result)], row width or None)``.
+    A block's params are ``k`` (a list: the local keys of each step touching the
+    block, in order) with ``g`` (their gradients: 1-D for ``cols``, ``(len(k),
+    n_cols)`` for ``rows``) and / or ``p`` (a list of ``(pull number, local keys)``).
+    The steps apply one after the other (each reads the ones before), then every
+    pull reads the block as they left it.  ``plan`` and ``where`` (caller only):
+    ``{block: params}`` and ``[(n keys, [(block, slice of the result)])]`` per pull,
+    with ``width`` the row width (``None``: 1-D).
     """
 
     arity: ClassVar[tuple[int, int]] = (1, 64)
     axis: str = "cols"
     where: Any = field(default=None, compare=False)
+    width: Any = field(default=None, compare=False)
 
     def params(self) -> dict[str, Any]:
         return {"rule": self.rule, "hyper": self.hyper, "axis": self.axis}
 
     def cost(self, metas: list[ArrayMeta], block: int, params: dict[str, Any]) -> int:
-        n = np.asarray(params.get("g", ())).size + np.asarray(params.get("p", ())).size
+        n = sum(np.asarray(g).size for g in params.get("g", ()))
+        n += sum(np.asarray(k).size for _, k in params.get("p", ()))
         return int(n) * 8 * len(metas)
 
-    def partition_update(self, *parts: Partition, **params: Any) -> np.ndarray | None:
+    def partition_update(self, *parts: Partition, **params: Any) -> list[Any] | None:
         rule = _rule(self.rule, self.hyper)
         names = [s[0] for s in rule.state_slots()]
         w, state_parts = parts[0], dict(zip(names, parts[1:], strict=True))
-        k = params.get("k")
-        new_w = None
-        if k is not None:
-            k = _local(w, self.axis, k)
-            g = np.asarray(params["g"])
-            state = {n: _read(p, self.axis, k) for n, p in state_parts.items()}
-            new_w, new_state = rule.update(_read(w, self.axis, k), state, g, None)
-            _write(w, self.axis, k, new_w)
+        ks = [_local(w, self.axis, k) for k in params.get("k", ())]
+        gs = [np.asarray(g) for g in params.get("g", ())]
+        if len(ks) != len(gs):
+            raise InvalidArgumentError(f"g: expected {len(ks)} gradients, got {len(gs)}")
+        u = ks[0] if len(ks) == 1 else np.unique(np.concatenate(ks)) if ks else None
+        cur = None
+        if u is not None:  # the touched entries, stepped in order, then staged
+            cur = _read(w, self.axis, u)
+            st = {n: _read(p, self.axis, u) for n, p in state_parts.items()}
+            for k, g in zip(ks, gs, strict=True):
+                at: Any = slice(None) if len(ks) == 1 else np.searchsorted(u, k)
+                new_w, new_st = rule.update(cur[at], {n: a[at] for n, a in st.items()}, g, None)
+                cur[at] = new_w
+                for n, a in st.items():
+                    a[at] = new_st[n]
+            _write(w, self.axis, u, cur)
             for n, p in state_parts.items():
-                _write(p, self.axis, k, new_state[n])
-        pk = params.get("p")
-        if pk is None:
+                _write(p, self.axis, u, st[n])
+        pulls = params.get("p")
+        if not pulls:
             return None
-        pk = _local(w, self.axis, pk)
-        out = _read(w, self.axis, pk)  # committed: patch the entries stepped above
-        if new_w is not None and k is not None and k.shape[0] and pk.shape[0]:
-            at = np.minimum(np.searchsorted(k, pk), k.shape[0] - 1)
-            hit = k[at] == pk
-            out[hit] = np.asarray(new_w, dtype=out.dtype)[at[hit]]
+        out = []
+        for j, pk in pulls:
+            pk = _local(w, self.axis, pk)
+            got = _read(w, self.axis, pk)  # committed: patch the entries stepped above
+            if u is not None and cur is not None and u.shape[0] and pk.shape[0]:
+                at = np.minimum(np.searchsorted(u, pk), u.shape[0] - 1)
+                hit = u[at] == pk
+                got[hit] = cur[at[hit]]
+            out.append([int(j), got])
         return out
 
     def merge_update(self, partials: dict[int, Any], metas: list[ArrayMeta]) -> Any:
-        """The pulled weights in the order of the pulled keys; ``None`` when a part
-        came back without values (a resend found its step applied already)."""
-        n, where, width = self.where
-        out = np.empty((n,) if width is None else (n, width), dtype=metas[0].dtype)
-        for b, sl in where:
-            part = partials.get(b)
-            if not isinstance(part, np.ndarray):
-                return None
-            out[sl] = part
-        return out
+        """The pulled weights, a list in the order of the pulls; ``None`` when a part
+        came back without values (a resend found its steps applied already)."""
+        outs = []
+        for n, _ in self.where:
+            shape = (n,) if self.width is None else (n, self.width)
+            outs.append(np.empty(shape, dtype=metas[0].dtype))
+        got: dict[tuple[int, int], np.ndarray] = {}
+        for b, part in partials.items():
+            if isinstance(part, (list, tuple)):  # (msgpack gives tuples)
+                got.update(((b, int(j)), v) for j, v in part)
+        for j, (_, where) in enumerate(self.where):
+            for b, sl in where:
+                v = got.get((b, j))
+                if v is None:
+                    return None
+                outs[j][sl] = v
+        return outs
 
 
 def _local(p: Partition, axis: str, keys: Any) -> np.ndarray:
@@ -142,22 +168,22 @@ def fusable(opt: BoundOptimizer, axis: str) -> bool:
 
 def step_pull_async(
     opt: BoundOptimizer,
-    grad: Any,
-    keys: Any,
-    pull: Any,
+    grads: Sequence[Any],
+    keys: Sequence[Any],
+    pulls: Sequence[Any],
     *,
     axis: str = "cols",
     casting: str | None = None,
     atomic: bool = False,
 ) -> PSFuture:
-    """Step ``opt`` with ``grad`` at ``keys`` and pull the weights at ``pull``, one
-    message per server; ``result()`` returns the pulled weights (``None`` when a
-    resend found a part applied already: pull them again).
+    """Apply ``opt``'s steps ``grads`` at ``keys`` in order, then pull the weights at
+    each of ``pulls``, one message per server; ``result()`` is the list of pulled
+    arrays (``None`` when a resend found a part applied already: pull them again).
 
-    ``keys`` and ``pull`` are strictly increasing indices along ``axis``
-    (``'cols'`` of a 1-D array: ``grad`` of shape ``(len(keys),)``; ``'rows'`` of
-    a 2-D array with one column block: ``(len(keys), n_cols)``).  Refused (named)
-    when the layout or the rule does not allow it (:func:`fusable`).
+    Every key list is strictly increasing along ``axis`` (``'cols'`` of a 1-D array:
+    a gradient of shape ``(len(keys),)``; ``'rows'`` of a 2-D array with one column
+    block: ``(len(keys), n_cols)``).  Refused (named) when the layout or the rule does
+    not allow it (:func:`fusable`), or on a malformed argument, before anything is sent.
     """
     if not fusable(opt, axis):
         raise InvalidArgumentError(
@@ -166,37 +192,48 @@ def step_pull_async(
             f"got {opt.weights.name!r} {opt.weights.meta.layout.describe()}, "
             f"{type(opt.optimizer).__name__}"
         )
+    if len(grads) != len(keys):
+        raise InvalidArgumentError(
+            f"grads: expected one gradient per key list ({len(keys)}), got {len(grads)}"
+        )
     m = opt.weights.meta
     extent = m.shape[1] if axis == "cols" else m.shape[0]
     width = None if axis == "cols" else m.shape[1]
-    k = _keys("keys", keys, extent)
-    pk = _keys("pull", pull, extent)
-    g = np.asarray(grad)
-    want = (k.shape[0],) if width is None else (k.shape[0], width)
-    if g.shape != want:
-        raise InvalidArgumentError(f"grad: expected shape {want} (one per key), got {g.shape}")
-    g, keep = check_values(g, m.dtype, casting, "raise")
-    assert keep is None  # non-finite entries raise above
     lay = m.layout
     plan: dict[int, dict[str, Any]] = {}
-    if k.shape[0]:
-        ax = plan_axis(lay, axis, k, extent)
-        for b, loc, sl in zip(ax.blocks, ax.local, ax.out, strict=True):
-            plan[_block(lay, axis, b)] = {"k": loc, "g": np.array(g[sl])}  # caller may reuse g
-    where: list[tuple[int, slice]] = []
-    if pk.shape[0]:
-        ax = plan_axis(lay, axis, pk, extent)
-        for b, loc, sl in zip(ax.blocks, ax.local, ax.out, strict=True):
-            blk = _block(lay, axis, b)
-            plan.setdefault(blk, {})["p"] = loc
-            assert isinstance(sl, slice)  # increasing keys: runs
-            where.append((blk, sl))
+    for grad, kk in zip(grads, keys, strict=True):
+        k = _keys("keys", kk, extent)
+        g = np.asarray(grad)
+        want = (k.shape[0],) if width is None else (k.shape[0], width)
+        if g.shape != want:
+            raise InvalidArgumentError(f"grad: expected shape {want} (one per key), got {g.shape}")
+        g, keep = check_values(g, m.dtype, casting, "raise")
+        assert keep is None  # non-finite entries raise above
+        if k.shape[0]:
+            ax = plan_axis(lay, axis, k, extent)
+            for b, loc, sl in zip(ax.blocks, ax.local, ax.out, strict=True):
+                part = plan.setdefault(_block(lay, axis, b), {"k": [], "g": []})
+                part["k"].append(loc)
+                part["g"].append(np.array(g[sl]))  # the caller may reuse its gradient
+    where: list[tuple[int, list[tuple[int, slice]]]] = []
+    for j, pull in enumerate(pulls):
+        pk = _keys("pulls", pull, extent)
+        runs: list[tuple[int, slice]] = []
+        if pk.shape[0]:
+            ax = plan_axis(lay, axis, pk, extent)
+            for b, loc, sl in zip(ax.blocks, ax.local, ax.out, strict=True):
+                blk = _block(lay, axis, b)
+                plan.setdefault(blk, {}).setdefault("p", []).append([j, loc])
+                assert isinstance(sl, slice)  # increasing keys: runs
+                runs.append((blk, sl))
+        where.append((pk.shape[0], runs))
     func = StepPull(
         psf_name(type(opt.optimizer)),
         opt.optimizer.hyper(),
         plan,
         axis=axis,
-        where=(pk.shape[0], where, width),
+        where=where,
+        width=width,
     )
     return opt.weights.psf_async(func, *opt.arrays[1:], atomic=atomic)
 

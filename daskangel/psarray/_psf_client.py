@@ -177,8 +177,9 @@ async def run_psf(
         if hasattr(func, "output"):
             _check_output(label, result, func.output(metas))
         return result
+    merge = getattr(func, "merge_update", None)
     if not parts:
-        return None
+        return None if merge is None else merge({}, metas)
     writes = sorted(func.writes_for(len(names))) if hasattr(func, "writes_for") else [0]
     extra["writes"] = writes
     extra["written"] = [names[i] for i in writes]
@@ -189,7 +190,6 @@ async def run_psf(
         partials = await binding.call_blocks(names[0], "psf_update", parts, cost, extra)
     else:
         partials = await _two_phase(binding, names[0], parts, cost, extra, metas[0], servers)
-    merge = getattr(func, "merge_update", None)
     return None if merge is None else merge(partials, metas)
 
 

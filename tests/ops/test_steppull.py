@@ -30,7 +30,7 @@ def test_step_pull_of_a_vector_matches_the_reference_and_reads_after_the_step(ps
     for _ in range(30):
         keys, pull = _sorted_keys(rng, n, 12), _sorted_keys(rng, n, 12)
         g = rng.normal(size=keys.shape[0])
-        got = step_pull_async(opt, g, keys, pull, axis="cols").result()
+        [got] = step_pull_async(opt, [g], [keys], [pull], axis="cols").result()
         ref.step(keys, g)
         np.testing.assert_allclose(got, ref.w[pull], rtol=1e-12, atol=1e-15)
         assert got.shape == pull.shape and got.dtype == np.float64
@@ -48,7 +48,7 @@ def test_step_pull_of_rows_matches_the_reference(ps):
     for _ in range(20):
         keys, pull = _sorted_keys(rng, n, 8), _sorted_keys(rng, n, 8)
         g = rng.normal(size=(keys.shape[0], k))
-        got = step_pull_async(opt, g, keys, pull, axis="rows").result()
+        [got] = step_pull_async(opt, [g], [keys], [pull], axis="rows").result()
         ref.step((keys[:, None] * k + np.arange(k)).ravel(), g.ravel())
         np.testing.assert_allclose(got, ref.w.reshape(n, k)[pull], rtol=1e-12, atol=1e-15)
     check(opt, ref)
@@ -58,8 +58,8 @@ def test_float32_weights_take_a_cast_gradient(ps):
     w = ps.zeros("w", (20,), dtype="float32", block_shape=(6,))
     opt = ops.SGD(lr=0.5).attach(ps, w)
     with pytest.raises(angel.errors.CastingError, match="float64"):
-        step_pull_async(opt, np.ones(2), [1, 2], [0]).result()
-    got = step_pull_async(opt, np.ones(2), [1, 2], [0, 2, 19], casting="same_kind").result()
+        step_pull_async(opt, [np.ones(2)], [[1, 2]], [[0]]).result()
+    [got] = step_pull_async(opt, [np.ones(2)], [[1, 2]], [[0, 2, 19]], casting="same_kind").result()
     assert got.dtype == np.float32 and got.tolist() == [0.0, -0.5, 0.0]
 
 
@@ -79,15 +79,20 @@ def test_rejected_input_leaves_the_weights_and_state_unchanged(ps):
     ]
     for err, (g, keys, pull) in bad:
         with pytest.raises(err):
-            step_pull_async(opt, np.asarray(g, dtype=np.float64), keys, pull).result()
+            step_pull_async(opt, [np.asarray(g, dtype=np.float64)], [keys], [pull]).result()
+    with pytest.raises(InvalidArgumentError, match="one gradient per key list"):
+        step_pull_async(opt, [np.ones(1), np.ones(1)], [[1]], [])
     # a request that passes the caller but fails on a server (a local key outside a
     # block) is refused there before anything is committed, on every server
     func = StepPull(
         "daskangel.ops._rules:AdaGrad",
         opt.optimizer.hyper(),
-        {0: {"k": np.array([1]), "g": np.ones(1)}, 3: {"k": np.array([99]), "g": np.ones(1)}},
+        {
+            0: {"k": [np.array([1])], "g": [np.ones(1)]},
+            3: {"k": [np.array([99])], "g": [np.ones(1)]},
+        },
         axis="cols",
-        where=(0, [], None),
+        where=[],
     )
     with pytest.raises(angel.errors.PSFError, match="local index outside"):
         w.psf(func, opt.state["h"])
@@ -100,7 +105,7 @@ def test_layouts_and_rules_it_cannot_serve_are_refused_by_name(ps):
     opt = ops.SGD(lr=0.1).attach(ps, h)
     assert not fusable(opt, "cols")
     with pytest.raises(angel.errors.InvalidArgumentError, match="range-partitioned"):
-        step_pull_async(opt, np.ones(1), [1], [2])
+        step_pull_async(opt, [np.ones(1)], [[1]], [[2]])
     m = ps.zeros("wm", (6, 4), dtype="float64", block_shape=(3, 2))
     assert not fusable(ops.SGD(lr=0.1).attach(ps, m), "rows")  # two column blocks
     v = ps.zeros("wv", (10,), dtype="float64", block_shape=(5,))
@@ -113,9 +118,31 @@ def test_step_pull_from_dask_tasks_on_worker_processes(ps, client):
 
     def task(opt, i):
         keys = np.arange(10 * i, 10 * i + 10)
-        return step_pull_async(opt, np.ones(10), keys, keys[::3]).result()
+        return step_pull_async(opt, [np.ones(10)], [keys], [keys[::3]]).result()
 
     got = client.gather(client.map(task, [opt] * 10, range(10)))
-    for r in got:
+    for [r] in got:
         np.testing.assert_array_equal(r, -np.ones(4))  # each task reads its own step
     np.testing.assert_array_equal(w.get(), -np.ones(100))
+
+
+@pytest.mark.parametrize("name", ["AdaGrad", "Adam", "FTRL"])
+def test_several_steps_in_one_message_apply_in_order_and_the_pulls_read_them_all(ps, name):
+    rule, fn, init = CASES[name]
+    rng = np.random.default_rng(11)
+    n = 30
+    w = ps.random("w", (n,), seed=2, low=-1, high=1, dtype="float64", block_shape=(8,))
+    ref = Reference(rule, fn, init, w.get())
+    opt = rule.attach(ps, w)
+    for m in (0, 1, 2, 3, 5, 2):
+        keys = [_sorted_keys(rng, n, 10) for _ in range(m)]
+        keys[:1] = [np.arange(n)[::2]] if m else []  # overlapping key lists
+        grads = [rng.normal(size=k.shape[0]) for k in keys]
+        pulls = [_sorted_keys(rng, n, 10) for _ in range(int(rng.integers(0, 4)))]
+        got = step_pull_async(opt, grads, keys, pulls).result()
+        for k, g in zip(keys, grads, strict=True):
+            ref.step(k, g)
+        assert len(got) == len(pulls)
+        for pk, v in zip(pulls, got, strict=True):
+            np.testing.assert_allclose(v, ref.w[pk], rtol=1e-12, atol=1e-15)
+    check(opt, ref)

@@ -24,16 +24,17 @@ once the floor of the next clock holds, so they read the servers directly
 (no clock cache: they want the newest weights).
 
 **Step-pulls.** Where the weights allow it (range blocks, a rule without
-versions: ``ops._steppull.fusable``) a minibatch's step travels with the pull of
-the minibatch ``prefetch + 1`` ahead, one message per server
-(``ops._steppull.step_pull_async``: the server applies the step, then reads the
-pulled keys): half the messages of a pull and a push each, and the pull reads
-this step's result.  A round opens with ``prefetch + 1`` plain pulls and closes
-with as many plain steps, so no pull of a round is sent before the clock that
-opens it.  Minibatch ``i + prefetch + 1`` thus reads the weights after the
-task's step ``i`` (it misses the ``prefetch`` steps in between, as a prefetched
-pull did) and whatever the other tasks pushed by then, up to the staleness
-bound between rounds.
+versions: ``ops._steppull.fusable``) the steps of every
+``daskangel.models.sgd-fuse`` minibatches travel in one message per server with
+the pulls of the minibatches up to ``ahead = max(prefetch + 1, fuse)`` past the
+last of them (``ops.step_pull_async``: the server applies the steps in order,
+then reads the pulled keys): one message where a pull and a push each took two,
+and the pulls read those steps.  A round opens with its first ``ahead`` pulls in
+one message, so no pull of a round is sent before the clock that opens it.  A
+minibatch thus reads the weights after the task's steps up to ``ahead`` before
+it (it misses at most ``ahead - 1`` of them, as a prefetched pull did) and
+whatever the other tasks pushed by then, up to the staleness bound between
+rounds.  ``'ftrl'`` sends one step a message (its ``l1`` / ``l2`` change every step).
 
 .. warning:: Within a round the model is read asynchronously: two fits with
    one ``random_state`` differ by the arrival order of the pushes (as they did
@@ -61,7 +62,7 @@ from .._core._rounds import check_finite_step
 from ._kernels import batch_keys, grad_batch, put_rows
 from ._task import Plan, TaskData
 
-__all__ = ["MinibatchRounds", "sgd_group", "sgd_prefetch", "sgd_pull_group"]
+__all__ = ["MinibatchRounds", "sgd_fuse", "sgd_group", "sgd_prefetch", "sgd_pull_group"]
 
 
 def _positive(key: str, least: int) -> int:
@@ -79,6 +80,11 @@ def sgd_group() -> int:
 def sgd_pull_group() -> int:
     """``daskangel.models.sgd-pull-group``: minibatches a pull (the union of their keys)."""
     return _positive("daskangel.models.sgd-pull-group", 1)
+
+
+def sgd_fuse() -> int:
+    """``daskangel.models.sgd-fuse``: minibatches' steps a step-pull message carries."""
+    return _positive("daskangel.models.sgd-fuse", 1)
 
 
 def sgd_prefetch() -> int:
@@ -199,46 +205,76 @@ class MinibatchRounds:
     def _run_fused(
         self, rows: np.ndarray, epoch: int, rnd: int, eta: float, tm: dict[str, float]
     ) -> float:
-        """:meth:`run` with step-pulls: minibatch ``i``'s step carries the pull of
-        minibatch ``i + prefetch + 1``; the first ``prefetch + 1`` pulls and the last
-        as many steps travel alone."""
+        """:meth:`run` with step-pulls: every ``plan.fuse`` minibatches, one message per
+        server carries their steps and the pulls of the minibatches up to
+        ``ahead = max(prefetch + 1, fuse)`` past the last of them; the round's first
+        ``ahead`` pulls travel together before any step."""
         p, d, W = self.p, self.d, self.W
-        K, b, ahead = p.n_outputs, p.batch, self.prefetch + 1
+        K, b, m = p.n_outputs, p.batch, max(1, p.fuse)
+        ahead = max(self.prefetch + 1, m)  # a pull is sent before its minibatch computes
         batches = [rows[i : i + b] for i in range(0, rows.size, b)]
         keys = [self._keys(r) for r in batches]
         n = len(batches)
         t_0 = time.perf_counter()
-        pulls: deque[Any] = deque(self._pull(keys[j]) for j in range(min(ahead, n)))
+        todo: dict[int, tuple[Any, int]] = {}  # minibatch -> (its pull's future, index)
+        sent: list[Any] = []
+        nxt = 0
+        if self.first:  # through the clock rule, once
+            todo[0] = (_Done([self._pull(keys[0]).result()]), 0)
+            nxt = 1
+        nxt = self._send(p.optimizer, [], [], keys, nxt, min(ahead, n), todo, sent)
         tm["pull"] += time.perf_counter() - t_0
-        pushes = []
+        grads: list[np.ndarray] = []
+        gkeys: list[np.ndarray] = []
         loss_sum = 0.0
         for i in range(n):
             t_0 = time.perf_counter()
             bk = keys[i]
-            v = pulls.popleft().result()
-            if v is None:  # a resend found the step applied already: pull again
-                v = self._pull(bk).result()
+            f, at = todo.pop(i)
+            got = f.result()
+            v = self._pull(bk).result() if got is None else got[at]  # None: pull again
             put_rows(W, bk, np.asarray(v).reshape(bk.shape[0], K))
             t_1 = time.perf_counter()
             loss, g = self._grad(batches[i], bk, epoch, eta)
-            opt = p.step_optimizer(epoch, rnd * p.group + i)
-            gk = d.keys[bk]
+            grads.append(g[:, 0] if K == 1 else g)
+            gkeys.append(d.keys[bk])
             t_2 = time.perf_counter()
-            if i + ahead < n:
-                nk = d.keys[keys[i + ahead]]
-                gi = g[:, 0] if K == 1 else g
-                pulls.append(step_pull_async(opt, gi, gk, nk, axis=self.axis, casting="same_kind"))
-            else:
-                pushes.append(self._step(opt, g, gk))
+            if len(grads) == m or i == n - 1:
+                opt = p.step_optimizer(epoch, rnd * p.group + i)
+                nxt = self._send(opt, grads, gkeys, keys, nxt, min(i + ahead + 1, n), todo, sent)
+                grads, gkeys = [], []
             tm["pull"] += t_1 - t_0
             tm["sgd"] += t_2 - t_1
             tm["push"] += time.perf_counter() - t_2
             loss_sum += loss
         t_0 = time.perf_counter()
-        for f in pushes:  # applied before the clock (the step-pulls were read above)
+        for f in sent:  # every step applied before the clock
             f.result()
         tm["push"] += time.perf_counter() - t_0
         return loss_sum
+
+    def _send(
+        self,
+        opt: Any,
+        grads: list[np.ndarray],
+        gkeys: list[np.ndarray],
+        keys: list[np.ndarray],
+        lo: int,
+        hi: int,
+        todo: dict[int, tuple[Any, int]],
+        sent: list[Any],
+    ) -> int:
+        """One step-pull of ``grads`` at ``gkeys`` and the pulls of minibatches
+        ``lo .. hi - 1`` (recorded in ``todo``); the next minibatch to pull."""
+        js = range(lo, max(lo, hi))
+        if not grads and not js:
+            return lo
+        pulls = [self.d.keys[keys[j]] for j in js]
+        f = step_pull_async(opt, grads, gkeys, pulls, axis=self.axis, casting="same_kind")
+        for at, j in enumerate(js):
+            todo[j] = (f, at)
+        sent.append(f)
+        return js.stop
 
 
 class _Done:

@@ -36,7 +36,7 @@ from .._core._params import (
 )
 from .._core._params import train_rows as _train_rows
 from ._inplace import in_place_order
-from ._minibatch import sgd_group, sgd_prefetch, sgd_pull_group
+from ._minibatch import sgd_fuse, sgd_group, sgd_prefetch, sgd_pull_group
 from ._solvers import _per_round
 from ._task import Plan
 
@@ -172,7 +172,11 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
         )
     if solver in ("sgd", "ftrl"):
         plan = _replace(
-            plan, group=sgd_group(), pull_group=sgd_pull_group(), prefetch=sgd_prefetch()
+            plan,
+            group=sgd_group(),
+            pull_group=sgd_pull_group(),
+            prefetch=sgd_prefetch(),
+            fuse=sgd_fuse() if solver == "sgd" else 1,  # (FTRL's l1 / l2 change every step)
         )
     if solver not in ("lbfgs", "owlqn") and train_rows:
         per = _per_round(plan)

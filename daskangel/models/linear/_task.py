@@ -96,6 +96,7 @@ class Plan:
     group: int = 1  # 'sgd' / 'ftrl': minibatches a round (clock), see _minibatch
     pull_group: int = 1  # ... minibatches a pull (their keys' union)
     prefetch: int = 0  # ... pulls in flight ahead of the group computing
+    fuse: int = 1  # ... minibatches' steps (and the pulls ahead) a step-pull message
     relative_tol: bool = True  # early stopping: an improvement by tol * |best| (see should_stop)
 
     @property
