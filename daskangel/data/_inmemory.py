@@ -138,7 +138,9 @@ class ArraySource:
     def fmt(self) -> Any:
         return None
 
-    def _blocks(self, client: Client) -> tuple[list[_Block], list[frozenset[str]]]:
+    def _blocks(
+        self, client: Client, n_tasks: int = 1
+    ) -> tuple[list[_Block], list[frozenset[str]]]:
         x, y = self.x, self.y
         if _is_dask(x):
             if hasattr(x, "chunks") and x.ndim == 2:
@@ -162,6 +164,11 @@ class ArraySource:
         n = len(x) if self.table is not None else x.shape[0]
         nbytes = _nbytes(x)
         per = max(1, int(n * config.get_bytes("daskangel.data.split-bytes") / max(1, nbytes)))
+        # a multiple of n_tasks blocks of equal rows: whole blocks per task stay balanced
+        # (7 blocks on 2 tasks were 4 / 3: 59 % / 41 % of a 100 M-token corpus)
+        n_blk = -(-max(n, 1) // per)
+        n_blk = -(-n_blk // max(1, n_tasks)) * max(1, n_tasks)
+        per = max(1, -(-max(n, 1) // n_blk))
         out = []
         for s in range(0, max(n, 1), per):
             e = min(n, s + per)
@@ -171,7 +178,7 @@ class ArraySource:
         return out, [frozenset()] * len(out)
 
     def pieces(self, client: Client, n_tasks: int) -> list[Piece]:
-        blocks, holders = self._blocks(client)
+        blocks, holders = self._blocks(client, n_tasks)
         items = list(zip(blocks, holders, strict=True))
         while len(items) < n_tasks:  # more tasks than blocks: cut the largest finer
             k = max(range(len(items)), key=lambda i: (items[i][0].nbytes // items[i][0].shares, -i))

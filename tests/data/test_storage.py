@@ -162,3 +162,18 @@ def test_dense_rows_stay_dense_in_memory_and_read_the_same_everywhere(client):
         seq = client.gather(ds.map_partitions(_epochs, 1, 0, True))
         assert sorted(np.concatenate([s[0] for s in seq]).tolist()) == y.tolist()
         ds.release()
+
+
+@pytest.mark.timeout(120)
+def test_local_rows_split_evenly_over_the_partitions(client):
+    """A local matrix is cut into a multiple of n_partitions blocks of equal rows, so
+    whole blocks per partition stay balanced (7 blocks on 2 partitions were 4 / 3)."""
+    X = sp.random(7000, 50, density=0.2, random_state=1, format="csr", dtype=np.float32)
+    nbytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+    with dask.config.set({"daskangel.data.split-bytes": nbytes // 7 + 1}):
+        ds = angel.data.from_array(X).persist(n_partitions=2)
+    sizes = client.gather(ds.map_partitions(lambda p: p.csr().n_rows))
+    assert sorted(sizes) == [3500, 3500]
+    got = sp.vstack(client.gather(ds.map_partitions(lambda p: p.csr().to_scipy())))
+    assert sorted(map(tuple, got.toarray().tolist())) == sorted(map(tuple, X.toarray().tolist()))
+    ds.release()

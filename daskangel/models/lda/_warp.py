@@ -140,7 +140,8 @@ def doc_phase(z, prop, dptr, dtok, nk, alpha, beta, vbeta, seed, sweep):  # type
     M = prop.shape[1]
     cnt = np.zeros(K, np.int32)
     kalpha = K * alpha
-    zd = np.empty(0, np.int32)  # the document's topics, gathered once
+    zd = np.empty(0, np.int32)  # the document's topics and proposals, gathered once
+    pd = np.empty((0, M), prop.dtype)
     done = 0
     for d in range(dptr.shape[0] - 1):
         o0 = dptr[d]
@@ -149,19 +150,21 @@ def doc_phase(z, prop, dptr, dtok, nk, alpha, beta, vbeta, seed, sweep):  # type
             continue
         if zd.shape[0] < L:
             zd = np.empty(2 * L, np.int32)
+            pd = np.empty((2 * L, M), prop.dtype)
+        for a in range(L):  # one gather pass: independent loads, many misses in flight
+            i = dtok[o0 + a]
+            zd[a] = z[i]
+            for m in range(M):
+                pd[a, m] = prop[i, m]
         for a in range(L):
-            s = z[dtok[o0 + a]]
-            zd[a] = s
-            cnt[s] += 1
+            cnt[zd[a]] += 1
         st = mix_seed(seed + _DOC_STREAM, sweep, d)
         for a in range(L):
-            i = dtok[o0 + a]
             s = zd[a]
-            s0 = s
             cnt[s] -= 1
             nk[s] -= 1
             for m in range(M):
-                t = prop[i, m]
+                t = pd[a, m]
                 if t != s:
                     num = (cnt[t] + alpha) * (max(nk[s], 0) + vbeta)
                     den = (cnt[s] + alpha) * (max(nk[t], 0) + vbeta)
@@ -170,11 +173,8 @@ def doc_phase(z, prop, dptr, dtok, nk, alpha, beta, vbeta, seed, sweep):  # type
                         s = t
             cnt[s] += 1
             nk[s] += 1
-            if s != s0:
-                zd[a] = s
-                z[i] = s
+            zd[a] = s
         for a in range(L):  # doc proposals ~ n_dk + alpha, drawn in O(1)
-            i = dtok[o0 + a]
             for m in range(M):
                 st, u = _next(st)
                 u *= L + kalpha
@@ -184,9 +184,13 @@ def doc_phase(z, prop, dptr, dtok, nk, alpha, beta, vbeta, seed, sweep):  # type
                     t = int((u - L) / alpha)
                     if t >= K:
                         t = K - 1
-                prop[i, m] = t
-        for a in range(L):
+                pd[a, m] = t
+        for a in range(L):  # scatter back (the lines are still in cache)
+            i = dtok[o0 + a]
+            z[i] = zd[a]
             cnt[zd[a]] = 0
+            for m in range(M):
+                prop[i, m] = pd[a, m]
         done += L
     return done
 
