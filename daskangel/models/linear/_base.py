@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ... import ops
+from ... import config, ops
 from ...context import PSContext
 from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import BSP, as_sync
@@ -86,7 +86,7 @@ class LinearModel(EpochEstimator):
         if init is not None and init.shape == (n_features + 1, K):
             w = ps.from_array(f"{name}.w", init[:, 0] if K == 1 else init, dtype=dtype)
         else:
-            w = ps.zeros(f"{name}.w", shape, dtype)
+            w = ps.zeros(f"{name}.w", shape, dtype, block_shape=_minibatch_blocks(self, ps, shape))
         state: dict[str, str] = {}
         opt = self._rule()
         if opt is not None:
@@ -266,3 +266,22 @@ class LinearModel(EpochEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+
+def _minibatch_blocks(est: Any, ps: PSContext, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Solvers ``'sgd'`` / ``'ftrl'``: the weights in one block per server (``None``: the
+    default layout, ``daskangel.partition.blocks-per-server`` blocks a server).
+
+    Each minibatch's step-pull is served block by block (views, reads and staged
+    writes of the weights and every state array): with two blocks a server the
+    workers spent ~10 % more CPU a fit (1.07-1.17 vs 0.95-1.04 s, 3 paired fits,
+    2026-11-26T22:03Z).  Not past ``daskangel.partition.max-block-bytes``.
+    """
+    if est.solver not in ("sgd", "ftrl"):
+        return None
+    n = max(1, len(ps.servers))
+    rows = -(-shape[0] // n)
+    width = 1 if len(shape) == 1 else shape[1]
+    if rows * width * 8 > config.get_bytes("daskangel.partition.max-block-bytes"):
+        return None
+    return (rows,) if len(shape) == 1 else (rows, shape[1])

@@ -76,3 +76,14 @@ def test_a_bad_fuse_setting_is_refused_by_name() -> None:
             sgd_fuse()
     with dask.config.set({"daskangel.models.sgd-fuse": 3}):
         assert sgd_fuse() == 3
+
+
+def test_sgd_weights_take_one_block_per_server(client: Client) -> None:
+    X, y, _ = planted(n=400, seed=9)
+    with angel.PSContext(client) as ps:
+        clf = models.LogisticRegression(ps=ps, **{**KW, "max_iter": 1}).fit(X, y)
+        w = ps.get_array(clf._arrays["weights"])
+        servers = [b.server for b in w.blocks]
+        assert len(servers) == len(set(servers)) == len(ps.servers) == 2
+        assert w.meta.layout.n_blocks == 2
+        clf.close()
