@@ -18,7 +18,10 @@ On a 2-worker LocalCluster (processes), for each transport ("handlers", "actors"
 * rows/s of a 1,000-row batched get from a 100,000 x 100 matrix;
 * sparse increment keys/s: 1 M random keys into a 1 x 10**9 sparse vector (new keys,
   then the same keys again), per server, next to the same update (packing, then the
-  block's packed update) on one local block;
+  block's packed update) on one local block.  The median of ``3 x --repeat`` single
+  calls, each round into a fresh vector, after one untimed warm-up round (the first
+  call loads the compiled kernels in every process and grows the servers' scratch
+  buffers; with it in, a 3-call median was the slower of two warm calls);
 * the row section (``--sections rows``, :mod:`_rowbench`): random-row gets, pipelined
   pulls with and without compute, and sparse row increments of LDA- and MF-shaped
   arrays, measured in a task on a worker without a server against bare RPCs.
@@ -51,6 +54,7 @@ from daskangel.psarray._packed import pack_by_bounds
 
 MiB = 1 << 20
 BURST = 4  # increments per timed burst (see the module docstring)
+SPARSE_ROUNDS_PER_REPEAT = 3  # timed sparse-increment rounds per --repeat (one call each)
 
 
 class RawPlugin(WorkerPlugin):
@@ -228,15 +232,22 @@ def bench_transport(
         vals = np.ones(keys.size, "float32")
         t_new = []
         t_again = []
-        for r in range(repeat):
+        # round 0 is a warm-up, not timed: it loads the compiled kernels on the
+        # caller and in both servers and grows their scratch buffers; then
+        # SPARSE_ROUNDS_PER_REPEAT x repeat timed rounds, each into a fresh vector
+        # (new keys, then the same keys again)
+        rounds = 1 if smoke else SPARSE_ROUNDS_PER_REPEAT * repeat
+        for r in range(rounds + (0 if smoke else 1)):
             s = ps.zeros(f"s{r}", (10**9,), sparse=True)
             n_servers = len({b.server for b in s.blocks})
             t = time.perf_counter()
             s.increment(vals, cols=keys)
-            t_new.append(time.perf_counter() - t)
-            t = time.perf_counter()
+            t1 = time.perf_counter()
             s.increment(vals, cols=keys)
-            t_again.append(time.perf_counter() - t)
+            t2 = time.perf_counter()
+            if r > 0 or smoke:
+                t_new.append(t1 - t)
+                t_again.append(t2 - t1)
             ps.drop(f"s{r}")
         blk = SparseBlock((1, 10**9), np.dtype("float32"))
         whole = np.array([0, 10**9], dtype=np.int64)
@@ -251,7 +262,8 @@ def bench_transport(
             rows.append(
                 (
                     transport,
-                    f"sparse increment {keys.size:,} keys, {label}",
+                    f"sparse increment {keys.size:,} keys, {label} "
+                    + ("(one cold call)" if smoke else f"(median of {len(ts)} after a warm-up)"),
                     f"{keys.size / t / 1e6:,.1f} M keys/s ({keys.size / t / 1e6 / n_servers:,.1f} per server)",
                     "-",
                     f"{keys.size / t_loc / 1e6:,.1f} M keys/s (one block)",

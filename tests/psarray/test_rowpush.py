@@ -1,0 +1,125 @@
+"""Sparse row increments (``scipy.sparse`` CSR into a dense matrix cut by rows;
+issue 14 section 1, the push side), on a process cluster (2 workers): concurrent
+increments from tasks and the client sum exactly (duplicates within a request
+too), with their compressed rows packed into one follow frame a server or sent
+inline; the dtype rules hold; refused requests change nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client
+
+import daskangel as angel
+from daskangel._compat import workers_info
+from daskangel.errors import CastingError, NonFiniteError, PSIndexError, ShapeMismatchError
+
+pytestmark = pytest.mark.timeout(240)
+
+
+# -- on a process cluster ----------------------------------------------------------
+
+SHAPE = (3_000, 200)  # int32: several row blocks on each server
+NNZ = 40  # entries a row: a 2,500-row push carries ~400 KB a server
+
+
+def _csr(seed: int, n_rows: int, dup: bool) -> sp.csr_matrix:
+    """``n_rows`` random rows x ``NNZ`` entries (values 1..3); with ``dup`` every row
+    repeats some of its columns (a non-canonical CSR: duplicates are summed)."""
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(SHAPE[0], n_rows, replace=False))
+    cols = rng.integers(0, SHAPE[1] if not dup else 25, (n_rows, NNZ))
+    indptr = np.zeros(SHAPE[0] + 1, np.int64)
+    indptr[rows + 1] = NNZ
+    vals = rng.integers(1, 4, n_rows * NNZ).astype(np.int32)
+    return sp.csr_matrix((vals, cols.ravel(), np.cumsum(indptr)), shape=SHAPE)
+
+
+def _dense(X: sp.csr_matrix) -> np.ndarray:
+    out = np.zeros(SHAPE, np.int64)
+    coo = X.tocoo()
+    np.add.at(out, (coo.row, coo.col), coo.data)
+    return out
+
+
+def _push(name: str, seed: int, rounds: int) -> None:
+    arr = angel.PSArray(name)
+    for r in range(rounds):
+        arr.increment(_csr(seed * 100 + r, 2_500, r % 2 == 1))
+
+
+@pytest.fixture(scope="module")
+def ps(client: Client) -> Any:
+    with angel.PSContext(client) as ctx:
+        yield ctx
+
+
+def test_concurrent_csr_increments_sum_exactly(ps: angel.PSContext, client: Client) -> None:
+    """Four tasks on both workers and the client push CSR increments (half with
+    duplicated columns in each row) at once: every entry ends with the exact sum, with the packed follow frames and without."""
+    arr = ps.zeros("lda", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
+    assert len({b.server for b in arr.blocks}) == 2
+    workers = sorted(workers_info(client))
+    seeds, rounds = [1, 2, 3, 4], 4
+    want = np.zeros(SHAPE, np.int64)
+    for follow in ("1B", "1GiB"):  # every push as a follow frame, then inline
+        with dask.config.set({"daskangel.client.follow-bytes": follow}):
+            futs = [
+                client.submit(_push, "lda", s, rounds, workers=[workers[i % 2]], pure=False)
+                for i, s in enumerate(seeds)
+            ]
+            _push("lda", 9, rounds)
+            for f in futs:
+                f.result()
+        for s in [*seeds, 9]:
+            for r in range(rounds):
+                want += _dense(_csr(s * 100 + r, 2_500, r % 2 == 1))
+        np.testing.assert_array_equal(arr.get(), want.astype(np.int32))
+
+
+def test_csr_dtype_rules_and_refused_requests_change_nothing(ps: angel.PSContext) -> None:
+    """A float CSR into an int32 array is refused under 'safe' casting and taken
+    with casting='unsafe'; an out-of-range column, a NaN or a wrong shape leaves
+    both servers' blocks unchanged; int32 sums wrap as NumPy's."""
+    iv = ps.zeros("iv", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
+    fv = ps.zeros("fv", SHAPE, dtype="float32", block_shape=(400, SHAPE[1]))
+    X = _csr(5, 2_000, False)
+    iv.increment(X)
+    fv.increment(X.astype(np.float32))
+    i_before, f_before = iv.get(), fv.get()
+    bad_col = X.copy()
+    bad_col.indices[-1] = SHAPE[1]
+    nan = X.astype(np.float32)
+    nan.data[-1] = np.nan
+    refused = [
+        (lambda: iv.increment(X.astype(np.float64)), CastingError),
+        (lambda: iv.increment(X.astype(np.int64)), CastingError),
+        (lambda: iv.increment(bad_col), PSIndexError),
+        (lambda: fv.increment(nan), NonFiniteError),
+        (
+            lambda: fv.increment(sp.csr_matrix((SHAPE[0], SHAPE[1] + 1), dtype="float32")),
+            ShapeMismatchError,
+        ),
+    ]
+    for call, err in refused:
+        with pytest.raises(err):
+            call()
+    np.testing.assert_array_equal(iv.get(), i_before)
+    np.testing.assert_array_equal(fv.get(), f_before)
+    fv.increment(nan, on_nonfinite="skip")  # the finite entries of the same request
+    keep = X.astype(np.float32)
+    keep.data[-1] = 0
+    np.testing.assert_array_equal(fv.get(), f_before + keep.toarray())
+    iv.increment((X * 0.5).astype(np.float64), casting="unsafe")
+    np.testing.assert_array_equal(iv.get(), i_before + (X * 0.5).astype(np.int32).toarray())
+    big = sp.csr_matrix(([2**31 - 1, 2**31 - 1], ([7, 7], [3, 3])), shape=SHAPE, dtype=np.int32)
+    before = iv.get(rows=[7])[0, 3]
+    with np.errstate(over="ignore"):
+        want = np.int32(before) + np.int32(2**31 - 1) + np.int32(2**31 - 1)
+    iv.increment(big)
+    assert iv.get(rows=[7])[0, 3] == want
