@@ -6,7 +6,8 @@ each step overlaps its communication with compute.  On the same persisted
 kdd2010-shaped rows (``--sgd-rows`` rows x ``--sgd-features`` features x
 ``--nnz-per-row``, 2 partitions on a 2-worker cluster), one epoch of
 ``LogisticRegression(solver=...)`` with its defaults otherwise, after a small
-untimed warm-up fit of each solver (numba compiles once per worker).  Rows/s
+untimed warm-up fit of each solver (numba compiles once per worker), the three
+fitted in turns whose order rotates every repeat (each first once in three).  Rows/s
 count the training rows of the epoch over the training wall time
 (``train_result_.wall_time``: the tasks, not the dataset or the arrays).
 
@@ -59,8 +60,12 @@ def sgd_rate(client: Any, a: Any, repeat: int = 3, warmup: bool = True) -> dict[
     out: dict[str, Any] = {}
     try:
         runs: dict[str, list[tuple[float, float]]] = {"sgd": [], "ma-sgd": [], "ma-sgd plain": []}
-        for _ in range(repeat):
-            for solver in runs:
+        names = list(runs)
+        for r in range(repeat):
+            # the order turns every repeat: the fit after another solver's ran ~0.1 s
+            # more worker CPU (the last one's arrays and garbage still being freed),
+            # and the median of 3 then drops each solver's turn in that place
+            for solver in names[r % 3 :] + names[: r % 3]:
                 runs[solver].append(_fit_rate(models, ds, solver, a.sgd_rows))
         for solver, rs in runs.items():
             out[solver] = (
