@@ -36,6 +36,7 @@ __all__ = [
     "check_wire_config",
     "error_reply",
     "payload_nbytes",
+    "raise_if_error",
     "split_follow",
     "unwrap_arrays",
     "wrap_arrays",
@@ -50,7 +51,8 @@ def error_reply(e: BaseException) -> dict[str, str]:
     return {_ERROR_KEY: type(e).__name__, "message": str(e)}
 
 
-def _raise_if_error(reply: Any) -> Any:
+def raise_if_error(reply: Any) -> Any:
+    """``reply``, or the daskangel error an :func:`error_reply` carries, raised."""
     if isinstance(reply, dict) and _ERROR_KEY in reply:
         from . import errors
 
@@ -271,11 +273,11 @@ async def call_server(
             msg = {"ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
             follow = {"values": [to_serialize(v) for v in values]}
             reply = await send_recv_into(rpc, address, "daskangel_ps", msg, [], [], follow)
-            return unwrap_arrays(_raise_if_error(reply))
+            return unwrap_arrays(raise_if_error(reply))
         msg = {**_pad(kwargs), "ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
         sizes, targets = into if into is not None else ([], [])
         reply = await send_recv_into(rpc, address, "daskangel_ps", msg, sizes, targets)
-        return unwrap_arrays(_raise_if_error(reply))
+        return unwrap_arrays(raise_if_error(reply))
     if transport == "actors":
         msg = {
             "actor": actor_key(address, index),
@@ -290,5 +292,5 @@ async def call_server(
         if resp["status"] == "error":
             exc = resp["exception"]
             raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
-        return _raise_if_error(resp["result"])
+        return raise_if_error(resp["result"])
     raise InvalidArgumentError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")

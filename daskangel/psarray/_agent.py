@@ -33,6 +33,7 @@ Example
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 import time
 import uuid
@@ -56,6 +57,7 @@ from ._pullcache import DirectStore, Fetch, UnitStore, covered, make_store
 from ._pusher import UpdatePusher
 from ._refresh import EagerRefresh
 from ._routing import check_shape, normalize_index
+from ._rowget import RowChunk
 
 __all__ = ["PSAgent", "agent_of", "chunk_batches", "get_agent"]
 
@@ -399,7 +401,8 @@ class PSAgent(KeySetPulls):
         window = config.get_bytes("daskangel.agent.pipeline-bytes")
         request = config.get_bytes("daskangel.agent.pipeline-request-bytes")
         chunks = deque(chunk_batches(idx.shape[0], batch, row_bytes, request))
-        live: deque[tuple[int, int, np.ndarray | None, _Pending]] = deque()
+        live: deque[tuple[int, int, np.ndarray | None, _Pending | RowChunk]] = deque()
+        arr = PSArray(name, binding=self.binding)
         held = 0  # bytes of the chunks in flight
 
         def launch() -> None:
@@ -412,6 +415,18 @@ class PSAgent(KeySetPulls):
                 chunks.popleft()
                 rc = idx[s:e]
                 alloc = None
+                chunk = None
+                if floor is None and not K.is_strictly_sorted(rc):
+                    # random rows, nothing to cache: one request a server, replies
+                    # landing in place in a reused buffer grouped by server
+                    chunk = RowChunk.start(
+                        self.binding, name, m, rc, functools.partial(arr._get, m, rc, None)
+                    )
+                if chunk is not None:
+                    live.append((s, e, None, chunk))
+                    held += nbytes
+                    self.requests += 1
+                    continue
                 if K.is_strictly_sorted(rc):  # a task's key list: batches are slices
                     uniq, inv = rc, None
                 else:
@@ -436,6 +451,8 @@ class PSAgent(KeySetPulls):
             s, e, inv, pending = live[at]
             del live[at]
             vals = pending.finish()
+            if isinstance(pending, RowChunk):
+                inv = pending.inv
             held -= (e - s) * row_bytes
             launch()  # the next request leaves before this chunk is consumed
             for b in range(s, e, batch):

@@ -19,7 +19,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.protocol import to_serialize
 
 from .. import config
 from .._wire import call_server, error_reply, payload_nbytes, unwrap_arrays, wrap_arrays
@@ -58,6 +60,7 @@ class PSWorkerPlugin(WorkerPlugin):
     def setup(self, worker: Worker) -> None:
         self.worker = worker
         worker.handlers["daskangel_ps"] = self.handle
+        worker.handlers["daskangel_rows"] = self.handle_rows
         worker.handlers["daskangel_forget"] = self.forget
 
     def forget(self, names: list[str]) -> None:
@@ -172,6 +175,41 @@ class PSWorkerPlugin(WorkerPlugin):
             return wrap_arrays(reply)
         except DaskAngelError as e:
             return error_reply(e)
+
+    async def handle_rows(
+        self,
+        comm: Any,
+        server: int,
+        array: str,
+        rows: Any,
+        blocks: list[int],
+        counts: list[int],
+        cost: int = 0,
+        uid: str | None = None,
+    ) -> Any:
+        """The ``daskangel_rows`` handler: a random-row get's ``get_rows`` request
+        (:mod:`._rowget`; ``rows``: int32 bytes or an array).  An idle server
+        answers it at once on the event loop, without the general handler's
+        unwrapping, wrapping and payload walks (a third of a small get's time on
+        the 2-core benchmark VM); otherwise it queues like any op."""
+        if comm is not None:
+            comm.allow_offload = False
+        srv = self.server(int(server))
+        if isinstance(rows, bytes):
+            rows = np.frombuffer(rows, np.int32)
+        kwargs = {"array": array, "rows": rows, "blocks": blocks, "counts": counts}
+        try:
+            srv.check_uid({"array": array, "uid": uid})
+            if srv.idle() and cost < config.get_bytes("daskangel.server.inline-get-bytes"):
+                out = srv.timed("get_rows", cost, kwargs)
+            else:
+                out = await srv.run("get_rows", cost, **kwargs)
+        except DaskAngelError as e:
+            return error_reply(e)
+        st = srv.op_stats["get_rows"]
+        st[3] += rows.nbytes
+        st[4] += out.nbytes
+        return to_serialize(out)
 
     async def call_local(self, op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:
         """The same call from this worker's own process: nothing is serialised (so

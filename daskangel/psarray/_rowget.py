@@ -48,15 +48,18 @@ from typing import Any
 
 import numpy as np
 from distributed.comm.core import CommClosedError
+from distributed.protocol import to_serialize
 
 from .. import config
+from .._recv import landed, send_recv_into
+from .._wire import raise_if_error
 from ..errors import StaleLayoutError
 from . import _kernels as K
 from ._binding import Binding
 from ._meta import ArrayMeta, ServerId
 from ._routing import check_size, normalize_index
 
-__all__ = ["RowPlan", "get_rows", "get_rows_async", "plan_rows", "unsorted_rows"]
+__all__ = ["RowChunk", "RowPlan", "get_rows", "get_rows_async", "plan_rows", "unsorted_rows"]
 
 # a fetch handing a large reply to the caller's thread: (request positions, rows)
 Handoff = Callable[[tuple[np.ndarray, np.ndarray] | None], None]
@@ -142,17 +145,22 @@ async def _fetch(
     name: str,
     m: ArrayMeta,
     plan: RowPlan,
-    out: np.ndarray,
+    out: np.ndarray | None,
     scratch: np.ndarray | None,
     handoff: Handoff,
 ) -> bool:
     """Send every server its request and put each reply's rows in place as it
-    lands; False when the general path must answer instead (layout changed)."""
+    lands: in request order into ``out``, or (``out`` None) at their run of
+    ``scratch``, where large replies are read to.  False when the general path
+    must answer instead (layout changed)."""
     width = m.shape[1]
     row_bytes = width * m.itemsize
     direct = config.get_bytes("daskangel.client.direct-read-bytes")
     on_loop = config.get_bytes("daskangel.client.loop-scatter-bytes")
     uid = {"uid": m.uid} if m.uid else {}
+    # requests to other processes' servers over the handlers transport go lean
+    lean = m.transport == "handlers"
+    here = b.local_worker.address if b.local_worker is not None else None
 
     async def one(s: ServerId, blocks: list[int], counts: list[int], run: tuple[int, int]) -> None:
         start, stop = run
@@ -160,12 +168,29 @@ async def _fetch(
         into: tuple[list[int], list[np.ndarray | None]] | None = None
         if scratch is not None and nbytes >= direct:
             into = ([nbytes], [scratch[start:stop]])
-        part = await b.call(
-            s, "get_rows", nbytes, m.transport, into,
-            array=name, rows=plan.local[start:stop], blocks=blocks, counts=counts, **uid,
-        )  # fmt: skip
+        rows = plan.local[start:stop]
+        if lean and s.address != here:
+            # the lean request (``daskangel_rows``): rows as bytes, no wrapping
+            pool = b._pool or await b.pool()
+            msg = {
+                "server": s.index, "array": name, "blocks": blocks, "counts": counts,
+                "cost": nbytes, "rows": rows.tobytes() if rows.nbytes <= direct
+                else to_serialize(rows), **uid,
+            }  # fmt: skip
+            sizes, targets = into if into is not None else ([], [])
+            got = await send_recv_into(pool, s.address, "daskangel_rows", msg, sizes, targets)
+            part = raise_if_error(got)
+        else:  # this worker's own server (no comm), or the actors transport
+            part = await b.call(
+                s, "get_rows", nbytes, m.transport, into,
+                array=name, rows=rows, blocks=blocks, counts=counts, **uid,
+            )  # fmt: skip
         part = part.reshape(stop - start, width)
-        if nbytes <= on_loop:
+        if out is None:  # grouped: a reply's place is its run of the buffer
+            assert scratch is not None
+            if not landed(part, scratch[start:stop]):
+                scratch[start:stop] = part
+        elif nbytes <= on_loop:
             out[plan.order[start:stop]] = part
         else:
             handoff((plan.order[start:stop], part))
@@ -232,3 +257,59 @@ def get_rows_async(
         return out
 
     return fut, finish
+
+
+class RowChunk:
+    """Random rows fetched for :meth:`~._agent.PSAgent.get_iter`, grouped by server
+    and block: each reply lands in place in one reused buffer (no scatter), and
+    each batch is then gathered from it (``inv[i]``: where request row ``i`` is),
+    the one copy a batch needs anyway.  ``fallback()`` gives the rows in request
+    order when the layout changed under the fetch."""
+
+    def __init__(
+        self, fut: Any, buf: np.ndarray, order: np.ndarray, fallback: Callable[[], np.ndarray]
+    ) -> None:
+        self._fut, self._buf, self._order, self._fallback = fut, buf, order, fallback
+        self.inv: np.ndarray | None = None
+
+    @property
+    def futures(self) -> list[Any]:
+        return [self._fut]
+
+    def done(self) -> bool:
+        return bool(self._fut.done())
+
+    def finish(self) -> np.ndarray:
+        n = self._order.shape[0]
+        if not self._fut.result():
+            self.inv = np.arange(n)
+            return self._fallback()
+        inv = np.empty(n, np.intp)
+        inv[self._order] = np.arange(n)
+        self.inv = inv
+        return self._buf
+
+    @classmethod
+    def start(
+        cls,
+        b: Binding,
+        name: str,
+        m: ArrayMeta,
+        rows: np.ndarray,
+        fallback: Callable[[], np.ndarray],
+    ) -> RowChunk | None:
+        """Start fetching ``rows`` (checked, unsorted); None: take the general path."""
+        if m.sparse or m.layout.n_col_blocks != 1:
+            return None
+        check_size("get", rows.shape[0] * m.shape[1] * m.itemsize)
+        plan = plan_rows(m, rows)
+        if plan is None:
+            return None
+        full = (rows.shape[0], m.shape[1])
+        small = rows.shape[0] * m.shape[1] * m.itemsize < config.get_bytes(
+            "daskangel.client.direct-read-bytes"
+        )
+        # only gathered from: a reused buffer, whose pages are mapped already
+        buf = np.empty(full, m.dtype) if small else b.scratch(full, m.dtype)
+        fut = b.submit(_fetch, b, name, m, plan, None, buf, lambda _: None)
+        return cls(fut, buf, plan.order, fallback)

@@ -301,6 +301,13 @@ class PSServer(Holds, WriteBehind):
             self._cond.notify_all()
             lock.release()
 
+    def idle(self) -> bool:
+        """True when nothing holds or waits for the lock and no write is queued
+        behind a reply: a read run now on the event loop (no ``await``) then sees
+        every write made before it, as if it had taken the lock."""
+        lock = self._lock
+        return (lock is None or not lock.locked()) and not self.waiting and not self.behind
+
     @contextlib.asynccontextmanager
     async def locked(self) -> AsyncIterator[None]:
         """Hold the server lock, counting the callers queued for it."""

@@ -3,6 +3,8 @@ the server's ``get_rows``), on the package's process cluster."""
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask
@@ -222,3 +224,45 @@ def test_server_get_rows_checks_its_request() -> None:
         s.dispatch("get_rows", array="z", rows=[1], blocks=[0], counts=[1])
     with pytest.raises(angel.errors.StaleLayoutError):
         s.dispatch("get_rows", array="w", rows=[1], blocks=[1], counts=[1])
+
+
+def test_server_is_idle_only_without_lock_holders_or_queued_writes() -> None:
+    s = PSServer("local", 0)
+    assert s.idle()
+
+    async def go() -> None:
+        async with s.locked():
+            assert not s.idle()
+        assert s.idle()
+
+    asyncio.run(go())
+    s.behind = True
+    assert not s.idle()
+
+
+def test_reads_see_whole_increments_while_others_write(ps: angel.PSContext) -> None:
+    """Random-row reads answered at once by idle servers, or queued behind writes
+    (applied behind their replies, or holding the lock), each see every increment
+    of their server whole: the rows one server returns agree."""
+    a = ps.zeros("rg-busy", (4000, 64), dtype="float64", block_shape=(500, 64))
+    owner = np.repeat([sorted({b.server for b in a.blocks}).index(b.server) for b in a.blocks], 500)
+    rng = np.random.default_rng(9)
+    ones = np.ones((4000, 64))  # 2 MB: applied behind the reply
+
+    def write() -> None:
+        for _ in range(30):
+            a.increment(ones)
+
+    with ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(write)
+        n = 0
+        while not fut.done() or n < 5:
+            idx = rng.integers(0, 4000, 3000)
+            got = a.get(rows=idx)
+            assert (got == got[:, :1]).all()
+            for s in (0, 1):
+                vals = got[owner[idx] == s, 0]
+                assert vals.shape[0] == 0 or (vals == vals[0]).all()
+            n += 1
+        fut.result()
+    np.testing.assert_array_equal(a.get(rows=[3999, 0]), 30)
