@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
+from ._scatter import scatter_coo, scatter_csr  # the sparse writes, with prefetching
+
 __all__ = [
     "add_into",
     "counting_group",
@@ -256,31 +258,6 @@ def scatter_grid(block, rows, cols, values, add):  # type: ignore[no-untyped-def
                 block[r, cols[j]] += values[i, j]
             else:
                 block[r, cols[j]] = values[i, j]
-
-
-@njit(nogil=True, cache=True)
-def scatter_coo(block, rows, cols, values, add):  # type: ignore[no-untyped-def]
-    """``block[rows[k], cols[k]] (+)= values[k]``; duplicates accumulate when adding."""
-    for k in range(rows.shape[0]):
-        if add:
-            block[rows[k], cols[k]] += values[k]
-        else:
-            block[rows[k], cols[k]] = values[k]
-
-
-@njit(nogil=True, cache=True)
-def scatter_csr(block, rows, lens, cols, values, add):  # type: ignore[no-untyped-def]
-    """``block[rows[i], cols[k]] (+)= values[k]`` for the ``lens[i]`` entries ``k`` of
-    row ``i`` (compressed rows, in order); duplicates accumulate when adding."""
-    k = 0
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        for _ in range(lens[i]):
-            if add:
-                block[r, cols[k]] += values[k]
-            else:
-                block[r, cols[k]] = values[k]
-            k += 1
 
 
 @njit(nogil=True, cache=True)
