@@ -36,6 +36,7 @@ from ..errors import InvalidArgumentError, PSIndexError
 from ..psarray import ArrayMeta, Partition, PSFuture, psf_name
 from ..psarray._kernels import is_strictly_sorted
 from ..psarray._routing import check_values, plan_axis
+from ._kernels import patch_sorted
 from ._optim import BoundOptimizer, RuleStep, _rule
 
 __all__ = ["StepPull", "fusable", "step_pull_async"]
@@ -98,9 +99,12 @@ class StepPull(RuleStep):
             pk = _local(w, self.axis, pk)
             got = _read(w, self.axis, pk)  # committed: patch the entries stepped above
             if u is not None and cur is not None and u.shape[0] and pk.shape[0]:
-                at = np.minimum(np.searchsorted(u, pk), u.shape[0] - 1)
-                hit = u[at] == pk
-                got[hit] = cur[at[hit]]
+                if is_strictly_sorted(pk):
+                    patch_sorted(u, _2d(cur), pk, _2d(got))
+                else:  # (the caller plans increasing keys; any others the slow way)
+                    at = np.minimum(np.searchsorted(u, pk), u.shape[0] - 1)
+                    hit = u[at] == pk
+                    got[hit] = cur[at[hit]]
             out.append([int(j), got])
         return out
 
@@ -122,6 +126,10 @@ class StepPull(RuleStep):
                     return None
                 outs[j][sl] = v
         return outs
+
+
+def _2d(a: np.ndarray) -> np.ndarray:
+    return a.reshape(a.shape[0], -1)
 
 
 def _local(p: Partition, axis: str, keys: Any) -> np.ndarray:

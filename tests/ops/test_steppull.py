@@ -146,3 +146,22 @@ def test_several_steps_in_one_message_apply_in_order_and_the_pulls_read_them_all
         for pk, v in zip(pulls, got, strict=True):
             np.testing.assert_allclose(v, ref.w[pk], rtol=1e-12, atol=1e-15)
     check(opt, ref)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_patch_sorted_matches_a_searchsorted_patch(seed):
+    from daskangel.ops._kernels import patch_sorted
+
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        keys = _sorted_keys(rng, 60, 25)
+        at = _sorted_keys(rng, 60, 25)
+        vals = rng.normal(size=(keys.shape[0], 3))
+        got = rng.normal(size=(at.shape[0], 3))
+        want = got.copy()
+        for i, a in enumerate(at):
+            hit = np.flatnonzero(keys == a)
+            if hit.size:
+                want[i] = vals[hit[0]]
+        patch_sorted(keys, vals, at, got)
+        np.testing.assert_array_equal(got, want)
