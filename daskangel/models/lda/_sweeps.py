@@ -37,7 +37,7 @@ from ... import config
 from ._dense import sample_dense
 from ._recover import doc_topic
 from ._sampler import build_alias, sample_words, word_deltas
-from ._warp import WarpState, doc_phase, sparse_deltas, word_phase
+from ._warp import WarpState, doc_phase, word_phase, z_deltas
 
 __all__ = ["Sweeper"]
 
@@ -142,16 +142,15 @@ class Sweeper:
             dfull = np.zeros((V, K), np.int32)
             dfull[c.keys] = delta
             update: Any = dfull
-        else:  # this task's words, pipelined with sampling; the deltas held to the end
+        else:  # this task's words, pipelined with sampling; the deltas made after the barrier
             nk0 = np.asarray(nka.get(rows=0), np.int64)
             tm["nk"] += time.perf_counter() - tq
             nk = nk0.copy()
+            z0 = c.z.astype(WarpState.topic_dtype(K))  # the topics the pushed counts reflect
             self._prepare(nk, s)
             dtot = self._alias(nk0)
             if due:
                 capture = np.zeros((self.vkeys.shape[0], K), np.int32)
-            parts = []
-            kt = np.int32 if c.keys.shape[0] * K < 2**31 else np.int64  # local row * K + topic
             tq, s0 = time.perf_counter(), tm["sample"]
             for rb, vals in nwk.get_iter(rows=c.keys, batch=self.batch, ordered=True):
                 local = np.searchsorted(c.keys, rb)
@@ -159,29 +158,36 @@ class Sweeper:
                     sl = self.slot[local]
                     m = sl >= 0
                     capture[sl[m]] = vals[m]
-                # held compact (8 bytes an entry) until every task has read the sweep
-                parts.append(
-                    sparse_deltas(local.astype(kt), self._sample(local, vals, nk, nk0, dtot, s), K)
-                )
+                self._sample(local, vals, nk, nk0, dtot, s)
             barrier = ctx.job_barrier(s, wait=False)
             tm["rows"] += time.perf_counter() - tq - (tm["sample"] - s0)  # net of sampling
             t1 = time.perf_counter()
-            update = parts
+            update = None
         tb = time.perf_counter()
         barrier.wait()
         tm["barrier"] += time.perf_counter() - tb
-        if isinstance(update, list):  # the batches' entries, in row order (no re-sort)
-            while update:
-                keys, vals = update.pop(0)
-                if keys.size:
-                    r, col = np.divmod(keys, K)
-                    r = c.keys[r]
-                    nwk.increment(sp.coo_matrix((vals, (r, col)), shape=(V, K)))
-        else:
+        if update is not None:
             nwk.increment(update)
+        else:  # nothing held: the sweep's changes are z against z0, word by word, in row order
+            self._push_changes(nwk, z0)
         self.hook.at(ctx, s)  # the test hook: die with the rows pushed, n_k not
         nka.increment(nk - nk0, rows=0)
         return capture, nk0, time.perf_counter() - t1
+
+    def _push_changes(self, nwk: Any, z0: np.ndarray) -> None:
+        """Push the count changes between ``z0`` and the task's topics now, a run of
+        words of about ``2**20`` tokens at a time (sorted entries: no re-sort)."""
+        c, K, V = self.c, self.p.n_topics, self.p.n_words
+        nw = c.keys.shape[0]
+        w0 = 0
+        while w0 < nw:
+            w1 = int(np.searchsorted(c.wptr, c.wptr[w0] + (1 << 20), side="right")) - 1
+            w1 = min(nw, max(w1, w0 + 1))
+            keys, vals = z_deltas(z0, c.z, c.wptr, K, w0, w1, c.keys)
+            if keys.size:
+                r, col = np.divmod(keys, K)
+                nwk.increment(sp.coo_matrix((vals, (r, col)), shape=(V, K)))
+            w0 = w1
 
     def rounds(
         self, ctx: Any, s: int, nwk: Any, nka: Any, bounds: np.ndarray, due: bool

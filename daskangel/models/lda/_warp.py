@@ -60,7 +60,7 @@ from numba import njit
 
 from ._sampler import _next, mix_seed, word_span
 
-__all__ = ["WarpState", "doc_phase", "init_counts", "sparse_deltas", "word_phase"]
+__all__ = ["WarpState", "doc_phase", "init_counts", "word_phase", "z_deltas"]
 
 _DOC_STREAM = 0x0D0C  # separates the doc phase's streams from the word phase's
 
@@ -307,23 +307,35 @@ def word_phase(local, rows, nk, z, zpush, prop, wptr, beta, vbeta, seed, sweep, 
 
 
 @njit(nogil=True, cache=True)
-def sparse_deltas(rows_ids, delta, K):  # type: ignore[no-untyped-def]
-    """The non-zero entries of ``delta`` (one row per id) as ``(id * K + col, value)``; the
-    keys have ``rows_ids``' dtype (int32 keeps a held entry at 8 bytes)."""
+def z_deltas(z0, z, wptr, K, w0, w1, ids):  # type: ignore[no-untyped-def]
+    """The count changes of the words ``w0:w1`` between topics ``z0`` and ``z``, as sorted
+    entries ``(ids[j] * K + topic, change)``: a sweep's deltas recomputed after the
+    barrier instead of held from the sampling (see :mod:`._sweeps`)."""
+    cnt = np.zeros(K, np.int32)
     n = 0
-    for r in range(delta.shape[0]):
-        for k in range(K):
-            if delta[r, k] != 0:
-                n += 1
-    keys = np.empty(n, rows_ids.dtype)
+    for j in range(w0, w1):
+        m = 0
+        for i in range(wptr[j], wptr[j + 1]):
+            if z0[i] != z[i]:
+                m += 2
+        n += min(K, m)
+    keys = np.empty(n, np.int64)
     vals = np.empty(n, np.int32)
     n = 0
-    for r in range(delta.shape[0]):
-        base = np.int64(rows_ids[r]) * K
+    for j in range(w0, w1):
+        moved = False
+        for i in range(wptr[j], wptr[j + 1]):
+            if z0[i] != z[i]:
+                cnt[z0[i]] -= 1
+                cnt[z[i]] += 1
+                moved = True
+        if not moved:
+            continue
+        base = np.int64(ids[j]) * K
         for k in range(K):
-            v = delta[r, k]
-            if v != 0:
+            if cnt[k] != 0:
                 keys[n] = base + k
-                vals[n] = v
+                vals[n] = cnt[k]
+                cnt[k] = 0
                 n += 1
-    return keys, vals
+    return keys[:n], vals[:n]

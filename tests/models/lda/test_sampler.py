@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from daskangel.models.lda._corpus import Corpus
 from daskangel.models.lda._dense import sample_dense
 from daskangel.models.lda._sampler import build_alias, sample_words
-from daskangel.models.lda._warp import WarpState, doc_phase, init_counts, word_phase
+from daskangel.models.lda._warp import WarpState, doc_phase, init_counts, word_phase, z_deltas
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -109,3 +109,28 @@ def test_warp_init_counts_match_the_topics() -> None:
     np.add.at(want, (np.repeat(np.arange(c.keys.shape[0]), np.diff(c.wptr)), z), 1)
     assert dense.tolist() == want.tolist()
     assert dense.sum() == c.n_tokens
+
+
+def test_z_deltas_are_the_count_changes() -> None:
+    # a sweep's deltas made from the topics before and after it, a run of words at a
+    # time, equal the change of the word-topic counts, in sorted entries
+    rng = np.random.default_rng(2)
+    X = sp.csr_matrix(rng.poisson(0.9, (25, 30)))
+    c = Corpus.build(X.indptr, X.indices, X.data)
+    K = 6
+    z0 = rng.integers(0, K, c.n_tokens).astype(np.int16)
+    z = z0.astype(np.int32)
+    moved = rng.random(c.n_tokens) < 0.4
+    z[moved] = rng.integers(0, K, int(moved.sum()))
+    ids = c.keys * 3 + 1  # any increasing global ids
+    got = np.zeros((c.keys.shape[0], K), np.int64)
+    nw = c.keys.shape[0]
+    for w0 in range(0, nw, 4):
+        keys, vals = z_deltas(z0, z, c.wptr, K, w0, min(nw, w0 + 4), ids)
+        assert np.all(np.diff(keys) > 0) and np.all(vals != 0)
+        np.add.at(got, (np.searchsorted(ids, keys // K), keys % K), vals)
+    words = np.repeat(np.arange(nw), np.diff(c.wptr))
+    want = np.zeros_like(got)
+    np.add.at(want, (words, z), 1)
+    np.add.at(want, (words, z0), -1)
+    np.testing.assert_array_equal(got, want)
