@@ -167,6 +167,8 @@ class SGDTask:
         base = w.plain if p.solver == "ma-sgd" and mon.staleness != 0 else w
         acc = ctx.array(p.accum) if p.adaptive else None  # AdaGrad's sums, pulled alike
         acc_base = acc.plain if acc is not None and mon.staleness != 0 else acc
+        # ... by tag too: sending the keys each epoch was 8 bytes a key on the wire
+        acc_ks = acc.key_set(d.keys) if acc is not None and ks is not None else None
         tm["prep"] += time.perf_counter() - t_0
         per = _per_round(p)
         cap = step_cap(p, d.max_sq_norm()) if p.solver == "ma-sgd" else float("inf")
@@ -209,7 +211,7 @@ class SGDTask:
                     W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
                 if acc is not None:  # (before the barrier too: a faster task's push
                     # of this round's sums would otherwise be read by a slower one)
-                    G0 = pull(acc_base, d.keys, K, None, not p.prune, d.pos)
+                    G0 = pull(acc_base, d.keys, K, acc_ks, not p.prune, d.pos)
                 if m == 2 and phase == 0:
                     ctx.clock()  # the read barrier: every task has its base before any push
                     if rnd == 0 and _stop(mon, rc + 1, tm):
