@@ -91,7 +91,17 @@ def test_warp_recovers_planted_topics(client: Client, corpus: Any) -> None:
     nwk, nk = _counts(m)
     assert (nwk >= 0).all() and np.array_equal(nwk.sum(axis=0), nk)
     assert int(nk.sum()) == _train_tokens(X, 0.1, 0) == m.n_train_tokens_
+    uid = m._uid
+    assert sum(client.run(_states_of, uid).values()) > 0  # the tokens' state, on the workers
     m.close()
+    assert sum(client.run(_states_of, uid).values()) == 0  # gone with the model
+    assert m.transform(X[:3]).shape == (3, 4)  # it still predicts
+
+
+def _states_of(uid: str) -> int:
+    from daskangel.models.lda._docs import STATES
+
+    return sum(k[0] == uid for k in STATES)
 
 
 @pytest.mark.parametrize(
