@@ -77,13 +77,16 @@ class StepPull(RuleStep):
         gs = [np.asarray(g) for g in params.get("g", ())]
         if len(ks) != len(gs):
             raise InvalidArgumentError(f"g: expected {len(ks)} gradients, got {len(gs)}")
-        u = ks[0] if len(ks) == 1 else np.unique(np.concatenate(ks)) if ks else None
+        # u: the touched keys, strictly increasing (a hand-made request's unsorted or
+        # repeated keys are merged: the pulls' patch below walks u in order)
+        single = len(ks) == 1 and is_strictly_sorted(ks[0])
+        u = ks[0] if single else np.unique(np.concatenate(ks)) if ks else None
         cur = None
         if u is not None:  # the touched entries, stepped in order, then staged
             cur = _read(w, self.axis, u)
             st = {n: _read(p, self.axis, u) for n, p in state_parts.items()}
             for k, g in zip(ks, gs, strict=True):
-                at: Any = slice(None) if len(ks) == 1 else np.searchsorted(u, k)
+                at: Any = slice(None) if single else np.searchsorted(u, k)
                 new_w, new_st = rule.update(cur[at], {n: a[at] for n, a in st.items()}, g, None)
                 cur[at] = new_w
                 for n, a in st.items():

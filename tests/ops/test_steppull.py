@@ -165,3 +165,28 @@ def test_patch_sorted_matches_a_searchsorted_patch(seed):
                 want[i] = vals[hit[0]]
         patch_sorted(keys, vals, at, got)
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_hand_made_step_on_unsorted_keys_reads_back_what_it_wrote(ps):
+    """The caller sends increasing keys; a psf built by hand with unsorted ones is
+    stepped (once per key) and its pull still reads the values it wrote."""
+    w = ps.zeros("w", (12,), dtype="float64", block_shape=(12,))
+    opt = ops.SGD(lr=1.0).attach(ps, w)
+    func = StepPull(
+        "daskangel.ops._rules:SGD",
+        opt.optimizer.hyper(),
+        {
+            0: {
+                "k": [np.array([7, 2, 5])],
+                "g": [np.array([1.0, 2.0, 3.0])],
+                "p": [[0, np.arange(12)]],
+            }
+        },
+        axis="cols",
+        where=[(12, [(0, slice(0, 12))])],
+    )
+    [got] = w.psf(func)
+    want = np.zeros(12)
+    want[[7, 2, 5]] = [-1.0, -2.0, -3.0]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(w.get(), want)
