@@ -417,8 +417,8 @@ class PSAgent(KeySetPulls):
                 alloc = None
                 chunk = None
                 if floor is None and not K.is_strictly_sorted(rc):
-                    # random rows, nothing to cache: one request a server, replies
-                    # landing in place in a reused buffer grouped by server
+                    # random rows, nothing to cache: one request a server, as a get;
+                    # the batches are views of the chunk, in request order
                     chunk = RowChunk.start(
                         self.binding, name, m, rc, functools.partial(arr._get, m, rc, None)
                     )
@@ -451,8 +451,6 @@ class PSAgent(KeySetPulls):
             s, e, inv, pending = live[at]
             del live[at]
             vals = pending.finish()
-            if isinstance(pending, RowChunk):
-                inv = pending.inv
             held -= (e - s) * row_bytes
             launch()  # the next request leaves before this chunk is consumed
             for b in range(s, e, batch):

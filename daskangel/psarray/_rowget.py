@@ -51,7 +51,7 @@ from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
 
 from .. import config
-from .._recv import landed, send_recv_into
+from .._recv import send_recv_into
 from .._wire import raise_if_error
 from ..errors import StaleLayoutError
 from . import _kernels as K
@@ -145,14 +145,13 @@ async def _fetch(
     name: str,
     m: ArrayMeta,
     plan: RowPlan,
-    out: np.ndarray | None,
+    out: np.ndarray,
     scratch: np.ndarray | None,
     handoff: Handoff,
 ) -> bool:
-    """Send every server its request and put each reply's rows in place as it
-    lands: in request order into ``out``, or (``out`` None) at their run of
-    ``scratch``, where large replies are read to.  False when the general path
-    must answer instead (layout changed)."""
+    """Send every server its request and put each reply's rows in request order
+    as it lands (large replies are read into ``scratch`` first); False when the
+    general path must answer instead (layout changed)."""
     width = m.shape[1]
     row_bytes = width * m.itemsize
     direct = config.get_bytes("daskangel.client.direct-read-bytes")
@@ -186,11 +185,7 @@ async def _fetch(
                 array=name, rows=rows, blocks=blocks, counts=counts, **uid,
             )  # fmt: skip
         part = part.reshape(stop - start, width)
-        if out is None:  # grouped: a reply's place is its run of the buffer
-            assert scratch is not None
-            if not landed(part, scratch[start:stop]):
-                scratch[start:stop] = part
-        elif nbytes <= on_loop:
+        if nbytes <= on_loop:
             out[plan.order[start:stop]] = part
         else:
             handoff((plan.order[start:stop], part))
@@ -260,17 +255,14 @@ def get_rows_async(
 
 
 class RowChunk:
-    """Random rows fetched for :meth:`~._agent.PSAgent.get_iter`, grouped by server
-    and block: each reply lands in place in one reused buffer (no scatter), and
-    each batch is then gathered from it (``inv[i]``: where request row ``i`` is),
-    the one copy a batch needs anyway.  ``fallback()`` gives the rows in request
-    order when the layout changed under the fetch."""
+    """Random rows fetched for :meth:`~._agent.PSAgent.get_iter` as :func:`get_rows`
+    fetches them: one request a server, each reply put in request order as it
+    lands (the large ones by :meth:`finish`, in the consumer's thread), into a
+    result buffer reused once nothing refers to it; the batches are then views
+    of it (no copy a batch)."""
 
-    def __init__(
-        self, fut: Any, buf: np.ndarray, order: np.ndarray, fallback: Callable[[], np.ndarray]
-    ) -> None:
-        self._fut, self._buf, self._order, self._fallback = fut, buf, order, fallback
-        self.inv: np.ndarray | None = None
+    def __init__(self, fut: Any, finish: Callable[[bool], np.ndarray]) -> None:
+        self._fut, self._finish = fut, finish
 
     @property
     def futures(self) -> list[Any]:
@@ -280,14 +272,8 @@ class RowChunk:
         return bool(self._fut.done())
 
     def finish(self) -> np.ndarray:
-        n = self._order.shape[0]
-        if not self._fut.result():
-            self.inv = np.arange(n)
-            return self._fallback()
-        inv = np.empty(n, np.intp)
-        inv[self._order] = np.arange(n)
-        self.inv = inv
-        return self._buf
+        """The rows in request order (the general path's if the layout changed)."""
+        return self._finish(self._fut.result())
 
     @classmethod
     def start(
@@ -301,15 +287,5 @@ class RowChunk:
         """Start fetching ``rows`` (checked, unsorted); None: take the general path."""
         if m.sparse or m.layout.n_col_blocks != 1:
             return None
-        check_size("get", rows.shape[0] * m.shape[1] * m.itemsize)
-        plan = plan_rows(m, rows)
-        if plan is None:
-            return None
-        full = (rows.shape[0], m.shape[1])
-        small = rows.shape[0] * m.shape[1] * m.itemsize < config.get_bytes(
-            "daskangel.client.direct-read-bytes"
-        )
-        # only gathered from: a reused buffer, whose pages are mapped already
-        buf = np.empty(full, m.dtype) if small else b.scratch(full, m.dtype)
-        fut = b.submit(_fetch, b, name, m, plan, None, buf, lambda _: None)
-        return cls(fut, buf, plan.order, fallback)
+        started = get_rows_async(b, name, m, rows, fallback)
+        return None if started is None else cls(*started)

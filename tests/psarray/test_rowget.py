@@ -266,3 +266,25 @@ def test_reads_see_whole_increments_while_others_write(ps: angel.PSContext) -> N
             n += 1
         fut.result()
     np.testing.assert_array_equal(a.get(rows=[3999, 0]), 30)
+
+
+def test_get_iter_of_random_rows_is_one_get_a_chunk(ps: angel.PSContext) -> None:
+    """``get_iter`` of unsorted rows (duplicates too) outside training sends one
+    ``get_rows`` request a server for a chunk and yields its batches in request
+    order; batches still held keep their values while later pulls run."""
+    ref = np.arange(3000 * 48, dtype="float32").reshape(3000, 48)
+    a = ps.zeros("rg-iter", ref.shape, dtype="float32", block_shape=(400, 48))
+    a.set(ref)
+    rng = np.random.default_rng(11)
+    idx = rng.integers(0, 3000, 5000)
+    got: list[tuple[np.ndarray, np.ndarray]] = []
+    calls = _calls(a, lambda: got.extend(a.get_iter(idx, batch=700, ordered=True)))
+    assert calls == {"get_rows": 2}, calls
+    np.testing.assert_array_equal(np.concatenate([r for r, _ in got]), idx)
+    for rows, vals in got:
+        np.testing.assert_array_equal(vals, ref[rows])
+    for _ in range(3):
+        for rows, vals in a.get_iter(rng.integers(0, 3000, 5000), batch=700):
+            np.testing.assert_array_equal(vals, ref[rows])
+    for rows, vals in got:
+        np.testing.assert_array_equal(vals, ref[rows])
