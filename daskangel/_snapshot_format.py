@@ -53,6 +53,7 @@ __all__ = [
     "list_versions",
     "new_version_name",
     "open_store",
+    "prune_versions",
     "read_dense_block",
     "read_latest",
     "read_manifest",
@@ -342,6 +343,32 @@ def remove_version(root: str, version: str) -> None:
     fs, path = fs_and_path(root)
     with contextlib.suppress(FileNotFoundError):
         fs.rm(f"{path}/{version}", recursive=True)
+
+
+def prune_versions(root: str, current: str, keep: int) -> None:
+    """Keep the newest ``keep`` versions up to ``current`` (unfinished ones
+    included) but for rollback points: those older than ``current`` are
+    superseded by it and removed; ``current`` itself, when it is one, is kept
+    beside the ``keep`` others."""
+    versions = list_versions(root)
+    if current not in versions:
+        return
+    counted = []
+    for v in versions[: versions.index(current) + 1]:
+        if not _rollback_point(root, v):
+            counted.append(v)
+        elif v != current:
+            remove_version(root, v)
+    for v in counted[:-keep]:
+        remove_version(root, v)
+
+
+def _rollback_point(root: str, version: str) -> bool:
+    """Whether ``version`` is a job's starting snapshot (False when unfinished)."""
+    try:
+        return bool(read_manifest(join(root, version)).get("rollback_point"))
+    except FileNotFoundError:
+        return False
 
 
 def resolve(url: str) -> tuple[str, dict[str, Any]]:
