@@ -41,9 +41,6 @@ from typing import TYPE_CHECKING, Any
 from .. import config
 from ..errors import SnapshotAbandonedError
 
-if TYPE_CHECKING:
-    from ._snapshots import Policy
-
 __all__ = ["ClockSnapshotMixin"]
 
 logger = logging.getLogger(__name__)
@@ -54,7 +51,7 @@ class ClockSnapshotMixin:
     """Clock-driven snapshots for :class:`SnapshotService` (which provides the
     attributes below)."""
 
-    policies: dict[str, Policy]
+    policies: dict[str, Any]  # {ctx_id: _snapshots.Policy}
     cuts: dict[str, dict[str, Any]]
     _writing: set[asyncio.Task[Any]]
 

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
 
     from ._registry import ArrayRegistry
-    from ._snapshots import Policy
 
 __all__ = ["RecoveryMixin"]
 
@@ -54,7 +53,7 @@ class RecoveryMixin:
 
     scheduler: Scheduler
     registry: ArrayRegistry
-    policies: dict[str, Policy]
+    policies: dict[str, Any]  # {ctx_id: _snapshots.Policy}
     latest: dict[str, dict[str, Any]]
     cuts: dict[str, dict[str, Any]]
     leaving: set[str]
@@ -189,7 +188,7 @@ class RecoveryMixin:
         finally:
             self.registry.notify()
 
-    async def _recover(self, ctx: str, policy: Policy, snap: dict[str, Any]) -> None:
+    async def _recover(self, ctx: str, policy: Any, snap: dict[str, Any]) -> None:
         """One rebuild (used by :meth:`rollback`); a failure is recorded on the arrays."""
         names = self._lost(ctx)
         try:
@@ -206,13 +205,13 @@ class RecoveryMixin:
         finally:
             self.registry.notify()
 
-    async def _recover_once(self, ctx: str, policy: Policy, snap: dict[str, Any]) -> None:
+    async def _recover_once(self, ctx: str, policy: Any, snap: dict[str, Any]) -> None:
         # under the context's lock: no hand-off or rebalance moves a block between
         # its restore being staged and committed (it would land where no route goes)
         async with self._lock(ctx):
             await self._rebuild(ctx, policy, snap)
 
-    async def _rebuild(self, ctx: str, policy: Policy, snap: dict[str, Any]) -> None:
+    async def _rebuild(self, ctx: str, policy: Any, snap: dict[str, Any]) -> None:
         names = self._lost(ctx)
         load = self.registry.load()
         servers = [s for s in self.registry.ctx_servers[ctx] if s[0] not in self.leaving]
