@@ -49,8 +49,14 @@ def test_ma_sgd_epochs_under_ssp_and_asp_score_like_bsp(client: Client) -> None:
         h = _history(X, y, sync)
         # every epoch's model is as good as BSP's (within noise), not a broken one
         assert h["val_auc"].min() > bsp["val_auc"].min() - 0.02, (sync, h["val_auc"])
-        assert h["val_loss"].max() < bsp["val_loss"].max() + 0.05, (sync, h["val_loss"])
-        assert h["val_accuracy"].min() > bsp["val_accuracy"].min() - 0.03, (sync, h)
+        # epoch 1 is scored on the newest model, which under SSP / ASP may not yet hold
+        # every task's first epoch (the other task's change still in flight): up to
+        # ~0.07 worse than BSP's was seen under load (0.393 vs 0.328), on old code too;
+        # a broken model is far above either bound (the base rate's log-loss is ~0.69)
+        assert h["val_loss"][0] < bsp["val_loss"][0] + 0.15, (sync, h["val_loss"])
+        assert h["val_loss"][1:].max() < bsp["val_loss"][1:].max() + 0.05, (sync, h["val_loss"])
+        assert h["val_accuracy"][0] > bsp["val_accuracy"][0] - 0.08, (sync, h)
+        assert h["val_accuracy"][1:].min() > bsp["val_accuracy"][1:].min() - 0.03, (sync, h)
 
 
 # on worker processes (test_estimators runs in-process): in-process, the snapshot the
