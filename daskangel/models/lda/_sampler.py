@@ -48,6 +48,7 @@ __all__ = [
     "init_topics",
     "mix_seed",
     "sample_words",
+    "vose_pair",
     "word_deltas",
     "word_span",
 ]
@@ -91,13 +92,22 @@ def build_alias(w, n, prob, alias):  # type: ignore[no-untyped-def]
         total += w[i]
     if n == 0 or total <= 0.0:
         return 0.0
-    small = np.empty(n, np.int32)
-    large = np.empty(n, np.int32)
-    ns = 0
-    nl = 0
     scale = n / total
     for i in range(n):
         prob[i] = w[i] * scale
+    vose_pair(n, prob, alias, np.empty(n, np.int32), np.empty(n, np.int32))
+    return total
+
+
+@njit(nogil=True, cache=True)
+def vose_pair(n, prob, alias, small, large):  # type: ignore[no-untyped-def]
+    """The pairing step of Vose's alias method, shared by every table builder:
+    ``prob[:n]`` holds the weights scaled to mean 1 and becomes the table's
+    acceptance probabilities; ``alias[:n]`` is written; ``small`` / ``large`` are
+    int32 workspaces of at least ``n``."""
+    ns = 0
+    nl = 0
+    for i in range(n):
         alias[i] = i
         if prob[i] < 1.0:
             small[ns] = i
@@ -119,7 +129,6 @@ def build_alias(w, n, prob, alias):  # type: ignore[no-untyped-def]
         prob[large[i]] = 1.0
     for i in range(ns):
         prob[small[i]] = 1.0
-    return total
 
 
 @njit(nogil=True, cache=True, inline="always")

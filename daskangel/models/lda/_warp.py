@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ._sampler import _next, mix_seed, word_span
+from ._sampler import _next, mix_seed, vose_pair, word_span
 
 __all__ = ["WarpState", "doc_phase", "init_counts", "word_phase", "z_deltas"]
 
@@ -203,32 +203,10 @@ def _alias(w, idx, n, prob, alias, small, large):  # type: ignore[no-untyped-def
         total += w[idx[a]]
     if total <= 0.0:
         return 0.0
-    ns = 0
-    nl = 0
     scale = n / total
     for a in range(n):
         prob[a] = w[idx[a]] * scale
-        alias[a] = a
-        if prob[a] < 1.0:
-            small[ns] = a
-            ns += 1
-        else:
-            large[nl] = a
-            nl += 1
-    while ns > 0 and nl > 0:
-        ns -= 1
-        s = small[ns]
-        g = large[nl - 1]
-        alias[s] = g
-        prob[g] = prob[g] + prob[s] - 1.0
-        if prob[g] < 1.0:
-            nl -= 1
-            small[ns] = g
-            ns += 1
-    for a in range(nl):
-        prob[large[a]] = 1.0
-    for a in range(ns):
-        prob[small[a]] = 1.0
+    vose_pair(n, prob, alias, small, large)
     return total
 
 
