@@ -121,6 +121,17 @@ def _shrink(w, c):  # type: ignore[no-untyped-def]  # pragma: no cover
     return w - c if w > c else (w + c if w < -c else 0.0)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _lazy(w, gap, rate, g, eta, alpha, l1):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Weight ``w`` after ``gap`` skipped steps: L2 decay at its log-rate ``rate``
+    and L1 shrinkage at its adaptive step (its gradient sum ``g``)."""
+    if alpha > 0.0:
+        w *= _decay(gap * rate)
+    if l1 > 0.0:
+        w = _shrink(w, (eta / math.sqrt(g) if g > 0.0 else eta) * l1 * gap)
+    return w
+
+
 # FMA contraction only (no reassociation, no finite-math assumptions: a NaN still
 # shows as one): 9 % off the kernel (two concurrent tasks, 450,000 Zipf rows each)
 @njit(nogil=True, cache=True, fastmath={"contract"})
@@ -152,12 +163,7 @@ def _adagrad1(  # type: ignore[no-untyped-def]  # pragma: no cover
             j = indices[q]
             w = ws[j, 0]
             if lazy:  # the decay and shrinkage of the steps since its last touch
-                gap = tf - ws[j, 3]
-                if alpha > 0.0:
-                    w *= _decay(gap * ws[j, 2])
-                if l1 > 0.0:
-                    g = ws[j, 1]
-                    w = _shrink(w, (eta / math.sqrt(g) if g > 0.0 else eta) * l1 * gap)
+                w = _lazy(w, tf - ws[j, 3], ws[j, 2], ws[j, 1], eta, alpha, l1)
                 ws[j, 0] = w
                 ws[j, 3] = tf
             acc += w * data[q]
@@ -181,14 +187,7 @@ def _adagrad1(  # type: ignore[no-untyped-def]  # pragma: no cover
     if lazy:
         for u in range(keys.shape[0]):
             j = keys[u]
-            w = ws[j, 0]
-            gap = n - ws[j, 3]
-            if alpha > 0.0:
-                w *= _decay(gap * ws[j, 2])
-            if l1 > 0.0:
-                g = ws[j, 1]
-                w = _shrink(w, (eta / math.sqrt(g) if g > 0.0 else eta) * l1 * gap)
-            ws[j, 0] = w
+            ws[j, 0] = _lazy(ws[j, 0], n - ws[j, 3], ws[j, 2], ws[j, 1], eta, alpha, l1)
     if has_bias:
         ws[nk - 1, 0] = b
         ws[nk - 1, 1] = gb
