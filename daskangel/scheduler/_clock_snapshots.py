@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import config
@@ -65,17 +66,7 @@ class ClockSnapshotMixin:
 
         async def _call(self, ctx: str, server: ServerId, op: str, **kwargs: Any) -> Any: ...
 
-        async def snapshot(
-            self,
-            ctx: str,
-            clock: int | None = None,
-            url: str | None = None,
-            arrays: list[str] | None = None,
-            cut_begun: bool = False,
-            job: str | None = None,
-            cut: str | None = None,
-            rollback_point: bool = False,
-        ) -> dict[str, Any]: ...
+        snapshot: Callable[..., Awaitable[dict[str, Any]]]  # SnapshotService.snapshot
 
     async def on_tick(self, job: Any, new_clock: int) -> None:
         """Called by the clock service on every tick of a job.

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import config
@@ -67,15 +68,7 @@ class RecoveryMixin:
 
         def _level(self) -> int: ...
 
-        async def restore(
-            self,
-            ctx: str,
-            url: str,
-            arrays: list[str] | None = None,
-            blocks: dict[str, list[int]] | None = None,
-            targets: dict[str, list[list[Any]]] | None = None,
-            rename: dict[str, str] | None = None,
-        ) -> dict[str, Any]: ...
+        restore: Callable[..., Awaitable[dict[str, Any]]]  # SnapshotService.restore
 
     async def wait_recovered(self, ctx: str, timeout: float) -> list[str]:
         """Wait until no recovery of this context runs; return arrays still lost."""
