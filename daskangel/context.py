@@ -20,28 +20,24 @@ Example
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 import warnings
 import weakref
 from typing import Any, cast
 
 import numpy as np
-from dask.utils import parse_timedelta
 from distributed import Client, default_client
 
 from . import _snapshot_format as fmt
 from . import config
-from ._resuming import stored_layout
+from ._context_arrays import ArrayCreationMixin
+from ._context_snapshots import SnapshotMixin, _check_shared_url, _every
 from ._wire import TRANSPORTS, actor_key
-from .errors import ContextClosedError, InvalidArgumentError, InvalidTypeError, ShapeMismatchError
-from .persist import StoredLayout, load_into
+from .errors import ContextClosedError, InvalidArgumentError, InvalidTypeError
 from .psarray import PSArray
 from .psarray._binding import Binding, get_binding
 from .psarray._endpoints import PSServerActor, PSWorkerPlugin
-from .psarray._initspec import InitSpec
-from .psarray._layout import AutoPartitioner, BlockPartitioner, Partitioner
-from .psarray._meta import DTYPES, ArrayMeta, ServerId
+from .psarray._meta import ServerId
 from .psarray._server import PLUGIN_NAME as WORKER_PLUGIN
 from .scheduler import PLUGIN_NAME as SCHEDULER_PLUGIN
 from .scheduler import DaskAngelSchedulerPlugin
@@ -76,32 +72,12 @@ STATUS_COLUMNS = (
 )
 
 
-def _shape(shape: Any) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
-        shape = (int(shape),)
-    try:
-        out = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise ShapeMismatchError(
-            f"shape: expected an int or a tuple of 1-2 ints, got {shape!r}"
-        ) from None
-    if len(out) not in (1, 2) or any(s < 1 for s in out):
-        raise ShapeMismatchError(f"shape: expected 1 or 2 positive extents, got {shape!r}")
-    return out
-
-
-def _dtype(dtype: Any) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt is None or dt.name not in DTYPES:
-        raise InvalidTypeError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
-    return dt
-
-
-class PSContext:
+class PSContext(ArrayCreationMixin, SnapshotMixin):
     """Parameter-server context on an existing Dask cluster.
+
+    Arrays are created by :class:`~daskangel._context_arrays.ArrayCreationMixin`'s
+    methods; snapshots, saving, loading and recovery are
+    :class:`~daskangel._context_snapshots.SnapshotMixin`'s.
 
     Parameters
     ----------
@@ -264,143 +240,6 @@ class PSContext:
         if self.closed:
             raise ContextClosedError("PSContext is closed")
 
-    # -- creating arrays ---------------------------------------------------------------
-
-    def _create(
-        self,
-        name: str,
-        shape: Any,
-        dtype: Any,
-        init: InitSpec,
-        sparse: bool,
-        block_shape: Any = None,
-        partitioner: Partitioner | None = None,
-        like: str | None = None,
-    ) -> PSArray:
-        self._check_open()
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise InvalidArgumentError(
-                f"name: expected letters, digits, '_', '-' or '.' (not starting with '.'), "
-                f"got {name!r}"
-            )
-        shp = _shape(shape)
-        dt = _dtype(dtype)
-        two_d = (1, shp[0]) if len(shp) == 1 else (shp[0], shp[1])
-        if block_shape is not None and partitioner is not None:
-            raise InvalidArgumentError("block_shape, partitioner: pass one or the other")
-        if block_shape is not None:
-            bs = _shape(block_shape)
-            partitioner = BlockPartitioner((1, bs[0]) if len(bs) == 1 else (bs[0], bs[1]))
-        part = partitioner or AutoPartitioner()
-        # model.fit(..., resume=url): the layout of the snapshot array it will hold
-        stored = stored_layout(self, name, (shp, dt.name, bool(sparse)))
-        if stored is not None and like is None:
-            part = StoredLayout(stored)
-        layout = part.layout(two_d, dt.itemsize, len(self.servers), sparse)
-        meta = ArrayMeta.new(name, shp, dt, sparse, layout, init, self.transport)
-        full = self.client.sync(
-            self._scheduler.daskangel_create,
-            ctx=self.id,
-            meta=meta.to_dict(),
-            blocks=meta.block_specs(),
-            like=like,
-        )
-        m = self.binding.metas[name] = ArrayMeta.from_dict(full)
-        arr = PSArray(name, context=self, binding=self.binding)
-        arr._uid = m.uid  # this creation, whatever later happens to the name
-        self._handles.add(arr)
-        return arr
-
-    def zeros(
-        self,
-        name: str,
-        shape: Any,
-        dtype: Any = "float32",
-        *,
-        block_shape: Any = None,
-        partitioner: Partitioner | None = None,
-        sparse: bool = False,
-    ) -> PSArray:
-        """A new array of zeros.  ``sparse=True`` stores only touched keys."""
-        return self._create(
-            name, shape, dtype, InitSpec("const", 0.0), sparse, block_shape, partitioner
-        )
-
-    def full(
-        self,
-        name: str,
-        shape: Any,
-        fill_value: float,
-        dtype: Any = "float32",
-        *,
-        block_shape: Any = None,
-        partitioner: Partitioner | None = None,
-        sparse: bool = False,
-    ) -> PSArray:
-        """A new array with every entry ``fill_value`` (missing sparse keys read it too)."""
-        dt = _dtype(dtype)
-        if dt.kind in "iu" and float(fill_value) != int(fill_value):
-            raise InvalidTypeError(
-                f"fill_value: {fill_value!r} is not an integer, the array is {dt}"
-            )
-        return self._create(
-            name, shape, dt, InitSpec("const", float(fill_value)), sparse, block_shape, partitioner
-        )
-
-    def random(
-        self,
-        name: str,
-        shape: Any,
-        *,
-        seed: int = 0,
-        dist: str = "uniform",
-        low: float = 0.0,
-        high: float = 1.0,
-        loc: float = 0.0,
-        scale: float = 1.0,
-        dtype: Any = "float32",
-        block_shape: Any = None,
-        partitioner: Partitioner | None = None,
-        sparse: bool = False,
-    ) -> PSArray:
-        """A new array of counter-based random numbers.
-
-        Entry ``(r, c)`` depends only on ``seed`` and ``r * n_cols + c``, so the
-        values do not depend on the partitioning.  For ``sparse=True`` a key is
-        drawn when first read or written (Angel's initAndGet).
-        """
-        if dist == "uniform":
-            init = InitSpec("uniform", float(low), float(high), int(seed), lazy=sparse)
-        elif dist == "normal":
-            init = InitSpec("normal", float(loc), float(scale), int(seed), lazy=sparse)
-        else:
-            raise InvalidArgumentError(f"dist: expected 'uniform' or 'normal', got {dist!r}")
-        return self._create(name, shape, dtype, init, sparse, block_shape, partitioner)
-
-    def zeros_like(self, arr: PSArray, name: str | None = None, dtype: Any = None) -> PSArray:
-        """A zero array co-partitioned with ``arr``: same shape, blocks and servers.
-
-        Binary psfs (``ops.Axpy``, ``ops.Dot``, optimisers ...) need co-partitioned
-        arrays.  ``name`` defaults to a fresh one derived from ``arr.name``.
-        """
-        return self.full_like(arr, 0.0, name, dtype)
-
-    def full_like(
-        self, arr: PSArray, fill_value: float, name: str | None = None, dtype: Any = None
-    ) -> PSArray:
-        """An array co-partitioned with ``arr`` with every entry ``fill_value``."""
-        m = arr.meta
-        shape = (m.shape[1],) if m.ndim == 1 else m.shape
-        dt = _dtype(dtype or m.dtype)
-        if dt.kind in "iu" and float(fill_value) != int(fill_value):
-            raise InvalidTypeError(
-                f"fill_value: {fill_value!r} is not an integer, the array is {dt}"
-            )
-        name = name or f"{m.name}-like-{uuid.uuid4().hex[:8]}"
-        part = _SameLayout(m)
-        init = InitSpec("const", float(fill_value))
-        return self._create(name, shape, dt, init, m.sparse, None, part, like=m.name)
-
     # -- psf ------------------------------------------------------------------------------
 
     def psf(self, func: Any, *arrays: PSArray, atomic: bool = True) -> Any:
@@ -422,32 +261,6 @@ class PSContext:
         if not arrays:
             raise InvalidArgumentError("arrays: expected at least one PSArray")
         return arrays[0].psf_async(func, *arrays[1:], atomic=atomic)
-
-    def from_array(
-        self,
-        name: str,
-        array: Any,
-        *,
-        block_shape: Any = None,
-        partitioner: Partitioner | None = None,
-        dtype: Any = None,
-    ) -> PSArray:
-        """A new array holding a numpy or dask array's values."""
-        is_dask = hasattr(array, "dask") and hasattr(array, "chunks")
-        src = array if is_dask else np.asarray(array)
-        if src.ndim not in (1, 2):
-            raise ShapeMismatchError(f"array: expected 1-D or 2-D, got {src.ndim}-D")
-        dt = _dtype(dtype or src.dtype)
-        arr = self.zeros(name, src.shape, dt, block_shape=block_shape, partitioner=partitioner)
-        try:
-            if is_dask:
-                _set_from_dask(arr, src)
-            else:
-                _set_in_slabs(arr, src)
-        except BaseException:
-            self.drop(name)
-            raise
-        return arr
 
     # -- registry ----------------------------------------------------------------------------
 
@@ -471,49 +284,7 @@ class PSContext:
         self.client.sync(self._scheduler.daskangel_drop, name=name)
         self.binding.forget(name)
 
-    # -- snapshots and models -----------------------------------------------------------
-
-    def snapshot(self, arrays: list[str] | None = None) -> dict[str, Any]:
-        """Take a snapshot now into the ``snapshot=`` directory; return its summary.
-
-        .. warning::
-           Outside training this cut is best effort: a write racing with it may be
-           in some blocks and not in others.  Snapshots taken by training at a
-           clock (BSP/SSP) are exact.
-        """
-        self._check_open()
-        return dict(
-            self.client.sync(self._scheduler.daskangel_snapshot, ctx=self.id, arrays=arrays)
-        )
-
-    def save(self, url: str, arrays: list[str] | None = None) -> dict[str, Any]:
-        """Save arrays (default: all of this context's) as a zarr group at ``url``.
-
-        The store is readable with plain ``zarr`` / ``dask.array.from_zarr`` (see
-        docs/snapshot-format.md) and by :meth:`load` / :func:`daskangel.load_arrays`.
-        """
-        self._check_open()
-        _check_shared_url(self.client, url, "url")
-        return dict(
-            self.client.sync(
-                self._scheduler.daskangel_snapshot, ctx=self.id, url=url, arrays=arrays
-            )
-        )
-
-    def load(
-        self, url: str, arrays: list[str] | None = None, rename: dict[str, str] | None = None
-    ) -> dict[str, PSArray]:
-        """Load a saved model or a snapshot directory's newest snapshot.
-
-        Missing arrays are created with their stored layout; existing ones must
-        match in shape, dtype and partitioning.  Nothing changes if anything does
-        not match or a block fails its checksum.  ``rename`` (``{stored name:
-        name here}``) loads arrays under other names: stored arrays that shared
-        a layout are created co-placed again, whatever their names.
-        """
-        self._check_open()
-        _check_shared_url(self.client, url, "url")
-        return load_into(self, url, arrays, rename)
+    # -- a context from a store, cached metadata, counters ------------------------------
 
     @classmethod
     def restore(cls, client: Client | None, url: str, **kwargs: Any) -> PSContext:
@@ -534,37 +305,6 @@ class PSContext:
             ps.close()
             raise
         return ps
-
-    def wait_until_recovered(self, timeout: float | None = None) -> list[str]:
-        """Block until the rebuilding of lost servers' blocks has finished.
-
-        Returns the arrays that still have lost blocks (none when a snapshot
-        covered them).  In ``recovery="rollback"`` mode, reads made before this
-        returns may still see surviving blocks as they were before the rollback.
-        """
-        wait = config.get_seconds("daskangel.client.recovery-wait") if timeout is None else timeout
-        self.refresh()
-        return list(
-            self.client.sync(self._scheduler.daskangel_wait_recovered, ctx=self.id, timeout=wait)
-        )
-
-    def rebalance(self) -> dict[str, Any]:
-        """Move blocks so that this context's servers hold about the same bytes
-        (after workers joined, say), online: gets and increments made meanwhile
-        wait for a moving block and are neither lost nor applied twice.
-
-        Returns ``{"blocks", "bytes", "seconds"}`` moved, and ``"deferred"``: True
-        when a rebuild of lost blocks was running or due, and nothing moved (call
-        again after it).  Raises
-        :class:`~daskangel.errors.InvalidStateError` while another rebalance or a
-        hand-off of leaving workers runs.  With ``daskangel.ps.rebalance-on-join``
-        (the default) a context running servers on every worker rebalances by
-        itself when workers join.
-        """
-        self._check_open()
-        out = dict(self.client.sync(self._scheduler.daskangel_rebalance, ctx=self.id))
-        self.refresh()
-        return out
 
     def refresh(self) -> None:
         """Forget cached array metadata (it is refetched on next use)."""
@@ -605,88 +345,3 @@ class PSContext:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._servers)} servers"
         return f"PSContext<{self.id}, {state}, transport={self.transport}>"
-
-
-_NAME = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")
-
-
-def _check_shared_url(client: Client, url: str | None, arg: str) -> None:
-    """Refuse an fsspec ``memory://`` URL when the workers run in processes of their own.
-
-    A memory filesystem lives in one process: each worker would write its blocks
-    into its own, and nothing written could be read back by anyone else.
-    """
-    if not isinstance(url, str) or not url.startswith("memory://"):
-        return
-    from ._compat import workers_info
-
-    if any(w.get("nanny") for w in workers_info(client).values()):
-        raise InvalidArgumentError(
-            f"{arg}: {url!r} is an fsspec memory:// filesystem, which lives inside one "
-            "process, and this cluster's workers run in processes of their own (each "
-            "would write to its own memory, and nothing could be read back); use a "
-            "directory (a local path) or an object store (s3://, gs://, ...), or "
-            "memory:// only with LocalCluster(processes=False)"
-        )
-
-
-def _every(value: int | float | str | None) -> tuple[int | None, float | None]:
-    """``snapshot_every`` as ``(clocks, seconds)``."""
-    if value is None:
-        return None, None
-    if isinstance(value, bool):
-        raise InvalidTypeError(f"snapshot_every: expected clocks (int) or seconds, got {value!r}")
-    if isinstance(value, (int, np.integer)):
-        if value < 1:
-            raise InvalidArgumentError(f"snapshot_every: expected >= 1 clocks, got {value}")
-        return int(value), None
-    seconds = parse_timedelta(value, default="seconds")
-    if seconds is None or seconds <= 0:
-        raise InvalidArgumentError(f"snapshot_every: expected a positive duration, got {value!r}")
-    return None, float(seconds)
-
-
-class _SameLayout:
-    """A partitioner that repeats an existing array's layout (co-partitioning)."""
-
-    def __init__(self, meta: ArrayMeta) -> None:
-        self.meta = meta
-
-    def layout(self, shape: tuple[int, int], itemsize: int, n_servers: int, sparse: bool) -> Any:
-        return self.meta.layout
-
-
-def _set_in_slabs(arr: PSArray, src: np.ndarray) -> None:
-    limit = max(1, config.get_bytes("daskangel.client.max-request-bytes") // 2)
-    if src.ndim == 1:
-        arr.set(src, casting="same_kind")
-        return
-    rows = max(1, limit // max(1, src.shape[1] * src.itemsize))
-    for r in range(0, src.shape[0], rows):
-        arr.set(src[r : r + rows], rows=slice(r, r + rows), casting="same_kind")
-
-
-def _set_chunk(chunk: np.ndarray, name: str, r0: int, c0: int, ndim: int) -> int:
-    a = PSArray(name)
-    if ndim == 1:
-        a.set(chunk, cols=slice(c0, c0 + chunk.shape[0]), casting="same_kind")
-    else:
-        a.set(
-            chunk,
-            rows=slice(r0, r0 + chunk.shape[0]),
-            cols=slice(c0, c0 + chunk.shape[1]),
-            casting="same_kind",
-        )
-    return int(chunk.size)
-
-
-def _set_from_dask(arr: PSArray, src: Any) -> None:
-    import dask
-
-    offsets = [np.concatenate([[0], np.cumsum(c)[:-1]]).astype(int) for c in src.chunks]
-    tasks = []
-    for idx, block in np.ndenumerate(np.asarray(src.to_delayed(), dtype=object)):
-        r0 = int(offsets[0][idx[0]]) if src.ndim == 2 else 0
-        c0 = int(offsets[-1][idx[-1]])
-        tasks.append(dask.delayed(_set_chunk)(block, arr.name, r0, c0, src.ndim))
-    dask.compute(*tasks)
