@@ -40,7 +40,8 @@ import math
 import numpy as np
 from numba import njit
 
-from ._kernels import LOGISTIC, SOFTMAX, _dloss, _row_d, _row_margin
+from ...psarray._scatter import _prefetch
+from ._kernels import AHEAD_ROWS, LOGISTIC, SOFTMAX, _dloss, _row_d, _row_margin
 
 __all__ = ["LOGISTIC", "adagrad_packed", "adagrad_sgd"]
 
@@ -154,7 +155,12 @@ def _adagrad1(  # type: ignore[no-untyped-def]  # pragma: no cover
     b = ws[nk - 1, 0] if has_bias else 0.0
     gb = ws[nk - 1, 1] if has_bias else 0.0
     loss = 0.0
-    for t in range(order.shape[0]):
+    n_rows = order.shape[0]
+    for t in range(n_rows):
+        if t + AHEAD_ROWS < n_rows:  # ask for the lines of a row ahead (a hint, never a fault)
+            ra = order[t + AHEAD_ROWS]
+            for q in range(indptr[ra], indptr[ra + 1]):
+                _prefetch(ws, indices[q], 0)
         row = order[t]
         lo, hi = indptr[row], indptr[row + 1]
         acc = b
@@ -183,7 +189,7 @@ def _adagrad1(  # type: ignore[no-untyped-def]  # pragma: no cover
             if has_bias:
                 gb += d * d
                 b -= eta * d / math.sqrt(gb)
-    n = float(order.shape[0])
+    n = float(n_rows)
     if lazy:
         for u in range(keys.shape[0]):
             j = keys[u]
