@@ -160,7 +160,7 @@ def _adagrad1(  # type: ignore[no-untyped-def]  # pragma: no cover
         if t + AHEAD_ROWS < n_rows:  # ask for the lines of a row ahead (a hint, never a fault)
             ra = order[t + AHEAD_ROWS]
             for q in range(indptr[ra], indptr[ra + 1]):
-                _prefetch(ws, indices[q], 0)
+                _prefetch(ws, indices[q], 0)  # type: ignore[call-arg]
         row = order[t]
         lo, hi = indptr[row], indptr[row + 1]
         acc = b

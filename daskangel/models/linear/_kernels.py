@@ -305,7 +305,7 @@ def eval_rows(indptr, indices, data, y, rows, W, kind, eps, has_bias, nbins):  #
         if i + AHEAD_ROWS < n:
             ra = rows[i + AHEAD_ROWS]
             for q in range(indptr[ra], indptr[ra + 1]):
-                _prefetch(W, indices[q], 0)
+                _prefetch(W, indices[q], 0)  # type: ignore[call-arg]
         r = rows[i]
         for k in range(K):
             m[k] = _row_margin(indptr, indices, data, W, has_bias, r, k)
