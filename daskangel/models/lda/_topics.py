@@ -74,20 +74,21 @@ class LDATopics(PSEstimator):
             nk.set(init.sum(axis=0, dtype=np.int64)[None, :])
         self._arrays = {"nwk": nwk.name, "nk": nk.name}
 
+    def _forget_documents(self) -> None:
+        """Drop the documents' topic state this model keeps on the workers."""
+        uid = getattr(self, "_uid", None)
+        if uid is not None:
+            with contextlib.suppress(Exception):
+                self._client().run(forget, uid)
+
     def close(self) -> None:
         """As every model's, and drop the documents' topic state kept on the workers
         (before, a closed model's tokens stayed in memory until it was refitted)."""
-        uid = getattr(self, "_uid", None)
-        if uid is not None:
-            with contextlib.suppress(Exception):
-                self._client().run(forget, uid)
+        self._forget_documents()
         super().close()
 
     def _forget(self) -> None:
-        uid = getattr(self, "_uid", None)
-        if uid is not None:
-            with contextlib.suppress(Exception):
-                self._client().run(forget, uid)
+        self._forget_documents()
         super()._forget()
 
     def _seed(self) -> int:
