@@ -2,7 +2,8 @@
 
 ``ctx`` ties one task to its job: its clock (kept authoritatively by the
 scheduler plugin), its arrays (read and written through the worker's shared
-agent), its group, and its history.  Every wait (for slower tasks at
+agent: ``ctx.array(name)`` is a :class:`~._taskarray.TaskArray`), its group,
+and its history.  Every wait (for slower tasks at
 ``clock()``, before a read under a stricter per-array protocol, at a group
 barrier, for the leader's command) is an ``await`` on the scheduler, during which
 the task secedes from its worker's thread pool and rejoins afterwards, so a
@@ -25,7 +26,7 @@ import concurrent.futures
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any, Unpack
+from typing import Any
 
 from distributed.comm.core import CommClosedError
 from distributed.threadpoolexecutor import thread_state as _tpe_state
@@ -41,13 +42,13 @@ from ..errors import (
     SyncError,
     TaskMovedError,
 )
-from ..psarray import KeySet, PSAgent, PSArray
-from ..psarray._array import WriteOptions
+from ..psarray import PSAgent
 from ..psarray._binding import Binding
 from ..psarray._taskclock import set_task_clock
 from ..scheduler._clock_rule import read_floor
 from ._group import GroupChannel
 from ._spec import TaskSpec
+from ._taskarray import TaskArray
 
 __all__ = ["TaskArray", "TaskContext", "TaskSpec", "seceded"]
 
@@ -69,97 +70,6 @@ def seceded() -> Iterator[None]:
         yield
     finally:
         rejoin()
-
-
-class TaskArray:
-    """A PSArray seen from a task: reads obey the job's clocks, writes are buffered.
-
-    Reads go through the worker's agent (cache, de-duplication, pipelining) after
-    waiting, if needed, until the slowest task allows a read at this task's clock
-    under the array's protocol.  ``increment`` adds to the worker's merged update
-    buffer, pushed by size and at ``ctx.clock()``.  Any other attribute
-    (``shape``, ``set``, ``psf`` ...) is the plain :class:`PSArray`'s.
-    """
-
-    def __init__(self, ctx: TaskContext, name: str) -> None:
-        self._ctx = ctx
-        self.name = name
-        self._array = PSArray(name, binding=ctx._binding)
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self._array, attr)
-
-    @property
-    def plain(self) -> PSArray:
-        """The :class:`PSArray` underneath: its reads skip the clock cache and the sync
-        floor and go to the servers (for rows another task of this worker changed since
-        the clock began, as in model-parallel rounds)."""
-        return self._array
-
-    def __repr__(self) -> str:
-        return f"TaskArray<{self.name!r}, task {self._ctx.task_id}, clock {self._ctx.iteration}>"
-
-    def get(self, rows: Any = None, cols: Any = None, *, own_writes: bool = False) -> Any:
-        """Pull like :meth:`PSArray.get`; ``cols`` may be a :class:`KeySet`.
-
-        ``own_writes=True``: the read holds every update this task pushed at its
-        earlier clocks (read-my-writes), see :meth:`get_iter`.
-        """
-        c = self._ctx
-        floor = self._floor(own_writes)
-        return c._agent.get(self.name, rows, cols, job=c.job, floor=floor, task=c._key)
-
-    def get_iter(
-        self,
-        rows: Any = None,
-        batch: int = 1024,
-        *,
-        ordered: bool = False,
-        own_writes: bool = False,
-    ) -> Iterator[tuple[Any, Any]]:
-        """Pipelined pull of rows (see :meth:`PSAgent.get_iter`).
-
-        ``own_writes=True``: the rows hold every update this task pushed at its
-        earlier clocks.  Under SSP(s) the worker's pull cache serves a copy fetched
-        once the slowest task had reached ``c - s``, which may predate this task's
-        own pushes of clocks ``c - s .. c - 1``: a task that trains on its pulled
-        rows and pushes deltas (MF SGD) then re-applies the steps it already made
-        (on the Netflix-shaped set, SSP(2) ended 0.0003-0.0098 RMSE above BSP).  With
-        ``own_writes`` a cached copy serves only if fetched once every task had
-        reached this clock (after this task's last push); the wait is still the
-        protocol's.
-
-        .. warning:: Without ``own_writes`` an SSP read is within the staleness
-           bound but may miss this task's own recent pushes.
-        """
-        c = self._ctx
-        floor = self._floor(own_writes)
-        return c._agent.get_iter(
-            self.name, rows, batch, job=c.job, floor=floor, task=c._key, ordered=ordered
-        )
-
-    def _floor(self, own_writes: bool) -> int | None:
-        """The read's floor (after waiting for it): ``c - s``, or with ``own_writes``
-        this clock (a copy fetched after this task's last push)."""
-        c = self._ctx
-        floor = c._read_floor(self.name)
-        if own_writes and floor is not None:
-            floor = max(floor, int(c.iteration))
-        return floor
-
-    def key_set(self, cols: Any) -> KeySet:
-        """Register a key set for pruned pulls: ``get(cols=key_set)`` then sends a tag."""
-        return self._ctx._agent.key_set(self.name, cols)
-
-    def increment(
-        self, values: Any, rows: Any = None, cols: Any = None, **options: Unpack[WriteOptions]
-    ) -> None:
-        """Add to the worker's update buffer (validated now, pushed by size or at clock);
-        ``options`` as :meth:`PSArray.increment`'s."""
-        c = self._ctx
-        c._agent.increment(
-            self.name, values, rows, cols, job=c.job, clock=c.iteration, task=c._key, **options
-        )
 
 
 class TaskContext(GroupChannel):
