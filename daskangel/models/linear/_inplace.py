@@ -118,14 +118,17 @@ class InPlaceData:
         W[:, 0] = vp[self.keys, 0]
         return float(loss)
 
+    def _work4(self) -> np.ndarray:
+        if self.work4 is None:
+            self.work4 = np.empty((self.rows.n_features + 1, 4))
+        return self.work4
+
     def local_adagrad(
         self, rows: np.ndarray, W: np.ndarray, G: np.ndarray, plan: Plan, eta: float
     ) -> float:
         """:meth:`local_sgd` with per-feature adaptive steps (``adaptive=True``), from and
         into ``W`` and its squared-gradient sums ``G``; returns the loss sum."""
-        if self.work4 is None:
-            self.work4 = np.empty((self.rows.n_features + 1, 4))
-        ws = self.work4
+        ws = self._work4()
         ws[self.keys, 0] = W[:, 0]
         ws[self.keys, 1] = G[:, 0]
         r = self.rows
@@ -142,7 +145,11 @@ class InPlaceData:
         """Validation sums of the model ``W`` (weights of :attr:`keys`); None if no rows."""
         if self.val_ids.shape[0] == 0:
             return None
-        vp = self._load(W)
+        if plan.adaptive:  # the weights into the AdaGrad workspace (its column 0): one
+            vp = self._work4()  # (n_features + 1)-row workspace a task, not two
+            vp[self.keys, 0] = W[:, 0]
+        else:
+            vp = self._load(W)
         r = self.rows
         return eval_rows(  # type: ignore[no-any-return]
             r.indptr, r.indices, r.data, self.y, self.val_ids, vp[:, :1], plan.kind,
