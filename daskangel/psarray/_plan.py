@@ -26,6 +26,7 @@ from .. import config
 from .._recv import landed
 from ..errors import PSIndexError, ShapeMismatchError
 from . import _kernels as K
+from ._csrplan import plan_csr
 from ._meta import ArrayMeta
 from ._packed import plan_packed
 from ._routing import (
@@ -307,62 +308,6 @@ def plan_update(
             v = vals[np.ix_(rs, cs)]
         parts[b] = {"block": b, "rows": rp.local[i], "cols": cp.local[j], "values": v}
         cost[b] = v.nbytes
-    return parts, cost
-
-
-def plan_csr(
-    m: ArrayMeta, values: Any, casting: str | None, on_nonfinite: str | None
-) -> tuple[dict[int, dict[str, Any]], dict[int, int]] | None:
-    """Compressed-row parts of a ``scipy.sparse`` CSR write into a dense matrix cut
-    only by rows, or None (another input or layout: :func:`plan_coo`).
-
-    Each block gets its touched rows (local, int32), their entry counts and the
-    slices of the matrix's own columns and values, which need no routing: 4-byte
-    columns and values plus 8 bytes a row, where coordinates cost 8 + 8 + 4 bytes
-    an entry and a gather of each.
-    """
-    if (
-        m.sparse
-        or m.ndim != 2
-        or m.layout.n_col_blocks != 1
-        or type(values).__module__.split(".")[0] != "scipy"
-        or values.format != "csr"
-        or values.shape != m.shape
-    ):
-        return None
-    indptr = np.asarray(values.indptr, np.int64)
-    cols, data = np.asarray(values.indices), np.asarray(values.data)
-    check_size("values", data.nbytes + cols.nbytes + indptr.nbytes)
-    data, keep = check_values(data, m.dtype, casting, on_nonfinite)
-    if keep is not None:
-        return None  # entries to drop: the coordinate path picks them
-    if cols.shape[0]:
-        lo, hi = int(cols.min()), int(cols.max())
-        if lo < 0 or hi >= m.shape[1]:
-            raise PSIndexError(
-                f"values: column {lo if lo < 0 else hi} out of range [0, {m.shape[1]})"
-            )
-    cols = cols.astype(np.int32, copy=False)
-    lens = np.diff(indptr)
-    touched = np.flatnonzero(lens)
-    bounds = np.asarray(m.layout.row_bounds, np.int64)
-    cuts = np.searchsorted(touched, bounds)
-    parts: dict[int, dict[str, Any]] = {}
-    cost: dict[int, int] = {}
-    for g in range(m.layout.n_row_blocks):
-        s, e = int(cuts[g]), int(cuts[g + 1])
-        if s == e:
-            continue
-        tr = touched[s:e]
-        k0, k1 = int(indptr[tr[0]]), int(indptr[tr[-1] + 1])
-        parts[g] = {
-            "block": g,
-            "csr_rows": (tr - bounds[g]).astype(np.int32),
-            "csr_len": lens[tr].astype(np.int32),
-            "csr_cols": cols[k0:k1],
-            "values": data[k0:k1],
-        }
-        cost[g] = (k1 - k0) * (data.itemsize + 4)
     return parts, cost
 
 

@@ -14,12 +14,45 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from distributed import Client
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import daskangel as angel
 from daskangel._compat import workers_info
 from daskangel.errors import CastingError, NonFiniteError, PSIndexError, ShapeMismatchError
+from daskangel.psarray._csrplan import csr_runs
 
 pytestmark = pytest.mark.timeout(240)
+
+
+# -- the planning kernel alone ------------------------------------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(0, 4), min_size=1, max_size=120),
+    st.lists(st.integers(0, 120), max_size=6),
+    st.sampled_from([np.int32, np.int64]),
+)
+def test_csr_runs_finds_each_blocks_touched_rows_and_their_lengths(
+    lens: list[int], cuts: list[int], itype: type
+) -> None:
+    """Against numpy (diff, flatnonzero, searchsorted): the touched rows of every
+    row range, local and int32, with their entry counts, whatever the ranges
+    (empty ones too) and ``indptr``'s integer type."""
+    n = len(lens)
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(itype)
+    bounds = np.unique(np.array([0, n, *[min(c, n) for c in cuts]], np.int64))
+    rows, got_lens, starts = csr_runs(indptr, bounds)
+    assert rows.dtype == got_lens.dtype == np.int32
+    ln = np.diff(indptr.astype(np.int64))
+    touched = np.flatnonzero(ln)
+    at = np.searchsorted(touched, bounds)
+    np.testing.assert_array_equal(starts, at)
+    for g in range(bounds.shape[0] - 1):
+        tr = touched[at[g] : at[g + 1]]
+        np.testing.assert_array_equal(rows[starts[g] : starts[g + 1]], tr - bounds[g])
+        np.testing.assert_array_equal(got_lens[starts[g] : starts[g + 1]], ln[tr])
 
 
 # -- on a process cluster ----------------------------------------------------------
@@ -117,6 +150,17 @@ def test_csr_dtype_rules_and_refused_requests_change_nothing(ps: angel.PSContext
     np.testing.assert_array_equal(fv.get(), f_before + keep.toarray())
     iv.increment((X * 0.5).astype(np.float64), casting="unsafe")
     np.testing.assert_array_equal(iv.get(), i_before + (X * 0.5).astype(np.int32).toarray())
+    # a malformed CSR (indptr going down: a negative row length) reaches the
+    # servers, which refuse it before writing anything
+    bad_ptr = sp.csr_matrix(SHAPE, dtype=np.int32)
+    ptr = np.zeros(SHAPE[0] + 1, np.int64)
+    ptr[5:] = 2
+    ptr[5] = 3
+    bad_ptr.indptr, bad_ptr.indices, bad_ptr.data = ptr, np.array([1, 2, 3]), np.ones(3, np.int32)
+    before_all = iv.get()
+    with pytest.raises(ShapeMismatchError):
+        iv.increment(bad_ptr)
+    np.testing.assert_array_equal(iv.get(), before_all)
     big = sp.csr_matrix(([2**31 - 1, 2**31 - 1], ([7, 7], [3, 3])), shape=SHAPE, dtype=np.int32)
     before = iv.get(rows=[7])[0, 3]
     with np.errstate(over="ignore"):
