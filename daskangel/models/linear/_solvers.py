@@ -49,6 +49,7 @@ Example
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -166,12 +167,43 @@ class SGDTask:
         # again, and the model oscillates with a growing amplitude
         base = w.plain if p.solver == "ma-sgd" and mon.staleness != 0 else w
         acc = ctx.array(p.accum) if p.adaptive else None  # AdaGrad's sums, pulled alike
+        tm["prep"] += time.perf_counter() - t_0
+        cap = step_cap(p, d.max_sq_norm()) if p.solver == "ma-sgd" else float("inf")
+        # AdaGrad's sums are pulled by a second thread while this one pulls the weights
+        # and evaluates them: the two pulls' round trips and the validation pass overlap
+        pool = ThreadPoolExecutor(1, "daskangel-acc") if acc is not None else None
+        try:
+            return self._rounds(ctx, part, d, mon, w, base, ks, acc, pool, cap, tm)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+    def _rounds(
+        self,
+        ctx: Any,
+        part: Any,
+        d: TaskData | InPlaceData,
+        mon: Monitor,
+        w: Any,
+        base: Any,
+        ks: Any,
+        acc: Any,
+        pool: ThreadPoolExecutor | None,
+        cap: float,
+        tm: dict[str, float],
+    ) -> dict[str, Any]:
+        """The task's rounds from its clock on (see the module docstring)."""
+        p = self.plan
+        K = p.n_outputs
+        want_ks = bool(K == 1 and p.prune and d.keys.size)
         acc_base = acc.plain if acc is not None and mon.staleness != 0 else acc
         # ... by tag too: sending the keys each epoch was 8 bytes a key on the wire
         acc_ks = acc.key_set(d.keys) if acc is not None and ks is not None else None
-        tm["prep"] += time.perf_counter() - t_0
+
+        def pull_acc() -> np.ndarray:
+            return pull(acc_base, d.keys, K, acc_ks, not p.prune, d.pos)
+
         per = _per_round(p)
-        cap = step_cap(p, d.max_sq_norm()) if p.solver == "ma-sgd" else float("inf")
         mb = MinibatchRounds(p, d, w, p.prefetch) if isinstance(d, TaskData) else None
         m = p.clocks_per_round
         total = p.epochs * p.rounds * m
@@ -183,12 +215,15 @@ class SGDTask:
             rc, phase = divmod(c, m)  # rc: the round; phase 1: resumed past its read barrier
             epoch, rnd = divmod(rc, p.rounds)
             W0 = None
+            g_fut: Future[np.ndarray] | None = None
             if rnd == 0 and phase == 0:
                 seed = [int(p.seed) & 0xFFFFFFFF, int(p.epoch0 + epoch), int(part.index)]
                 order = d.epoch_order(seed)
                 loss_sum, loss_n = 0.0, 0
                 if epoch > 0:
                     t_0 = time.perf_counter()
+                    if pool is not None and order[:per].size:  # (this round's sums: see below)
+                        g_fut = pool.submit(pull_acc)
                     if want_ks and ks is None:
                         ks = w.key_set(d.keys)
                     W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
@@ -208,10 +243,13 @@ class SGDTask:
             if rows.size and p.solver == "ma-sgd":
                 t_0 = time.perf_counter()
                 if W0 is None:
+                    if pool is not None:
+                        g_fut = pool.submit(pull_acc)
                     W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
                 if acc is not None:  # (before the barrier too: a faster task's push
                     # of this round's sums would otherwise be read by a slower one)
-                    G0 = pull(acc_base, d.keys, K, acc_ks, not p.prune, d.pos)
+                    G0 = g_fut.result() if g_fut is not None else pull_acc()
+                    g_fut = None
                 if m == 2 and phase == 0:
                     ctx.clock()  # the read barrier: every task has its base before any push
                     if rnd == 0 and _stop(mon, rc + 1, tm):
