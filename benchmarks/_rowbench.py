@@ -226,13 +226,16 @@ def _measure(name: str, n_rows: list[int], repeat: int, warmup: int, seed: int) 
     # size, its pages touched) with the servers' own compiled kernel
     lens = np.full(n_inc, nnz, np.int32)
     c32 = cols.astype(np.int32)
+    csr_shares = []  # each server's rows, entry counts, columns and values, made once
+    for s in range(len(addrs)):
+        mine = owner[r] == s
+        k = np.repeat(mine, nnz)
+        csr_shares.append((r[mine].astype(np.int32), lens[mine], c32[k], data[k]))
 
     def floor_inc() -> None:
         raw_inc()
-        for s in range(len(addrs)):
-            mine = owner[r] == s
-            k = np.repeat(mine, nnz)
-            scatter_csr(local, r[mine].astype(np.int32), lens[mine], c32[k], data[k], True)
+        for rows_s, lens_s, cols_s, vals_s in csr_shares:
+            scatter_csr(local, rows_s, lens_s, cols_s, vals_s, True)
 
     t = paired_median_times({"inc": inc, "raw": raw_inc, "floor": floor_inc}, repeat, warmup=warmup)
     out["inc"] = (t["inc"], t["raw"], n_inc * nnz, t["floor"])
