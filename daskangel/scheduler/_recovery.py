@@ -60,7 +60,7 @@ class RecoveryMixin:
     leaving: set[str]
     clocks: Any
     lifecycle: Any
-    _recovering: set[asyncio.Task[None]]
+    _recovering: set[asyncio.Task[Any]]
 
     if TYPE_CHECKING:  # provided by SnapshotService and RestoreMixin
 
@@ -157,7 +157,7 @@ class RecoveryMixin:
                         )
                     return
                 try:
-                    await self._recover_once(ctx, policy, snap)
+                    await self._recover_once(ctx, policy)
                     failures = 0
                 except Exception as e:  # noqa: BLE001 - retried, then reported
                     failures += 1
@@ -181,11 +181,14 @@ class RecoveryMixin:
         finally:
             self.registry.notify()
 
-    async def _recover(self, ctx: str, policy: Any, snap: dict[str, Any]) -> None:
-        """One rebuild (used by :meth:`rollback`); a failure is recorded on the arrays."""
+    async def _recover(
+        self, ctx: str, policy: Any, job: str | None = None
+    ) -> dict[str, Any] | None:
+        """One rebuild (used by :meth:`rollback`); returns the snapshot it restored,
+        or ``None`` after a failure, which is recorded on the arrays."""
         names = self._lost(ctx)
         try:
-            await self._recover_once(ctx, policy, snap)
+            return await self._recover_once(ctx, policy, job)
         except Exception as e:
             if self._level() == logging.INFO:  # the survivors are closing too
                 logger.info("daskangel: no recovery of %s: the cluster is closing", names)
@@ -195,14 +198,33 @@ class RecoveryMixin:
                 if n in self.registry.arrays:
                     self.registry.arrays[n].pop("recovering", None)
                     self.registry.arrays[n]["recovery_error"] = repr(e)
+            return None
         finally:
             self.registry.notify()
 
-    async def _recover_once(self, ctx: str, policy: Any, snap: dict[str, Any]) -> None:
+    async def _recover_once(self, ctx: str, policy: Any, job: str | None = None) -> dict[str, Any]:
+        """Rebuild from the newest snapshot (``job``: one of that job's clocks); return it."""
         # under the context's lock: no hand-off or rebalance moves a block between
-        # its restore being staged and committed (it would land where no route goes)
+        # its restore being staged and committed (it would land where no route goes).
+        # The snapshot is chosen under it too: one that finished while this waited for
+        # the lock is the newest, and may have pruned the one that was newest before
+        # (a rollback point is removed once a newer snapshot is complete)
         async with self._lock(ctx):
+            snap = self._newest(ctx, job)
             await self._rebuild(ctx, policy, snap)
+            return snap
+
+    def _newest(self, ctx: str, job: str | None = None) -> dict[str, Any]:
+        """The newest complete snapshot of ``ctx`` (with ``job``: taken by that job at a
+        clock, as a rollback needs); :class:`SnapshotError` if there is none."""
+        snap = self.latest.get(ctx)
+        if snap is None:
+            raise SnapshotError(f"recovery: context {ctx!r} has no snapshot to rebuild from")
+        if job is not None and (snap.get("job") not in (job, None) or snap.get("clock") is None):
+            raise SnapshotError(
+                f"rollback: the newest snapshot ({snap['version']}) was not taken by job {job!r}"
+            )
+        return snap
 
     async def _rebuild(self, ctx: str, policy: Any, snap: dict[str, Any]) -> None:
         names = self._lost(ctx)
@@ -266,24 +288,21 @@ class RecoveryMixin:
     async def rollback(self, ctx: str, job: str) -> dict[str, Any]:
         """Restore every array of ``ctx`` (lost blocks onto survivors) from the newest
         snapshot and rewind ``job``'s clocks to the snapshot's clock."""
-        snap = self.latest.get(ctx)
         policy = self.policies.get(ctx)
-        if snap is None or policy is None:
+        if self.latest.get(ctx) is None or policy is None:
             raise SnapshotError(f"rollback: context {ctx!r} has no snapshot to roll back to")
-        if snap.get("job") not in (job, None) or snap.get("clock") is None:
-            raise SnapshotError(
-                f"rollback: the newest snapshot ({snap['version']}) was not taken by job {job!r}"
-            )
+        self._newest(ctx, job)  # refused now, before anything is restored
         forced = dataclasses.replace(policy, recovery="rollback")
-        task = asyncio.ensure_future(self._recover(ctx, forced, snap))
+        # the snapshot is chosen once the recovery holds the context's snapshot lock
+        task = asyncio.ensure_future(self._recover(ctx, forced, job))
         task.set_name(ctx)
         self._recovering.add(task)
         task.add_done_callback(self._recovering.discard)
-        await task
+        snap = await task
         still = sorted(
             n for n, m in self.registry.arrays.items() if m["ctx"] == ctx and m.get("lost")
         )
-        if still:
+        if still or snap is None:
             raise SnapshotError(f"rollback: arrays {still} could not be rebuilt")
         clock = int(snap["clock"])
         self.clocks.rewind(job, clock)

@@ -88,7 +88,7 @@ class SnapshotService(ClockSnapshotMixin, RestoreMixin, RecoveryMixin):
         self.latest: dict[str, dict[str, Any]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._timers: dict[str, asyncio.Task[None]] = {}
-        self._recovering: set[asyncio.Task[None]] = set()
+        self._recovering: set[asyncio.Task[Any]] = set()
         # {ctx_id: {"pending": clock of a begun cut or None, "last": last snapshot clock,
         #           "job": job id}} clock-driven snapshots of training jobs
         self.cuts: dict[str, dict[str, Any]] = {}

@@ -196,3 +196,42 @@ def test_r3_push_in_flight_to_a_dying_server_applies_once(cluster3: Any, tmp_pat
         assert victim not in {b.server.address for b in w.blocks}
         np.testing.assert_array_equal(got, base + push)  # every entry exactly once
         assert fmt.block_checksum(got) == fmt.block_checksum(base + push)
+
+
+async def _rollback_behind_a_snapshot(ctx: str, job: str, dask_scheduler: Any = None) -> Any:
+    """On the scheduler: a clock snapshot of ``job`` is being written (it holds the
+    context's snapshot lock) when a rollback of ``job`` is asked for."""
+    import asyncio
+
+    svc = dask_scheduler.plugins["daskangel"].snapshots
+    writing = asyncio.ensure_future(svc.snapshot(ctx, clock=2, job=job))
+    rolled = await svc.rollback(ctx, job)  # asked before the snapshot ends
+    written = await writing
+    return rolled, written
+
+
+@pytest.mark.timeout(120)
+def test_a_rollback_restores_the_snapshot_that_ended_while_it_waited(
+    cluster3: Any, tmp_path: Path
+) -> None:
+    """A rollback waits for the snapshot being written (the context's snapshot lock) and
+    restores the newest snapshot then.  That snapshot supersedes the job's rollback
+    point, which it removes: a rollback that kept the snapshot newest when it was asked
+    for found no manifest there ('rollback: arrays [...] could not be rebuilt'; seen in
+    the LDA worker-kill test under load, where a worker died while the clock-2
+    snapshot was still being written)."""
+    _, c = cluster3
+    root = tmp_path / "snap"
+    with angel.PSContext(c, snapshot=str(root), snapshot_every=2, recovery="rollback") as ps:
+        w = ps.zeros("w", (600,), dtype="int64", block_shape=(100,))
+        c.sync(ps._scheduler.daskangel_job_register, job="j", n_tasks=1, groups=[0],
+               staleness=0, ctx=ps.id)  # fmt: skip
+        base = c.sync(ps._scheduler.daskangel_snapshot, ctx=ps.id, clock=0, job="j",
+                      rollback_point=True)  # fmt: skip
+        w.increment(np.ones(600, "int64"))  # in the clock-2 snapshot
+        rolled, written = c.run_on_scheduler(_rollback_behind_a_snapshot, ctx=ps.id, job="j")
+        assert rolled == {"clock": 2, "version": written["version"]}
+        assert fmt.list_versions(str(root)) == [written["version"]]  # the base is gone
+        assert base["version"] != written["version"]
+        np.testing.assert_array_equal(w.get(), np.ones(600))
+        assert list(c.sync(ps._scheduler.daskangel_clock_table, job="j")["clocks"]) == [2]
