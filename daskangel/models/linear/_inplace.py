@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from ... import config
 from ...data._batch import CSRBatch
@@ -129,16 +130,14 @@ class InPlaceData:
         """:meth:`local_sgd` with per-feature adaptive steps (``adaptive=True``), from and
         into ``W`` and its squared-gradient sums ``G``; returns the loss sum."""
         ws = self._work4()
-        ws[self.keys, 0] = W[:, 0]
-        ws[self.keys, 1] = G[:, 0]
+        _put(ws, self.keys, W, G)
         r = self.rows
         nk = self.keys.shape[0] - (1 if self.has_bias else 0)
         loss = adagrad_packed(
             r.indptr, r.indices, r.data, self.y, rows, ws, self.keys[:nk], plan.kind,
             plan.eps, self.has_bias, eta, plan.alpha, plan.l1,
         )  # fmt: skip
-        W[:, 0] = ws[self.keys, 0]
-        G[:, 0] = ws[self.keys, 1]
+        _take(ws, self.keys, W, G)
         return float(loss)
 
     def evaluate(self, W: np.ndarray, plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
@@ -147,7 +146,7 @@ class InPlaceData:
             return None
         if plan.adaptive:  # the weights into the AdaGrad workspace (its column 0): one
             vp = self._work4()  # (n_features + 1)-row workspace a task, not two
-            vp[self.keys, 0] = W[:, 0]
+            _put(vp, self.keys, W, _NO_SUMS)
         else:
             vp = self._load(W)
         r = self.rows
@@ -155,6 +154,30 @@ class InPlaceData:
             r.indptr, r.indices, r.data, self.y, self.val_ids, vp[:, :1], plan.kind,
             plan.eps, self.has_bias, plan.nbins,
         )  # fmt: skip
+
+
+_NO_SUMS = np.zeros((0, 1))  # _put without sums
+
+
+@njit(nogil=True, cache=True)
+def _put(ws, keys, W, G):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """``ws[keys[i], 0] = W[i, 0]`` and, unless ``G`` is empty, ``ws[keys[i], 1] = G[i, 0]``
+    (one compiled pass: numpy's fancy indexing cost ~5 % of a worker's CPU in a fit)."""
+    both = G.shape[0] > 0
+    for i in range(keys.shape[0]):
+        j = keys[i]
+        ws[j, 0] = W[i, 0]
+        if both:
+            ws[j, 1] = G[i, 0]
+
+
+@njit(nogil=True, cache=True)
+def _take(ws, keys, W, G):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """The inverse of :func:`_put`: ``W[i, 0] = ws[keys[i], 0]``, ``G[i, 0] = ws[keys[i], 1]``."""
+    for i in range(keys.shape[0]):
+        j = keys[i]
+        W[i, 0] = ws[j, 0]
+        G[i, 0] = ws[j, 1]
 
 
 def in_place_rows(
