@@ -68,7 +68,8 @@ class RawPlugin(WorkerPlugin):
         def sink(data: Any = None) -> None:
             return None
 
-        def source(nbytes: int = 0) -> Any:
+        def source(nbytes: int = 0, ids: Any = None) -> Any:
+            # ids: the row ids a random-row get must send (_rowbench), carried and dropped
             if nbytes not in cache:
                 cache[nbytes] = np.ones(nbytes // 4, "float32")
             return to_serialize(cache[nbytes])

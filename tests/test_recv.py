@@ -151,3 +151,72 @@ def test_a_changed_signature_is_seen_as_vanished(monkeypatch: pytest.MonkeyPatch
 
 def test_module_exports() -> None:
     assert set(_recv.__all__) >= {"read_into_targets", "send_recv_into", "tcp_internals"}
+
+
+def _servers_and_pool(
+    handlers: list[dict[str, Any]],
+) -> Callable[[Callable[[Any, list[str]], Any]], Any]:
+    """Run ``fn(pool, addresses)`` against real Dask servers (one per handler dict)."""
+    from distributed.core import ConnectionPool, Server
+
+    def run(fn: Callable[[Any, list[str]], Any]) -> Any:
+        async def go() -> Any:
+            servers = [Server(h) for h in handlers]
+            for s in servers:
+                await s.listen("tcp://127.0.0.1:0")
+            pool = await ConnectionPool(limit=10)
+            try:
+                return await fn(pool, [s.address for s in servers])
+            finally:
+                await pool.close()
+                for s in servers:
+                    s.stop()
+
+        return asyncio.run(go())
+
+    return run
+
+
+def test_send_all_recv_into_reads_every_reply_in_order_into_its_target() -> None:
+    def give(n: int = 0) -> Any:
+        return to_serialize(np.full(n // 8, float(n)))
+
+    async def fn(pool: Any, addrs: list[str]) -> None:
+        targets = [np.zeros(100_000), None]
+        calls = [
+            (addrs[0], "give", {"n": 800_000}, [800_000], [targets[0]]),
+            (addrs[1], "give", {"n": 80}, [], []),
+        ]
+        for _ in range(3):  # the comms go back to the pool and are reused
+            big, small = await _recv.send_all_recv_into(pool, calls)
+            assert landed(big, targets[0]) and (targets[0] == 800_000.0).all()
+            np.testing.assert_array_equal(small, np.full(10, 80.0))
+            assert not any(pool.occupied.values())
+        assert await _recv.send_all_recv_into(pool, []) == []
+
+    _servers_and_pool([{"give": give}, {"give": give}])(fn)
+
+
+def test_send_all_recv_into_raises_and_leaves_no_comm_occupied() -> None:
+    def give(n: int = 0) -> Any:
+        return to_serialize(np.zeros(n // 8))
+
+    def fail(n: int = 0) -> Any:
+        raise KeyError("no such block")
+
+    async def hang_up(comm: Any, n: int = 0) -> None:
+        comm.abort()
+
+    async def fn(pool: Any, addrs: list[str]) -> None:
+        ok = (addrs[0], "give", {"n": 80}, [], [])
+        with pytest.raises(KeyError, match="no such block"):
+            await _recv.send_all_recv_into(pool, [ok, (addrs[1], "fail", {}, [], [])])
+        assert not any(pool.occupied.values())
+        with pytest.raises(OSError):
+            await _recv.send_all_recv_into(pool, [(addrs[1], "hang_up", {}, [], []), ok])
+        assert not any(pool.occupied.values())
+        assert not any(c.closed() for cs in pool.available.values() for c in cs)
+        (again,) = await _recv.send_all_recv_into(pool, [ok])  # the pool still works
+        assert again.shape == (10,)
+
+    _servers_and_pool([{"give": give}, {"fail": fail, "hang_up": hang_up}])(fn)

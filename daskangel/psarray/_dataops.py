@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import config
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, PSIndexError
 from ._behind import Deferred
 from ._blocks import DenseBlock, make_block
 from ._changed import note_write
 from ._initspec import InitSpec
 from ._packed import PACK_SHIFT
 from ._recvpool import pooled
+from ._rowkernels import take_rows
 
 if TYPE_CHECKING:
     pass
@@ -143,9 +144,6 @@ def _get_rows(
         if not isinstance(b, DenseBlock):
             raise InvalidArgumentError(f"get_rows: array {array!r}: expected dense blocks")
         held.append(b)
-    ends = np.cumsum(counts)
-    for b, s, e in zip(held, ends - counts, ends, strict=True):
-        b.check(rows[s:e], None)
     d0 = held[0].data
     shape = (rows.shape[0], d0.shape[1])
     if rows.shape[0] * d0.shape[1] * d0.itemsize >= config.get_bytes(
@@ -154,8 +152,15 @@ def _get_rows(
         out = pooled(server.reply_pool, shape, d0.dtype)
     else:
         out = np.empty(shape, d0.dtype)
-    for b, s, e in zip(held, ends - counts, ends, strict=True):
-        np.take(b.data, rows[s:e], axis=0, out=out[s:e], mode="clip")
+    s = 0
+    for b, c in zip(held, counts, strict=True):
+        e = s + int(c)
+        bad = take_rows(b.data, rows[s:e], out[s:e])  # checks each index as it copies
+        if bad >= 0:
+            raise PSIndexError(
+                f"rows: local index {int(rows[s + bad])} outside [0, {b.data.shape[0]})"
+            )
+        s = e
     return out
 
 

@@ -32,6 +32,7 @@ True
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from typing import Any
@@ -69,6 +70,7 @@ class ReceivePool:
         # ``base`` (numpy collapses view chains to the owner), so a buffer is free
         # when only this list refers to it.
         self._bufs: list[np.ndarray] = []
+        self._offs: list[int] = []  # where each buffer's first 64-byte boundary lies
         self._lock = threading.Lock()
 
     def __reduce__(self) -> Any:
@@ -83,41 +85,45 @@ class ReceivePool:
         # references: the list's and getrefcount's argument; every view adds one
         return sys.getrefcount(self._bufs[i]) <= 2
 
-    def _buffer(self, total: int) -> np.ndarray:
+    def _buffer(self, total: int) -> tuple[np.ndarray, int]:
         need = total + _ALIGN  # room to start on a 64-byte boundary wherever it lies
         best = -1
-        for i in range(len(self._bufs)):
-            size = self._bufs[i].nbytes
-            if size >= need and self._free(i) and (best < 0 or size < self._bufs[best].nbytes):
+        bufs = self._bufs
+        for i in range(len(bufs)):
+            size = bufs[i].nbytes
+            if size >= need and (best < 0 or size < bufs[best].nbytes) and self._free(i):
                 best = i
         if best >= 0:
-            return self._bufs[best]
+            return bufs[best], self._offs[best]
         if need > self.limit:
-            return np.empty(need, np.uint8)
+            return _aligned(np.empty(need, np.uint8))
         # make room: drop free buffers, smallest first, until the new one fits
         while self.nbytes + need > self.limit:
-            free = [i for i in range(len(self._bufs)) if self._free(i)]
+            free = [i for i in range(len(bufs)) if self._free(i)]
             if not free:
-                return np.empty(need, np.uint8)
-            del self._bufs[min(free, key=lambda i: self._bufs[i].nbytes)]
-        self._bufs.append(np.empty(need, np.uint8))
-        return self._bufs[-1]
+                return _aligned(np.empty(need, np.uint8))
+            drop = min(free, key=lambda i: bufs[i].nbytes)
+            del bufs[drop], self._offs[drop]
+        buf, pos = _aligned(np.empty(need, np.uint8))
+        bufs.append(buf)
+        self._offs.append(pos)
+        return buf, pos
 
     def take(self, sizes: list[int]) -> list[np.ndarray]:
         """One uint8 array per size, each 64-byte aligned, in one (pooled) buffer."""
         total = sum(_padded(s) for s in sizes)
         with self._lock:
-            buf = self._buffer(total)
-            return self._cut(buf, sizes)
+            buf, pos = self._buffer(total)
+            out = []
+            for s in sizes:
+                out.append(buf[pos : pos + s])
+                pos += _padded(s)
+            return out
 
-    @staticmethod
-    def _cut(buf: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
-        pos = (-buf.ctypes.data) % _ALIGN
-        out = []
-        for s in sizes:
-            out.append(buf[pos : pos + s])
-            pos += _padded(s)
-        return out
+
+def _aligned(buf: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(buf, offset of its first 64-byte boundary)``."""
+    return buf, (-buf.__array_interface__["data"][0]) % _ALIGN
 
 
 def _frame_sizes(follow: Any) -> list[int]:
@@ -204,5 +210,5 @@ def pooled(pool: ReceivePool | None, shape: tuple[int, ...], dtype: np.dtype) ->
     array without a pool."""
     if pool is None:
         return np.empty(shape, dtype)
-    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    return pool.take([n])[0].view(dtype).reshape(shape)
+    dt = np.dtype(dtype)
+    return pool.take([math.prod(shape) * dt.itemsize])[0].view(dt).reshape(shape)

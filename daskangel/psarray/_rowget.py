@@ -4,11 +4,11 @@ A get of whole rows of a dense matrix cut only by rows (LDA's word-topic
 counts, MF's factors) is the row path's common case, and for small gets its
 cost was fixed per-request work rather than bytes: a part and a reply frame per
 block, planning in Python per block, the caller's thread woken per reply.  Here
-(:func:`plan_rows`, numpy only, no sort of the row ids):
+(:func:`plan_rows`, no sort of the row ids):
 
-* each row's block and server are found with one ``searchsorted``; a stable
-  counting sort by ``(server, block)`` (a radix sort of ``uint16`` keys) groups
-  the rows, each block's run keeping the caller's order;
+* one compiled pass (:mod:`._rowkernels`) finds each row's block and server
+  by binary search over the row bounds and groups the rows by a stable counting
+  sort of ``(server, block)`` keys, each block's run keeping the caller's order;
 * each server gets one ``get_rows`` request: its local rows (``int32``, block
   after block) and the runs' block ids and counts, and answers with one array,
   gathered into a reused reply buffer (:func:`~._dataops._get_rows`);
@@ -17,7 +17,10 @@ block, planning in Python per block, the caller's thread woken per reply.  Here
   their request positions with one scatter (``out[order[run]] = reply``), done
   on the event loop up to ``daskangel.client.loop-scatter-bytes`` (the caller is
   then woken once, at the end) and in the caller's thread above it, as each
-  reply lands, while the loop receives the others.
+  reply lands, while the loop receives the others;
+* a get of at most ``loop-scatter-bytes`` in all writes every server's request
+  and then reads the replies in turn in one coroutine, without a task per
+  server (:func:`~daskangel._recv.send_all_recv_into`).
 
 Anything unusual (a lost, moved or moving block, an unreachable server) makes
 :func:`get_rows` return ``None`` and the caller takes the general path, which
@@ -51,10 +54,11 @@ from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
 
 from .. import config
-from .._recv import send_recv_into
+from .._recv import send_all_recv_into, send_recv_into
 from .._wire import raise_if_error
 from ..errors import StaleLayoutError
 from . import _kernels as K
+from . import _rowkernels as RK
 from ._binding import Binding
 from ._meta import ArrayMeta, ServerId
 from ._routing import check_size, normalize_index
@@ -104,6 +108,16 @@ def unsorted_rows(m: ArrayMeta, rows: Any, cols: Any) -> np.ndarray | None:
         or isinstance(rows, (int, np.integer, slice))
     ):
         return None
+    if (
+        isinstance(rows, np.ndarray)
+        and rows.ndim == 1
+        and rows.shape[0] >= 2
+        and rows.dtype in (np.int64, np.int32)
+    ):
+        # the common case in one compiled pass (normalize_index's checks, then sortedness)
+        lo, hi, ordered = RK.index_scan(rows)
+        if lo >= 0 and hi < m.shape[0]:
+            return None if ordered else rows.astype(np.int64, copy=False)
     r, scalar = normalize_index("rows", rows, m.shape[0])
     if r is None or scalar or r.shape[0] < 2 or K.is_sorted(r):
         return None
@@ -112,32 +126,46 @@ def unsorted_rows(m: ArrayMeta, rows: Any, cols: Any) -> np.ndarray | None:
 
 def plan_rows(m: ArrayMeta, rows: np.ndarray) -> RowPlan | None:
     """Group checked row ids by server and block (None: a touched block is lost,
-    or too many blocks for 16-bit keys)."""
+    or too many blocks)."""
     bounds, rank, servers = _keys(m.layout.row_bounds, m.servers)
     nb = bounds.shape[0] - 1
-    n_keys = servers.shape[0] * nb
-    if n_keys > 1 << 16:
+    if servers.shape[0] * nb > 1 << 16:
         return None
-    blk = np.searchsorted(bounds, rows, side="right") - 1
-    key = (rank[blk] * nb + blk).astype(np.uint16)
-    order = np.argsort(key, kind="stable")  # a radix sort: O(n)
-    counts = np.bincount(key, minlength=n_keys)
-    touched = np.flatnonzero(counts)
-    if m.lost and any(int(k) % nb in m.lost for k in touched):
-        return None
-    local = (rows[order] - bounds[blk[order]]).astype(np.int32)
+    order, local, counts = RK.plan_rows(rows, bounds, rank, servers.shape[0])
     requests: list[tuple[ServerId, list[int], list[int], tuple[int, int]]] = []
-    start = 0
-    for k in touched.tolist():
-        s, c = servers[k // nb], int(counts[k])
-        if not requests or requests[-1][0] != s:
-            requests.append((s, [], [], (start, start)))
-        _, blocks, cs, (s0, _) = requests[-1]
-        blocks.append(k % nb)
+    start = s0 = 0
+    last = -1
+    blocks: list[int] = []
+    cs: list[int] = []
+    for k in np.flatnonzero(counts).tolist():
+        srv, blk = divmod(k, nb)
+        if blk in m.lost:
+            return None
+        if srv != last:
+            if last >= 0:
+                requests.append((servers[last], blocks, cs, (s0, start)))
+            last, s0, blocks, cs = srv, start, [], []
+        c = int(counts[k])
+        blocks.append(blk)
         cs.append(c)
         start += c
-        requests[-1] = (s, blocks, cs, (s0, start))
+    if last >= 0:
+        requests.append((servers[last], blocks, cs, (s0, start)))
     return RowPlan(order, local, requests)
+
+
+def _lean_msg(
+    m: ArrayMeta, name: str, s: ServerId, blocks: list[int], counts: list[int], rows: np.ndarray,
+    nbytes: int, direct: int,
+) -> dict[str, Any]:  # fmt: skip
+    """The ``daskangel_rows`` request: rows as int32 bytes, nothing wrapped."""
+    msg = {
+        "server": s.index, "array": name, "blocks": blocks, "counts": counts, "cost": nbytes,
+        "rows": rows.tobytes() if rows.nbytes <= direct else to_serialize(rows),
+    }  # fmt: skip
+    if m.uid:
+        msg["uid"] = m.uid
+    return msg
 
 
 async def _fetch(
@@ -151,38 +179,51 @@ async def _fetch(
 ) -> bool:
     """Send every server its request and put each reply's rows in request order
     as it lands (large replies are read into ``scratch`` first); False when the
-    general path must answer instead (layout changed)."""
+    general path must answer instead (layout changed).
+
+    A small get (all of it at most ``daskangel.client.loop-scatter-bytes``) to
+    other processes' servers writes every request, then reads the replies in
+    turn, in one coroutine (:func:`~daskangel._recv.send_all_recv_into`)."""
     width = m.shape[1]
     row_bytes = width * m.itemsize
     direct = config.get_bytes("daskangel.client.direct-read-bytes")
     on_loop = config.get_bytes("daskangel.client.loop-scatter-bytes")
-    uid = {"uid": m.uid} if m.uid else {}
     # requests to other processes' servers over the handlers transport go lean
     lean = m.transport == "handlers"
     here = b.local_worker.address if b.local_worker is not None else None
 
+    def into(start: int, stop: int) -> tuple[list[int], list[np.ndarray | None]]:
+        nbytes = (stop - start) * row_bytes
+        if scratch is not None and nbytes >= direct:
+            return [nbytes], [scratch[start:stop]]
+        return [], []
+
+    async def small() -> None:
+        pool = b._pool or await b.pool()
+        calls = []
+        for s, blocks, counts, (start, stop) in plan.requests:
+            rows = plan.local[start:stop]
+            msg = _lean_msg(m, name, s, blocks, counts, rows, (stop - start) * row_bytes, direct)
+            calls.append((s.address, "daskangel_rows", msg, *into(start, stop)))
+        replies = await send_all_recv_into(pool, calls)
+        for (_, _, _, (start, stop)), got in zip(plan.requests, replies, strict=True):
+            out[plan.order[start:stop]] = raise_if_error(got).reshape(stop - start, width)
+
     async def one(s: ServerId, blocks: list[int], counts: list[int], run: tuple[int, int]) -> None:
         start, stop = run
         nbytes = (stop - start) * row_bytes
-        into: tuple[list[int], list[np.ndarray | None]] | None = None
-        if scratch is not None and nbytes >= direct:
-            into = ([nbytes], [scratch[start:stop]])
         rows = plan.local[start:stop]
         if lean and s.address != here:
-            # the lean request (``daskangel_rows``): rows as bytes, no wrapping
             pool = b._pool or await b.pool()
-            msg = {
-                "server": s.index, "array": name, "blocks": blocks, "counts": counts,
-                "cost": nbytes, "rows": rows.tobytes() if rows.nbytes <= direct
-                else to_serialize(rows), **uid,
-            }  # fmt: skip
-            sizes, targets = into if into is not None else ([], [])
-            got = await send_recv_into(pool, s.address, "daskangel_rows", msg, sizes, targets)
+            msg = _lean_msg(m, name, s, blocks, counts, rows, nbytes, direct)
+            got = await send_recv_into(pool, s.address, "daskangel_rows", msg, *into(start, stop))
             part = raise_if_error(got)
         else:  # this worker's own server (no comm), or the actors transport
+            target = into(start, stop)
             part = await b.call(
-                s, "get_rows", nbytes, m.transport, into,
-                array=name, rows=rows, blocks=blocks, counts=counts, **uid,
+                s, "get_rows", nbytes, m.transport, target if target[0] else None,
+                array=name, rows=rows, blocks=blocks, counts=counts,
+                **({"uid": m.uid} if m.uid else {}),
             )  # fmt: skip
         part = part.reshape(stop - start, width)
         if nbytes <= on_loop:
@@ -190,8 +231,16 @@ async def _fetch(
         else:
             handoff((plan.order[start:stop], part))
 
-    calls = [one(*r) for r in plan.requests]
-    results = await b._watched(name, m, [r[0] for r in plan.requests], calls)
+    servers = [r[0] for r in plan.requests]
+    if (
+        lean
+        and plan.order.shape[0] * row_bytes <= on_loop
+        and here not in {s.address for s in servers}
+    ):
+        calls = [small()]
+    else:
+        calls = [one(*r) for r in plan.requests]
+    results = await b._watched(name, m, servers, calls)
     for r in results:
         if isinstance(r, (StaleLayoutError, OSError, CommClosedError)):
             return False
