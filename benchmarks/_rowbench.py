@@ -9,7 +9,8 @@ counts) and MF-like (50,000 x 50 float32 item factors), auto-partitioned.
 * **get**: ``PSArray.get(rows=idx)`` of 1,000 and 10,000 distinct random rows
   (unsorted), against *raw*: one bare Dask RPC per server, concurrently, each
   returning as many bytes as that server's rows (a cached array: no copy, no
-  planning);
+  planning), and the same RPCs whose requests also carry the server's row ids
+  as int32 bytes (what any random-row get must send; dropped by the handler);
 * **floor**: the raw RPC followed by the two copies a random-row get cannot
   avoid, done with numpy on the same bytes in the task (the largest server
   share gathered into a reused buffer, then all rows put back into request order
@@ -72,14 +73,17 @@ def _server_of(arr: angel.PSArray) -> tuple[np.ndarray, list[str]]:
     return owner, addrs
 
 
-def _raw(addrs: list[str], op: str, shares: list[Any]) -> None:
-    """One bare RPC per server from this task, concurrently."""
+def _raw(addrs: list[str], op: str, shares: list[Any], ids: list[bytes] | None = None) -> None:
+    """One bare RPC per server from this task, concurrently (``ids``: bytes each
+    source request carries, as a get's row ids; the handler drops them)."""
     w = get_worker()
 
     async def go() -> None:
         calls = []
-        for a, s in zip(addrs, shares, strict=True):
-            if op == "source":
+        for i, (a, s) in enumerate(zip(addrs, shares, strict=True)):
+            if op == "source" and ids is not None:
+                calls.append(w.rpc(a).bench_source(nbytes=int(s), ids=ids[i]))
+            elif op == "source":
                 calls.append(w.rpc(a).bench_source(nbytes=int(s)))
             else:
                 calls.append(w.rpc(a).bench_sink(data=to_serialize(s)))
@@ -96,7 +100,8 @@ def _calibrate(arr: angel.PSArray, idx: np.ndarray, batch: int, rng: Any) -> np.
     """The compute step's matrix: ``batch @ B`` of a batch takes about that batch's
     share of one get of all ``idx`` (a pull-while-compute case worth overlapping:
     each batch's compute comparable to its transfer).  Its width doubles from 16
-    until the compute of all batches takes at least the get (cap 8,192)."""
+    until the compute of all batches takes at least the get (cap 8,192), then is
+    scaled down in proportion (the doubling alone overshot the get 2-3x)."""
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -111,8 +116,10 @@ def _calibrate(arr: angel.PSArray, idx: np.ndarray, batch: int, rng: Any) -> np.
         t0 = time.perf_counter()
         for _ in range(3):
             _compute(v, B)
-        if (time.perf_counter() - t0) / 3 * n_batches >= target or k >= 8_192:
-            return B
+        took = (time.perf_counter() - t0) / 3 * n_batches
+        if took >= target or k >= 8_192:
+            k = max(1, round(k * min(1.0, target / took)))
+            return rng.standard_normal((v.shape[1], k)).astype(np.float32)
         k *= 2
 
 
@@ -147,17 +154,19 @@ def _measure(name: str, n_rows: list[int], repeat: int, warmup: int, seed: int) 
     for n in n_rows:
         idx = rng.choice(nr, size=min(n, nr), replace=False)
         shares = [int((owner[idx] == s).sum()) * row_bytes for s in range(len(addrs))]
+        ids = [idx[owner[idx] == s].astype(np.int32).tobytes() for s in range(len(addrs))]
         floor = _floor(local, idx, owner, len(addrs))
         t = paired_median_times(
             {
                 "get": lambda idx=idx: arr.get(rows=idx),
                 "raw": lambda s=shares: _raw(addrs, "source", s),
+                "raw ids": lambda s=shares, i=ids: _raw(addrs, "source", s, i),
                 "floor": lambda s=shares, f=floor: (_raw(addrs, "source", s), f()),
             },
             repeat,
             warmup=warmup,
         )
-        out[f"get {n}"] = (t["get"], t["raw"], t["floor"])
+        out[f"get {n}"] = (t["get"], t["raw"], t["floor"], t["raw ids"])
     # pipelined pulls of the largest count
     n = min(max(n_rows), nr)
     idx = rng.choice(nr, size=n, replace=False)
@@ -276,14 +285,15 @@ def bench_rows(repeat: int, smoke: bool, plugin: Any) -> list[tuple[str, str, st
                 what = f"{label} {shape[0]:,} x {shape[1]:,} {dtype}"
                 row_bytes = shape[1] * np.dtype(dtype).itemsize
                 for n in n_rows:
-                    t, tr, tf = res[f"get {n}"]
+                    t, tr, tf, tri = res[f"get {n}"]
                     k = min(n, shape[0])
                     rows.append(
                         (
                             "rows",
                             f"{what}: get {k:,} random rows ({k * row_bytes / 2**20:.1f} MiB)",
                             f"{t * 1e3:,.2f} ms",
-                            f"{tr * 1e3:,.2f} ms ({tr / t:.0%})",
+                            f"{tr * 1e3:,.2f} ms ({tr / t:.0%}); with the row ids "
+                            f"{tri * 1e3:,.2f} ms ({tri / t:.0%})",
                             "-",
                         )
                     )
