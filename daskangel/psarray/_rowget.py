@@ -18,9 +18,9 @@ block, planning in Python per block, the caller's thread woken per reply.  Here
   on the event loop up to ``daskangel.client.loop-scatter-bytes`` (the caller is
   then woken once, at the end) and in the caller's thread above it, as each
   reply lands, while the loop receives the others;
-* a get of at most ``loop-scatter-bytes`` in all writes every server's request
-  and then reads the replies in turn in one coroutine, without a task per
-  server (:func:`~daskangel._recv.send_all_recv_into`).
+* a get whose replies are each at most ``daskangel.client.batched-reply-bytes``
+  writes every server's request and then reads the replies in turn in one
+  coroutine, without a task per server (:func:`~daskangel._recv.send_all_recv_into`).
 
 Anything unusual (a lost, moved or moving block, an unreachable server) makes
 :func:`get_rows` return ``None`` and the caller takes the general path, which
@@ -181,8 +181,8 @@ async def _fetch(
     as it lands (large replies are read into ``scratch`` first); False when the
     general path must answer instead (layout changed).
 
-    A small get (all of it at most ``daskangel.client.loop-scatter-bytes``) to
-    other processes' servers writes every request, then reads the replies in
+    A small get (each reply at most ``daskangel.client.batched-reply-bytes``)
+    to other processes' servers writes every request, then reads the replies in
     turn, in one coroutine (:func:`~daskangel._recv.send_all_recv_into`)."""
     width = m.shape[1]
     row_bytes = width * m.itemsize
@@ -232,9 +232,10 @@ async def _fetch(
             handoff((plan.order[start:stop], part))
 
     servers = [r[0] for r in plan.requests]
+    batched = config.get_bytes("daskangel.client.batched-reply-bytes")
     if (
         lean
-        and plan.order.shape[0] * row_bytes <= on_loop
+        and max(r[3][1] - r[3][0] for r in plan.requests) * row_bytes <= min(batched, on_loop)
         and here not in {s.address for s in servers}
     ):
         calls = [small()]
