@@ -119,10 +119,22 @@ def run_angel(ds: Any, Xte: Any, yte: np.ndarray, repeat: int, **kw: Any) -> tup
         p = est.predict_proba(Xte)[:, 1]
         hist = est.history_
         n = int(est.n_iter_)
+        phases = _phases(est)
         est.close()
     ll, auc = _metrics(yte, p)
     name = "daskangel " + (", ".join(f"{k}={v}" for k, v in kw.items()) or "defaults")
+    print(
+        f"  {name}: {statistics.median(times):.2f} s; last fit's task seconds {phases}", flush=True
+    )
     return Row(name, ll, auc, statistics.median(times), f"{n} epochs"), hist
+
+
+def _phases(est: Any) -> str:
+    """The slower task's seconds by phase of the last fit (``train_result_`` timings)."""
+    res = getattr(est, "train_result_", None)
+    tms = [r.get("timings", {}) for r in getattr(res, "results", None) or []]
+    keys = ("prep", "pull", "sgd", "push", "eval", "clock")
+    return " ".join(f"{k} {max(t.get(k, 0.0) for t in tms):.2f}" for k in keys) if tms else "-"
 
 
 def zipf_section(client: Any, rows: int, repeat: int, smoke: bool = False) -> list[Row]:
