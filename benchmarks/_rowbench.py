@@ -33,7 +33,9 @@ counts) and MF-like (50,000 x 50 float32 item factors), auto-partitioned.
   the increment's wall time).
 
 Each figure is the median of ``repeat`` rounds, daskangel and raw timed in turns
-(``paired_median_times``).
+(``paired_median_times``); a get or pipelined figure takes more rounds, as many
+as fit in about ``ROUND_SECONDS`` (up to 201), since a millisecond call's median
+over a few rounds is mostly the machine's noise.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ SHAPES = {"LDA": ((50_000, 1_000), "int32"), "MF": ((50_000, 50), "float32")}
 SMOKE_SHAPES = {"LDA": ((2_000, 100), "int32"), "MF": ((2_000, 50), "float32")}
 NNZ = 20  # nonzeros per row of a sparse row increment
 BATCH = 1_000
+ROUND_SECONDS = 1.0  # paired rounds of a get or pipelined figure fill about this long
 
 
 def _server_of(arr: angel.PSArray) -> tuple[np.ndarray, list[str]]:
@@ -90,6 +93,19 @@ def _raw(addrs: list[str], op: str, shares: list[Any], ids: list[bytes] | None =
         await asyncio.gather(*calls)
 
     sync(w.loop, go)
+
+
+def _rounds(fns: dict[str, Any], repeat: int, smoke: bool) -> int:
+    """Paired rounds for a figure: at least ``repeat``, and as many as fit in
+    about ``ROUND_SECONDS`` (at most 201): a 1 ms get's median over 9 rounds
+    moved by 10-20 % between runs on the loaded 2-core VM."""
+    if smoke:
+        return repeat
+    t0 = time.perf_counter()
+    for fn in fns.values():
+        fn()
+    one = time.perf_counter() - t0
+    return max(repeat, min(201, int(ROUND_SECONDS / max(one, 1e-6))))
 
 
 def _compute(vals: np.ndarray, B: np.ndarray) -> float:
@@ -142,7 +158,9 @@ def _floor(local: np.ndarray, idx: np.ndarray, owner: np.ndarray, n_servers: int
     return copies
 
 
-def _measure(name: str, n_rows: list[int], repeat: int, warmup: int, seed: int) -> dict[str, Any]:
+def _measure(
+    name: str, n_rows: list[int], repeat: int, warmup: int, seed: int, smoke: bool = False
+) -> dict[str, Any]:
     """Runs in a task on the worker without a server: every figure of one array."""
     arr = angel.PSArray(name)
     owner, addrs = _server_of(arr)
@@ -156,16 +174,13 @@ def _measure(name: str, n_rows: list[int], repeat: int, warmup: int, seed: int) 
         shares = [int((owner[idx] == s).sum()) * row_bytes for s in range(len(addrs))]
         ids = [idx[owner[idx] == s].astype(np.int32).tobytes() for s in range(len(addrs))]
         floor = _floor(local, idx, owner, len(addrs))
-        t = paired_median_times(
-            {
-                "get": lambda idx=idx: arr.get(rows=idx),
-                "raw": lambda s=shares: _raw(addrs, "source", s),
-                "raw ids": lambda s=shares, i=ids: _raw(addrs, "source", s, i),
-                "floor": lambda s=shares, f=floor: (_raw(addrs, "source", s), f()),
-            },
-            repeat,
-            warmup=warmup,
-        )
+        fns = {
+            "get": lambda idx=idx: arr.get(rows=idx),
+            "raw": lambda s=shares: _raw(addrs, "source", s),
+            "raw ids": lambda s=shares, i=ids: _raw(addrs, "source", s, i),
+            "floor": lambda s=shares, f=floor: (_raw(addrs, "source", s), f()),
+        }
+        t = paired_median_times(fns, _rounds(fns, repeat, smoke), warmup=warmup)
         out[f"get {n}"] = (t["get"], t["raw"], t["floor"], t["raw ids"])
     # pipelined pulls of the largest count
     n = min(max(n_rows), nr)
@@ -196,7 +211,7 @@ def _measure(name: str, n_rows: list[int], repeat: int, warmup: int, seed: int) 
         fns = {"get": lambda c=compute: one(c), "async": lambda c=compute: all_async(c)}
         fns["iter"] = lambda c=compute: it(c)
         out[f"pipe {'compute' if compute else 'pull'}"] = paired_median_times(
-            fns, repeat, warmup=warmup
+            fns, _rounds(fns, repeat, smoke), warmup=warmup
         )
     # the compute alone
     v_all = arr.get(rows=idx)
@@ -278,6 +293,7 @@ def bench_rows(repeat: int, smoke: bool, plugin: Any) -> list[tuple[str, str, st
                     repeat,
                     0 if smoke else 2,
                     0,
+                    smoke,
                     workers=[workers[2]],
                     pure=False,
                 )
