@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..errors import PSIndexError
+from ..errors import PSIndexError, ShapeMismatchError
 from ._meta import ArrayMeta
 from ._routing import check_size, check_values
 
@@ -78,6 +78,12 @@ def plan_csr(
     ):
         return None
     indptr = np.asarray(values.indptr)
+    if indptr.shape != (m.shape[0] + 1,) or indptr.dtype.kind not in "iu":
+        # (csr_runs reads indptr unchecked: a matrix changed after it was made)
+        raise ShapeMismatchError(
+            f"values: expected a CSR indptr of {m.shape[0] + 1} integers, got "
+            f"{indptr.shape} {indptr.dtype}"
+        )
     cols, data = np.asarray(values.indices), np.asarray(values.data)
     check_size("values", data.nbytes + cols.nbytes + indptr.nbytes)
     data, keep = check_values(data, m.dtype, casting, on_nonfinite)

@@ -160,6 +160,11 @@ def test_csr_dtype_rules_and_refused_requests_change_nothing(ps: angel.PSContext
     before_all = iv.get()
     with pytest.raises(ShapeMismatchError):
         iv.increment(bad_ptr)
+    # an indptr cut short after the matrix was made is refused on the caller
+    short_ptr = X.copy()
+    short_ptr.indptr = short_ptr.indptr[:-5]
+    with pytest.raises(ShapeMismatchError, match="indptr"):
+        iv.increment(short_ptr)
     np.testing.assert_array_equal(iv.get(), before_all)
     big = sp.csr_matrix(([2**31 - 1, 2**31 - 1], ([7, 7], [3, 3])), shape=SHAPE, dtype=np.int32)
     before = iv.get(rows=[7])[0, 3]
