@@ -67,6 +67,30 @@ def test_random_rows_one_request_a_server(ps: angel.PSContext, dtype: str) -> No
     ps.drop(f"rg-{dtype}")
 
 
+@pytest.mark.parametrize("batched", ["0", "1GiB"])
+def test_requests_batched_in_one_coroutine_or_one_task_a_server(
+    ps: angel.PSContext, batched: str
+) -> None:
+    """Whether a small get writes every request then reads the replies in turn
+    (``batched-reply-bytes`` above its replies) or sends one task a server, the
+    rows come back in request order, duplicates and all, in every dtype; empty
+    and one-row requests take the general path."""
+    rng = np.random.default_rng(11)
+    with dask.config.set({"daskangel.client.batched-reply-bytes": batched}):
+        for dtype in ("int32", "float64"):
+            ref = rng.integers(0, 1000, (300, 9)).astype(dtype)
+            a = ps.zeros(f"rb-{dtype}", ref.shape, dtype=dtype, block_shape=(40, 9))
+            a.set(ref)
+            for idx in (rng.integers(0, 300, 500), rng.permutation(300)[:7], [299, 0, 299]):
+                got = a.get(rows=idx)
+                assert got.dtype == ref.dtype
+                np.testing.assert_array_equal(got, ref[np.asarray(idx)])
+                np.testing.assert_array_equal(a.get_async(rows=idx).result(), ref[idx])
+            assert a.get(rows=[]).shape == (0, 9)
+            np.testing.assert_array_equal(a.get(rows=[17]), ref[[17]])
+            ps.drop(f"rb-{dtype}")
+
+
 def test_what_the_fast_path_leaves_alone(ps: angel.PSContext) -> None:
     """Empty, single-row, sorted, masked, column-selecting and sparse requests keep
     the general path (and their answers)."""
