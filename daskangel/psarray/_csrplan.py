@@ -16,7 +16,7 @@ Example
 >>> import numpy as np
 >>> rows, lens, starts = csr_runs(np.array([0, 2, 2, 3, 5]), np.array([0, 2, 4]))
 >>> rows.tolist(), lens.tolist(), starts.tolist()
-([0, 1, 1], [2, 1, 2], [0, 1, 3])
+([0, 0, 1], [2, 1, 2], [0, 1, 3])
 """
 
 from __future__ import annotations
