@@ -202,8 +202,6 @@ async def send_recv_into(
     ``follow``: a second message written right after the request, on the same
     comm, for the handler to read itself (an update's values, received into
     reused buffers: :mod:`daskangel.psarray._recvpool`)."""
-    from distributed.core import clean_exception
-
     comm = await pool.connect(address)
     # Dask's comm measures every message (dask.sizeof) to decide whether to
     # (de)serialise it in a thread; a PS message is a small dict and zero-copy
@@ -232,10 +230,7 @@ async def send_recv_into(
     finally:
         pool.reuse(address, comm)
         comm.name = prev_name
-    if isinstance(response, dict) and response.get("status") == "uncaught-error":
-        _, exc, tb = clean_exception(**response)
-        assert exc is not None
-        raise exc.with_traceback(tb)
+    _raise_remote(response)
     return response
 
 
@@ -252,8 +247,6 @@ async def send_all_recv_into(
     replies small enough to wait in a socket's buffer: a large one would hold
     up its sender until the replies before it are read.  Any failure aborts
     every comm of the batch (a reply may still be in flight on it)."""
-    from distributed.core import clean_exception
-
     comms: list[tuple[str, Any]] = []
     try:
         for address, _, _, _, _ in calls:
@@ -274,8 +267,16 @@ async def send_all_recv_into(
         for address, comm in comms:
             pool.reuse(address, comm)
     for response in out:
-        if isinstance(response, dict) and response.get("status") == "uncaught-error":
-            _, exc, tb = clean_exception(**response)
-            assert exc is not None
-            raise exc.with_traceback(tb)
+        _raise_remote(response)
     return out
+
+
+def _raise_remote(response: Any) -> None:
+    """Raise the handler's own exception if ``response`` reports one (as
+    :func:`distributed.core.send_recv` does)."""
+    if isinstance(response, dict) and response.get("status") == "uncaught-error":
+        from distributed.core import clean_exception
+
+        _, exc, tb = clean_exception(**response)
+        assert exc is not None
+        raise exc.with_traceback(tb)
