@@ -321,7 +321,8 @@ class PSContext(ArrayCreationMixin, SnapshotMixin):
         clocks ahead of the slowest, time spent waiting, bytes pulled/pushed, calls,
         latency, cache hits; ``clock_s``: its median seconds per clock over the last
         ``daskangel.clock.slow-window`` clocks, not counting its waits for slower
-        tasks; ``slowdown``: that over the other tasks' median; ``slow``: whether
+        tasks; ``slowdown``: that over the other tasks' median, both counted as at
+        least ``daskangel.clock.slow-min-seconds``; ``slow``: whether
         it passes ``daskangel.clock.slow-factor``).  Server counters are at most ``max_age`` seconds old
         (default ``daskangel.status.max-age``; ``0`` asks every server now, which
         measuring what a piece of code moved needs).  Example::

@@ -186,7 +186,11 @@ class Job:
     def summary(self) -> dict[str, Any]:
         t = self.table
         window = int(config.get("daskangel.clock.slow-window"))
-        slowdown = slowdowns([i["busy"] for i in self.info], window)
+        slowdown = slowdowns(
+            [i["busy"] for i in self.info],
+            window,
+            float(config.get("daskangel.clock.slow-min-seconds")),
+        )
         return {
             "job": self.id,
             "ctx": self.ctx,

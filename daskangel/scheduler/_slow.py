@@ -9,6 +9,11 @@ fast task held back by BSP does not look slow).  Over a task's last
 ``slow`` column, the dashboard's task table).  A task with fewer clocks than
 the window, or a job with one task, has no slowdown yet (``nan``).
 
+Both medians count as at least ``daskangel.clock.slow-min-seconds``: a task that
+does almost nothing between clocks is busy for a few milliseconds of clock round
+trip, and the ratio of two such figures is noise (3 ms against 1 ms is not a slow
+task).  Below that floor every task reads 1.0; above it the ratio is exact.
+
 Pure functions, no Dask.
 
 Example
@@ -18,6 +23,9 @@ Example
 [1.0, 1.0, 3.0]
 >>> slow_flags(slowdowns(busy, window=3), factor=2.0)
 [False, False, True]
+>>> idle = [[0.002] * 3, [0.001] * 3, [0.006] * 3]  # clock round trips only
+>>> slowdowns(idle, window=3, min_seconds=0.05)
+[1.0, 1.0, 1.0]
 """
 
 from __future__ import annotations
@@ -35,12 +43,16 @@ def record_busy(busy: list[float], seconds: float, window: int) -> None:
     del busy[: max(0, len(busy) - window)]
 
 
-def slowdowns(busy: Sequence[Sequence[float]], window: int) -> list[float]:
+def slowdowns(
+    busy: Sequence[Sequence[float]], window: int, min_seconds: float = 0.0
+) -> list[float]:
     """Per task: its median busy time over its last ``window`` clocks divided by
     the lower median of the other tasks' (``nan`` until it and another have
     ``window``): the lower one, so that one slow task among two or four does not
-    raise the yardstick of the others."""
-    meds = [median(b[-window:]) if len(b) >= window > 0 else None for b in busy]
+    raise the yardstick of the others.  Each median counts as at least
+    ``min_seconds`` (shorter clocks are not timed finely enough to compare)."""
+    floor = max(0.0, float(min_seconds))
+    meds = [max(median(b[-window:]), floor) if len(b) >= window > 0 else None for b in busy]
     out = []
     for i, m in enumerate(meds):
         others = [x for j, x in enumerate(meds) if j != i and x is not None]
