@@ -14,7 +14,7 @@ block, planning in Python per block, the caller's thread woken per reply.  Here
   gathered into a reused reply buffer (:func:`~._dataops._get_rows`);
 * a reply of at least ``daskangel.client.direct-read-bytes`` is read from the
   socket into a reused scratch buffer (:mod:`daskangel._recv`); its rows go to
-  their request positions with one scatter (``out[order[run]] = reply``), done
+  their request positions with one compiled scatter (:func:`._rowkernels.put_rows`), done
   on the event loop up to ``daskangel.client.loop-scatter-bytes`` (the caller is
   then woken once, at the end) and in the caller's thread above it, as each
   reply lands, while the loop receives the others;
@@ -207,7 +207,9 @@ async def _fetch(
             calls.append((s.address, "daskangel_rows", msg, *into(start, stop)))
         replies = await send_all_recv_into(pool, calls)
         for (_, _, _, (start, stop)), got in zip(plan.requests, replies, strict=True):
-            out[plan.order[start:stop]] = raise_if_error(got).reshape(stop - start, width)
+            RK.put_rows(
+                out, plan.order[start:stop], raise_if_error(got).reshape(stop - start, width)
+            )
 
     async def one(s: ServerId, blocks: list[int], counts: list[int], run: tuple[int, int]) -> None:
         start, stop = run
@@ -227,7 +229,7 @@ async def _fetch(
             )  # fmt: skip
         part = part.reshape(stop - start, width)
         if nbytes <= on_loop:
-            out[plan.order[start:stop]] = part
+            RK.put_rows(out, plan.order[start:stop], part)
         else:
             handoff((plan.order[start:stop], part))
 
@@ -278,7 +280,7 @@ def get_rows(b: Binding, name: str, m: ArrayMeta, rows: np.ndarray) -> np.ndarra
     fut.add_done_callback(lambda _: landed.put(None))
     while (got := landed.get()) is not None:
         pos, part = got
-        out[pos] = part  # releases the GIL: the loop receives the other replies
+        RK.put_rows(out, pos, part)  # releases the GIL: the loop receives the other replies
     return out if fut.result() else None
 
 
@@ -298,7 +300,7 @@ def get_rows_async(
         if not ok:
             return fallback()
         for pos, part in big:
-            out[pos] = part
+            RK.put_rows(out, pos, part)
         return out
 
     return fut, finish

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskangel.psarray._rowkernels import index_scan, plan_rows, take_rows
+from daskangel.psarray._rowkernels import index_scan, plan_rows, put_rows, take_rows
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,3 +61,25 @@ def test_take_rows_copies_and_stops_at_a_bad_index(dtype: str) -> None:
     assert take_rows(data, np.array([1, 6, 2], np.int32), out[:3]) == 1
     assert take_rows(data, np.array([-1], np.int64), out[:1]) == 0
     assert take_rows(data, np.array([], np.int32), out[:0]) == -1
+
+
+@settings(deadline=None, max_examples=100)
+@given(
+    st.integers(0, 30),
+    st.integers(1, 7),
+    st.sampled_from(["float32", "float64", "int32", "int64"]),
+    st.randoms(use_true_random=False),
+)
+def test_put_rows_is_numpys_fancy_assignment(n: int, width: int, dtype: str, rnd: object) -> None:
+    """Any permutation prefix of positions, any of the four dtypes, a read-only
+    source (a reply received as bytes): the same as ``out[pos] = src``."""
+    rng = np.random.default_rng(rnd.randrange(1 << 30))  # type: ignore[attr-defined]
+    total = n + int(rng.integers(0, 5))
+    pos = rng.permutation(total)[:n].astype(np.int64)
+    src = (rng.standard_normal((n, width)) * 100).astype(dtype)
+    src.flags.writeable = False
+    got = np.full((total, width), -7, dtype)
+    want = got.copy()
+    put_rows(got, pos, src)
+    want[pos] = src
+    np.testing.assert_array_equal(got, want)
