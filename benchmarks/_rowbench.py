@@ -21,16 +21,10 @@ counts) and MF-like (50,000 x 50 float32 item factors), auto-partitioned.
   of the batch, releasing the GIL, its width calibrated so that computing all
   batches takes about as long as one get of them: each batch's compute
   comparable to its transfer), where pulling ahead pays;
-* **sparse row increments**: ``PSArray.increment`` of a ``scipy.sparse`` CSR of
-  10,000 random rows x 20 nonzeros, against *raw*: one bare RPC per server
-  carrying the update's compact content (a 4-byte column and a 4-byte value per
-  key, 8 bytes per row) closed by a small round trip that waits for queued adds
-  (``version_token``) on the daskangel side; and a **floor**: the raw RPCs
-  followed by the write the raw sink skips, each server's share scattered into
-  an array of the matrix's size in the task with the servers' own kernel
-  (``scatter_csr``): an increment cannot beat it, since the three processes'
-  work is mostly one chain on 2 cores (CPU seconds of all three add up to about
-  the increment's wall time).
+* **sparse row increments** (:mod:`_rowinc`): ``PSArray.increment`` of a
+  ``scipy.sparse`` CSR of 10,000 random rows x 20 nonzeros, against raw RPCs of
+  the update's compact content (8 bytes a key) and of the bytes it really sends
+  (narrowed), the wide wire, and a floor with the servers' scatter.
 
 Each figure is the median of ``repeat`` rounds, daskangel and raw timed in turns
 (``paired_median_times``); a get or pipelined figure takes more rounds, as many
@@ -45,7 +39,7 @@ import time
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
+from _rowinc import increment_rows, measure_increments
 from _timing import paired_median_times
 from distributed import Client, LocalCluster, get_worker
 from distributed.protocol import to_serialize
@@ -53,13 +47,11 @@ from distributed.utils import sync
 
 import daskangel as angel
 from daskangel._compat import workers_info
-from daskangel.psarray._scatter import scatter_csr
 
 __all__ = ["bench_rows"]
 
 SHAPES = {"LDA": ((50_000, 1_000), "int32"), "MF": ((50_000, 50), "float32")}
 SMOKE_SHAPES = {"LDA": ((2_000, 100), "int32"), "MF": ((2_000, 50), "float32")}
-NNZ = 20  # nonzeros per row of a sparse row increment
 BATCH = 1_000
 ROUND_SECONDS = 1.0  # paired rounds of a get or pipelined figure fill about this long
 
@@ -221,48 +213,18 @@ def _measure(
             _compute(v_all[s : s + batch], B)
     out["compute"] = (time.perf_counter() - t0) / max(1, repeat // 2)
     out["pipe n"], out["pipe batch"] = n, batch
-    # sparse row increments: NNZ random columns in each of n random rows
-    n_inc = min(max(n_rows), nr)
-    nnz = min(NNZ, width)
-    r = np.sort(rng.choice(nr, size=n_inc, replace=False))
-    cols = np.stack([rng.choice(width, size=nnz, replace=False) for _ in range(64)])
-    cols = np.sort(cols[rng.integers(0, 64, n_inc)], axis=1).ravel()
-    indptr = np.zeros(nr + 1, np.int64)
-    indptr[r + 1] = nnz
-    indptr = np.cumsum(indptr)
-    data = np.ones(n_inc * nnz, arr.dtype)
-    X = sp.csr_matrix((data, cols, indptr), shape=(nr, width))
-    inc_shares = [
-        np.ones(int((owner[r] == s).sum()) * (nnz * 2 + 2), np.float32) for s in range(len(addrs))
-    ]
-    small = [4] * len(addrs)
-
-    def inc() -> None:
-        arr.increment(X)
-        arr.version_token()
-
-    def raw_inc() -> None:
-        _raw(addrs, "sink", inc_shares)
-        _raw(addrs, "source", small)
-
-    # the floor: the raw transfer, then the write the raw sink skips, each
-    # server's share scattered into rows of ``local`` (an array of the matrix's
-    # size, its pages touched) with the servers' own compiled kernel
-    lens = np.full(n_inc, nnz, np.int32)
-    c32 = cols.astype(np.int32)
-    csr_shares = []  # each server's rows, entry counts, columns and values, made once
-    for s in range(len(addrs)):
-        mine = owner[r] == s
-        k = np.repeat(mine, nnz)
-        csr_shares.append((r[mine].astype(np.int32), lens[mine], c32[k], data[k]))
-
-    def floor_inc() -> None:
-        raw_inc()
-        for rows_s, lens_s, cols_s, vals_s in csr_shares:
-            scatter_csr(local, rows_s, lens_s, cols_s, vals_s, True)
-
-    t = paired_median_times({"inc": inc, "raw": raw_inc, "floor": floor_inc}, repeat, warmup=warmup)
-    out["inc"] = (t["inc"], t["raw"], n_inc * nnz, t["floor"])
+    # sparse row increments: NNZ random columns in each of n random rows (_rowinc)
+    out["inc"] = measure_increments(
+        arr,
+        owner,
+        addrs,
+        local,
+        _raw,
+        lambda fns: _rounds(fns, repeat, smoke),
+        min(max(n_rows), nr),
+        rng,
+        warmup,
+    )
     return out
 
 
@@ -340,28 +302,6 @@ def bench_rows(repeat: int, smoke: bool, plugin: Any) -> list[tuple[str, str, st
                             "-",
                         )
                     )
-                t, tr, keys, tf = res["inc"]
-                inc_what = (
-                    f"{what}: sparse row increment {keys // min(NNZ, shape[1]):,} "
-                    f"rows x {min(NNZ, shape[1])} nnz"
-                )
-                rows.append(
-                    (
-                        "rows",
-                        inc_what,
-                        f"{keys / t / 1e6:,.1f} M keys/s",
-                        f"{keys / tr / 1e6:,.1f} M keys/s ({tr / t:.0%})",
-                        "-",
-                    )
-                )
-                rows.append(
-                    (
-                        "rows",
-                        f"{inc_what}: floor (raw + the servers' scatter, in the task)",
-                        f"{keys / tf / 1e6:,.1f} M keys/s",
-                        f"raw/floor {tr / tf:.0%}, floor/increment {tf / t:.0%}",
-                        "-",
-                    )
-                )
+                rows += increment_rows(what, shape[1], res["inc"])
                 ps.drop(name)
     return rows

@@ -32,8 +32,10 @@ from .errors import InvalidArgumentError
 __all__ = [
     "TRANSPORTS",
     "actor_key",
+    "NARROW",
     "call_server",
     "check_wire_config",
+    "drop_narrow",
     "error_reply",
     "payload_nbytes",
     "raise_if_error",
@@ -166,6 +168,9 @@ def check_wire_config() -> None:
 # the fields of an update's parts that may carry its bulk
 _BULK = ("values", "packed", "coo_rows", "coo_cols", "csr_rows", "csr_len", "csr_cols")
 _ALIGN = 64  # each array of a packed follow frame starts on a cache line
+# a part's ``{field: dtype}``: arrays whose every value the planner checked fits that
+# narrower integer type (``psarray._csrplan``); applied in a follow frame, else dropped
+NARROW = "narrow"
 
 
 def split_follow(
@@ -204,43 +209,56 @@ def split_follow(
     if not parts:
         return kwargs, []
     found = [
-        (i, k, p[k])
+        (i, k, p[k], np.dtype(p.get(NARROW, {}).get(k, p[k].dtype)))
         for i, p in enumerate(parts)
         for k in _BULK
         if isinstance(p.get(k), np.ndarray) and p[k].dtype.kind in "biuf"
     ]
-    if not found or sum(a.nbytes for _, _, a in found) < config.get_bytes(
+    if not found or sum(a.nbytes for _, _, a, _ in found) < config.get_bytes(
         "daskangel.client.follow-bytes"
     ):
-        return kwargs, []
+        return drop_narrow(op, kwargs), []
     limit = config.get_bytes("daskangel.client.follow-pack-bytes")
-    small = [f for f in found if f[2].nbytes <= limit]
+    small = [f for f in found if f[2].size * f[3].itemsize <= limit]
     frames: list[np.ndarray] = []
     fields: list[list[Any]] = []
     if len(small) > 1:
         offsets, pos = [], 0
-        for _, _, a in small:
+        for _, _, a, dt in small:
             offsets.append(pos)
-            pos += -(-a.nbytes // _ALIGN) * _ALIGN
+            pos += -(-a.size * dt.itemsize // _ALIGN) * _ALIGN
         buf = np.empty(pos, np.uint8) if alloc is None else alloc(pos)
-        for (i, k, a), off in zip(small, offsets, strict=True):
-            dst = buf[off : off + a.nbytes].view(a.dtype).reshape(a.shape)
-            np.copyto(dst, a, casting="no")
-            fields.append([i, k, 0, off, a.dtype.str, list(a.shape)])
+        for (i, k, a, dt), off in zip(small, offsets, strict=True):
+            dst = buf[off : off + a.size * dt.itemsize].view(dt).reshape(a.shape)
+            # a narrower type only where the planner checked every value fits
+            np.copyto(dst, a, casting="no" if dt == a.dtype else "unsafe")
+            fields.append([i, k, 0, off, dt.str, list(a.shape)])
         frames.append(buf)
     else:
         small = []
-    for i, k, a in found:
-        if small and a.nbytes <= limit:
+    for i, k, a, dt in found:
+        if small and a.size * dt.itemsize <= limit:
             continue
-        fields.append([i, k, len(frames), 0, a.dtype.str, list(a.shape)])
-        frames.append(np.ascontiguousarray(a))
+        fields.append([i, k, len(frames), 0, dt.str, list(a.shape)])
+        frames.append(np.ascontiguousarray(a, dtype=dt))
     moved: dict[int, set[str]] = {}
-    for i, k, _ in found:
-        moved.setdefault(i, set()).add(k)
-    rest = [{k: x for k, x in p.items() if k not in moved.get(i, ())} for i, p in enumerate(parts)]
+    for i, k, _, _ in found:
+        moved.setdefault(i, {NARROW}).add(k)
+    rest = [
+        {k: x for k, x in p.items() if k not in moved.get(i, (NARROW,))}
+        for i, p in enumerate(parts)
+    ]
     follow = {"frames": [int(f.nbytes) for f in frames], "fields": fields}
     return {**kwargs, "parts": rest, "follow": follow}, frames
+
+
+def drop_narrow(op: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An update's kwargs without its parts' ``narrow`` hints (sent as planned:
+    narrowing is done only while copying into a follow frame)."""
+    parts = kwargs.get("parts") if op == "update" else None
+    if not parts or not any(NARROW in p for p in parts):
+        return kwargs
+    return {**kwargs, "parts": [{k: x for k, x in p.items() if k != NARROW} for p in parts]}
 
 
 def _pad(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -279,6 +297,7 @@ async def call_server(
         reply = await send_recv_into(rpc, address, "daskangel_ps", msg, sizes, targets)
         return unwrap_arrays(raise_if_error(reply))
     if transport == "actors":
+        kwargs = drop_narrow(op, kwargs)
         msg = {
             "actor": actor_key(address, index),
             "function": "call",

@@ -33,7 +33,7 @@ from distributed.core import ConnectionPool
 from distributed.utils import sync
 
 from .. import config
-from .._wire import call_server, check_wire_config
+from .._wire import call_server, check_wire_config, drop_narrow
 from ..errors import BlockMovingError, ServerLostError, StaleLayoutError
 from ._meta import ArrayMeta, ServerId
 from ._recvpool import ReceivePool, pooled
@@ -165,6 +165,7 @@ class Binding:
         if w is not None and transport == "handlers" and server.address == w.address:
             plugin = w.plugins.get(PLUGIN_NAME)
             if plugin is not None:
+                kwargs = drop_narrow(op, kwargs)
                 return await plugin.call_local(op, server.index, cost, **kwargs)  # type: ignore[attr-defined]
         pool = self._pool or await self.pool()
         return await call_server(

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ..errors import PSIndexError, ShapeMismatchError
+from ..errors import InvalidArgumentError, PSIndexError, ShapeMismatchError
 from . import _kernels as K
 from ._initspec import InitSpec
 from ._packed import PACK_SHIFT, unpack_reduce
@@ -141,9 +141,22 @@ class DenseBlock:
         K.scatter_coo(d, rows, cols, values.astype(d.dtype, copy=False), add)
         self.version += 1
 
-    def check_csr(self, rows: np.ndarray, lens: np.ndarray, cols: np.ndarray, n: int) -> None:
-        """Check compressed rows: local rows, entries per row adding up to ``n``
-        (the values), columns in range."""
+    def check_csr(
+        self, rows: np.ndarray, lens: np.ndarray, cols: np.ndarray, values: np.ndarray
+    ) -> None:
+        """Check compressed rows: integer local rows, entries per row adding up to
+        the values, columns in range, values of the block's dtype or of a narrower
+        integer type that casts to it safely (a narrowed wire: the kernel widens)."""
+        for name, a in (("csr_rows", rows), ("csr_len", lens), ("csr_cols", cols)):
+            if a.dtype.kind not in "iu":
+                raise InvalidArgumentError(f"{name}: expected integers, got dtype {a.dtype}")
+        vt, dt = values.dtype, self.data.dtype
+        if vt != dt and not (vt.kind in "iu" and np.can_cast(vt, dt, "safe")):
+            raise InvalidArgumentError(
+                f"values: expected dtype {dt} or a narrower integer type that casts to it "
+                f"safely, got {vt}"
+            )
+        n = values.shape[0]
         if rows.shape != lens.shape or (lens.shape[0] and int(lens.min()) < 0):
             raise ShapeMismatchError(
                 f"csr_len: expected one count >= 0 per row of csr_rows ({rows.shape[0]}), "
@@ -161,7 +174,7 @@ class DenseBlock:
     ) -> None:
         """Write compressed rows: ``lens[i]`` entries ``(cols, values)`` in row ``rows[i]``."""
         d = self.own()
-        K.scatter_csr(d, rows, lens, cols, values.astype(d.dtype, copy=False), add)
+        K.scatter_csr(d, rows, lens, cols, values, add)  # (checked: widened per entry)
         self.version += 1
 
     def own(self) -> np.ndarray:

@@ -248,7 +248,7 @@ def _update(
                     f"csr_rows: compressed-row parts write dense blocks; block "
                     f"{p['block']} of array {array!r} is sparse"
                 )
-            b.check_csr(p["csr_rows"], p["csr_len"], p["csr_cols"], p["values"].shape[0])
+            b.check_csr(p["csr_rows"], p["csr_len"], p["csr_cols"], p["values"])
         elif "packed" in p:
             _check_packed(b, p, add)
         else:

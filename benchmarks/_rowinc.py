@@ -1,0 +1,166 @@
+"""The sparse row increments of ``bench_ps.py --sections rows`` (see :mod:`_rowbench`).
+
+Measured in the same task as the row gets: ``PSArray.increment`` of a
+``scipy.sparse`` CSR of 10,000 random rows x 20 nonzeros, closed by
+``version_token`` (a small round trip that waits for queued adds), against
+
+* **raw**: one bare RPC per server carrying the update's compact content (a
+  4-byte column and a 4-byte value per key, 8 bytes per row), closed by a small
+  round trip; it applies nothing;
+* **raw of the wire bytes**: the same with as many bytes as the increment's
+  request really carries: since ``daskangel.client.narrow-csr`` the planner
+  sends columns, local rows and integer values in the narrowest integer types
+  they fit (LDA: uint16 columns and int8 counts, 3 bytes a key; MF: uint8
+  columns and float32 values, 5 bytes a key), so both ratios are printed;
+* **the increment with the wide wire** (``narrow-csr`` off: 8 bytes a key, as
+  before it), timed in the same turns;
+* **floor**: the raw RPCs followed by the write the raw sink skips, each
+  server's share scattered into an array of the matrix's size in the task with
+  the servers' own kernel (``scatter_csr``): an increment cannot beat it, since
+  the three processes' work is mostly one chain on 2 cores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import dask
+import numpy as np
+import scipy.sparse as sp
+from _timing import paired_median_times
+
+import daskangel as angel
+from daskangel.psarray._csrplan import plan_csr
+from daskangel.psarray._scatter import scatter_csr
+
+__all__ = ["NNZ", "measure_increments", "increment_rows"]
+
+NNZ = 20  # nonzeros per row of a sparse row increment
+
+
+def _wire_bytes(arr: angel.PSArray, X: sp.csr_matrix, addrs: list[str]) -> list[int]:
+    """The payload bytes a narrowed CSR increment carries to each server."""
+    planned = plan_csr(arr.meta, X, None, None)
+    assert planned is not None
+    out = [0] * len(addrs)
+    blocks = arr.blocks
+    for g, p in planned[0].items():
+        narrow = p.get("narrow", {})
+        n = sum(
+            p[k].size * np.dtype(narrow.get(k, p[k].dtype)).itemsize
+            for k in ("csr_rows", "csr_len", "csr_cols", "values")
+        )
+        out[addrs.index(blocks[g].server.address)] += n
+    return out
+
+
+def measure_increments(
+    arr: angel.PSArray,
+    owner: np.ndarray,
+    addrs: list[str],
+    local: np.ndarray,
+    raw: Callable[..., None],
+    rounds: Callable[[dict[str, Any]], int],
+    n_rows: int,
+    rng: Any,
+    warmup: int,
+) -> tuple[float, ...]:
+    """``(inc, raw, keys, floor, inc wide, raw wire, wire bytes)``: medians of paired
+    rounds (``raw(addrs, op, shares)`` is the bare RPC of :mod:`_rowbench`)."""
+    nr, width = arr.shape
+    nnz = min(NNZ, width)
+    r = np.sort(rng.choice(nr, size=n_rows, replace=False))
+    cols = np.stack([rng.choice(width, size=nnz, replace=False) for _ in range(64)])
+    cols = np.sort(cols[rng.integers(0, 64, n_rows)], axis=1).ravel()
+    indptr = np.zeros(nr + 1, np.int64)
+    indptr[r + 1] = nnz
+    indptr = np.cumsum(indptr)
+    data = np.ones(n_rows * nnz, arr.dtype)
+    X = sp.csr_matrix((data, cols, indptr), shape=(nr, width))
+    inc_shares = [
+        np.ones(int((owner[r] == s).sum()) * (nnz * 2 + 2), np.float32) for s in range(len(addrs))
+    ]
+    wire = _wire_bytes(arr, X, addrs)
+    wire_shares = [np.ones(n, np.uint8) for n in wire]
+    small = [4] * len(addrs)
+
+    def inc() -> None:
+        arr.increment(X)
+        arr.version_token()
+
+    def inc_wide() -> None:
+        with dask.config.set({"daskangel.client.narrow-csr": False}):
+            inc()
+
+    def raw_inc(shares: list[np.ndarray] = inc_shares) -> None:
+        raw(addrs, "sink", shares)
+        raw(addrs, "source", small)
+
+    # the floor: the raw transfer, then the write the raw sink skips, each
+    # server's share scattered into rows of ``local`` (an array of the matrix's
+    # size, its pages touched) with the servers' own compiled kernel
+    lens = np.full(n_rows, nnz, np.int32)
+    c32 = cols.astype(np.int32)
+    csr_shares = []  # each server's rows, entry counts, columns and values, made once
+    for s in range(len(addrs)):
+        mine = owner[r] == s
+        k = np.repeat(mine, nnz)
+        csr_shares.append((r[mine].astype(np.int32), lens[mine], c32[k], data[k]))
+
+    def floor_inc() -> None:
+        raw_inc()
+        for rows_s, lens_s, cols_s, vals_s in csr_shares:
+            scatter_csr(local, rows_s, lens_s, cols_s, vals_s, True)
+
+    fns = {
+        "inc": inc,
+        "raw": raw_inc,
+        "floor": floor_inc,
+        "inc wide": inc_wide,
+        "raw wire": lambda: raw_inc(wire_shares),
+    }
+    t = paired_median_times(fns, rounds(fns), warmup=warmup)
+    return (
+        t["inc"],
+        t["raw"],
+        n_rows * nnz,
+        t["floor"],
+        t["inc wide"],
+        t["raw wire"],
+        sum(wire),
+    )
+
+
+def increment_rows(what: str, width: int, res: tuple[float, ...]) -> list[tuple[str, ...]]:
+    """The table rows of one shape's increment figures."""
+    t, tr, keys, tf, tw, trw, wire = res
+    nnz = min(NNZ, width)
+    rows_n = int(keys) // nnz
+    inc_what = f"{what}: sparse row increment {rows_n:,} rows x {nnz} nnz"
+    per_key, raw_key = wire / keys, (8 * keys + 8 * rows_n) / keys
+    return [
+        (
+            "rows",
+            inc_what,
+            f"{keys / t / 1e6:,.1f} M keys/s",
+            f"{keys / tr / 1e6:,.1f} M keys/s ({tr / t:.0%}); raw of our wire bytes "
+            f"({per_key:.2f} B a key, raw carries {raw_key:.2f}) "
+            f"{keys / trw / 1e6:,.1f} M keys/s ({trw / t:.0%})",
+            "-",
+        ),
+        (
+            "rows",
+            f"{inc_what}: with the wide wire (narrow-csr off, {raw_key:.2f} B a key)",
+            f"{keys / tw / 1e6:,.1f} M keys/s",
+            f"raw/increment {tr / tw:.0%}; narrow/wide {tw / t:.0%}",
+            "-",
+        ),
+        (
+            "rows",
+            f"{inc_what}: floor (raw + the servers' scatter, in the task)",
+            f"{keys / tf / 1e6:,.1f} M keys/s",
+            f"raw/floor {tr / tf:.0%}, floor/increment {tf / t:.0%}",
+            "-",
+        ),
+    ]
