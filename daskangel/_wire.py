@@ -288,7 +288,11 @@ async def call_server(
     if transport == "handlers":
         kwargs, values = split_follow(op, kwargs, alloc)
         if values:
+            # the follow description holds plain lists only: not walked by wrap_arrays
+            # (a dozen fields of six items: ~50 calls a request on the event loop)
+            desc = kwargs.pop("follow")
             msg = {"ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
+            msg["follow"] = desc
             follow = {"values": [to_serialize(v) for v in values]}
             reply = await send_recv_into(rpc, address, "daskangel_ps", msg, [], [], follow)
             return unwrap_arrays(raise_if_error(reply))

@@ -189,7 +189,7 @@ def cut_fields(frames: list[Any], fields: Any) -> list[tuple[int, str, np.ndarra
         for part, field, frame, offset, dtype, shape in fields:
             dt = np.dtype(str(dtype))
             shp = tuple(int(n) for n in shape)
-            n = dt.itemsize * int(np.prod(shp, dtype=np.int64))
+            n = dt.itemsize * math.prod(shp)  # (np.prod: ~5 us a field, a dozen a request)
             buf = raw[int(frame)]
             off = int(offset)
             bad = dt.kind not in "biuf" or min(shp, default=0) < 0 or int(part) < 0
