@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from ...psarray._scatter import _prefetch
+from ._ahead import prefetch_rows
 from ._kernels import AHEAD_ROWS, LOGISTIC, SOFTMAX, _dloss, _row_d, _row_margin
 
 __all__ = ["LOGISTIC", "adagrad_packed", "adagrad_sgd"]
@@ -157,6 +158,7 @@ def _adagrad1(  # type: ignore[no-untyped-def]  # pragma: no cover
     loss = 0.0
     n_rows = order.shape[0]
     for t in range(n_rows):
+        prefetch_rows(indptr, indices, data, order, t)  # the CSR lines of rows further ahead
         if t + AHEAD_ROWS < n_rows:  # ask for the lines of a row ahead (a hint, never a fault)
             ra = order[t + AHEAD_ROWS]
             for q in range(indptr[ra], indptr[ra + 1]):

@@ -32,6 +32,7 @@ from numba import njit
 
 from ...psarray._scatter import _prefetch
 from .._core._epochs import AUC_RANGE, N_STATS
+from ._ahead import prefetch_rows
 
 __all__ = [
     "AHEAD_ROWS",
@@ -294,7 +295,8 @@ def eval_stats(indptr, indices, data, y, W, kind, eps, has_bias, nbins):  # type
 @njit(nogil=True, cache=True)
 def eval_rows(indptr, indices, data, y, rows, W, kind, eps, has_bias, nbins):  # type: ignore[no-untyped-def]  # pragma: no cover
     """:func:`eval_stats` over the rows ``rows`` only (``y`` indexed by row); the weights
-    of the keys of the row :data:`AHEAD_ROWS` ahead are prefetched."""
+    of the keys of the row :data:`AHEAD_ROWS` ahead are prefetched, and the CSR lines of
+    rows further ahead (:func:`._ahead.prefetch_rows`)."""
     K = W.shape[1]
     st = np.zeros(N_STATS)
     hist = np.zeros((2, nbins))
@@ -302,6 +304,7 @@ def eval_rows(indptr, indices, data, y, rows, W, kind, eps, has_bias, nbins):  #
     width = 2.0 * AUC_RANGE / nbins
     n = rows.shape[0]
     for i in range(n):
+        prefetch_rows(indptr, indices, data, rows, i)  # the CSR lines of rows further ahead
         if i + AHEAD_ROWS < n:
             ra = rows[i + AHEAD_ROWS]
             for q in range(indptr[ra], indptr[ra + 1]):
@@ -326,8 +329,7 @@ def eval_rows(indptr, indices, data, y, rows, W, kind, eps, has_bias, nbins):  #
             continue
         pos = y[r] > 0
         st[2] += 1.0 if (m[0] > 0) == pos else 0.0
-        ll, _d2 = _dloss(LOGISTIC, m[0], y[r], 0.0)
-        st[5] += ll
+        st[5] += lv if kind == LOGISTIC else _dloss(LOGISTIC, m[0], y[r], 0.0)[0]
         b = int((min(max(m[0], -AUC_RANGE), AUC_RANGE) + AUC_RANGE) / width)
         b = min(b, nbins - 1)
         hist[1 if pos else 0, b] += 1.0

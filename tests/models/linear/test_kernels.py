@@ -24,6 +24,7 @@ from daskangel.models.linear._kernels import (
     SQ_HINGE,
     SQUARED,
     batch_keys,
+    eval_rows,
     eval_stats,
     grad_batch,
     grad_rows,
@@ -249,6 +250,25 @@ def test_auc_from_histograms_matches_sklearn() -> None:
     assert st[0] == 400
     assert st[2] == ((m > 0) == (y > 0)).sum()
     assert auc_from_hist(hist[0], hist[1]) == pytest.approx(roc_auc_score(y > 0, m), abs=2e-3)
+
+
+@pytest.mark.parametrize("kind", [LOGISTIC, HINGE])
+def test_eval_rows_sums_over_shuffled_rows_with_empty_ones(kind: int) -> None:
+    """Validation sums of rows in any order, empty rows and orders shorter than the
+    row prefetch's look-ahead included: rows, the loss of ``kind``, the log-loss
+    (its own sum, also when ``kind`` is logistic)."""
+    rng = np.random.default_rng(6)
+    X = _csr(60, 10, 6).tolil()
+    X[[3, 17, 59], :] = 0.0  # empty rows (no entries at all)
+    X = X.tocsr()
+    y = rng.choice([-1.0, 1.0], 60)
+    W = rng.normal(size=(11, 1))
+    m = X @ W[:-1, 0] + W[-1, 0]
+    for rows in (rng.permutation(60), np.array([17, 2]), np.array([59]), np.arange(0)):
+        st, _hist = eval_rows(X.indptr, X.indices, X.data, y, rows, W, kind, 0.0, True, 64)
+        assert st[0] == rows.shape[0]
+        assert st[1] == pytest.approx(_loss_np(kind, m[rows], y[rows]).sum(), rel=1e-12)
+        assert st[5] == pytest.approx(np.logaddexp(0, -y[rows] * m[rows]).sum(), rel=1e-12)
 
 
 def test_should_stop_rule() -> None:
