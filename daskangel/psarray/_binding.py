@@ -68,6 +68,8 @@ class Binding:
         self._scratch: ReceivePool | None = None
         self._results: ReceivePool | None = None
         self._sends: ReceivePool | None = None
+        # {array_name: what a random-row get needs of its metadata} (psarray._rowget)
+        self.row_specs: dict[str, Any] = {}
 
     def scratch(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised array in a reused buffer (``daskangel.client.scratch-bytes``
@@ -82,7 +84,9 @@ class Binding:
         ``daskangel.client.result-pool-min-bytes``, in a buffer reused once nothing
         refers to it any more (``daskangel.client.result-pool-bytes`` in all, then
         new arrays), whose pages are already faulted in."""
-        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        n = np.dtype(dtype).itemsize
+        for s in shape:
+            n *= s
         if n < config.get_bytes("daskangel.client.result-pool-min-bytes"):
             return np.empty(shape, dtype)  # malloc's heap: no fresh pages to fault in
         if self._results is None:
@@ -136,12 +140,14 @@ class Binding:
 
     def forget(self, name: str) -> None:
         self.metas.pop(name, None)
+        self.row_specs.pop(name, None)
 
     def forget_arrays(self, names: list[str]) -> None:
         """Forget the metadata of freed arrays and what this process's agent kept of
         them (pulled rows, key lists, buffered increments)."""
         for n in names:
             self.metas.pop(n, None)
+            self.row_specs.pop(n, None)
         agent = getattr(self, "_daskangel_agent", None)
         if agent is not None:
             agent.forget_arrays(names)

@@ -1,171 +1,98 @@
 """Random-row gets: one request and one reply frame per server.
 
-A get of whole rows of a dense matrix cut only by rows (LDA's word-topic
-counts, MF's factors) is the row path's common case, and for small gets its
-cost was fixed per-request work rather than bytes: a part and a reply frame per
-block, planning in Python per block, the caller's thread woken per reply.  Here
-(:func:`plan_rows`, no sort of the row ids):
+For small gets the cost of a get of whole random rows (planned by
+:mod:`._rowplan`) is fixed per-request work rather than bytes, so:
 
-* one compiled pass (:mod:`._rowkernels`) finds each row's block and server
-  by binary search over the row bounds and groups the rows by a stable counting
-  sort of ``(server, block)`` keys, each block's run keeping the caller's order;
-* each server gets one ``get_rows`` request: its local rows (``int32``, block
-  after block) and the runs' block ids and counts, and answers with one array,
-  gathered into a reused reply buffer (:func:`~._dataops._get_rows`);
+* each server gets one ``get_rows`` request (the ``daskangel_rows`` handler)
+  and answers with one array, gathered into a reused reply buffer
+  (:func:`~._dataops._get_rows`);
 * a reply of at least ``daskangel.client.direct-read-bytes`` is read from the
   socket into a reused scratch buffer (:mod:`daskangel._recv`); its rows go to
-  their request positions with one compiled scatter (:func:`._rowkernels.put_rows`), done
-  on the event loop up to ``daskangel.client.loop-scatter-bytes`` (the caller is
-  then woken once, at the end) and in the caller's thread above it, as each
-  reply lands, while the loop receives the others;
+  their request positions with one compiled scatter (:func:`._rowkernels.put_rows`),
+  done on the event loop up to ``daskangel.client.loop-scatter-bytes`` (the
+  caller is then woken once, at the end) and in the caller's thread above it,
+  as each reply lands, while the loop receives the others;
 * a get whose replies are each at most ``daskangel.client.batched-reply-bytes``
-  writes every server's request and then reads the replies in turn in one
-  coroutine, without a task per server (:func:`~daskangel._recv.send_all_recv_into`).
+  has its requests made in the caller's thread, then writes every server's
+  request and reads the replies in turn in one coroutine, without a task per
+  server (:func:`~daskangel._recv.send_all_recv_into`); a blocking
+  :func:`get_rows` is told the outcome by the coroutine itself, not through a
+  ``concurrent.futures.Future`` (one loop turn and a callback chain fewer).
 
 Anything unusual (a lost, moved or moving block, an unreachable server) makes
 :func:`get_rows` return ``None`` and the caller takes the general path, which
 refreshes the layout, waits for recoveries and resends (a read is idempotent).
-
-Example
--------
->>> from daskangel.psarray._layout import Layout
->>> from daskangel.psarray._initspec import InitSpec
->>> from daskangel.psarray._meta import ServerId
->>> lay = Layout((10, 2), (0, 4, 8, 10), "range", (0, 2), 1)
->>> m = ArrayMeta("w", (10, 2), 2, np.dtype("float32"), False, lay, InitSpec(),
-...               servers=(ServerId("a", 0), ServerId("b", 0), ServerId("a", 0)))
->>> p = plan_rows(m, np.array([9, 1, 5, 0]))
->>> p.order.tolist(), p.local.tolist()
-([1, 3, 0, 2], [1, 0, 1, 1])
->>> [(s.address, blocks, counts, run) for s, blocks, counts, run in p.requests]
-[('a', [0, 2], [2, 1], (0, 3)), ('b', [1], [1], (3, 4))]
 """
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import queue
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 from distributed.comm.core import CommClosedError
-from distributed.protocol import to_serialize
 
 from .. import config
 from .._recv import send_all_recv_into, send_recv_into
 from .._wire import raise_if_error
 from ..errors import StaleLayoutError
-from . import _kernels as K
 from . import _rowkernels as RK
 from ._binding import Binding
 from ._meta import ArrayMeta, ServerId
-from ._routing import check_size, normalize_index
+from ._routing import check_size
+from ._rowplan import RowPlan, RowSpec, lean_msg, plan_rows, row_spec, unsorted_rows
 
-__all__ = ["RowChunk", "RowPlan", "get_rows", "get_rows_async", "plan_rows", "unsorted_rows"]
+__all__ = ["RowChunk", "get_rows", "get_rows_async", "unsorted_rows"]
 
 # a fetch handing a large reply to the caller's thread: (request positions, rows)
 Handoff = Callable[[tuple[np.ndarray, np.ndarray] | None], None]
 
 
-@dataclass(frozen=True)
-class RowPlan:
-    """Where the rows of a random-row get go.
-
-    ``order[i]``: the request position of the ``i``-th row sent (rows grouped by
-    server, then block); ``local``: those rows, local to their blocks;
-    ``requests``: per server ``(server, block ids, rows per block, (start, stop)
-    in order / local)``."""
-
-    order: np.ndarray
-    local: np.ndarray
-    requests: list[tuple[ServerId, list[int], list[int], tuple[int, int]]]
-
-
-@functools.lru_cache(maxsize=64)
-def _keys(bounds: tuple[int, ...], servers: tuple[ServerId, ...]) -> tuple[np.ndarray, ...]:
-    """``(row bounds, server rank of each block, the servers)`` of a layout."""
-    ranked = sorted(set(servers))
-    rank = {s: i for i, s in enumerate(ranked)}
-    return (
-        np.asarray(bounds, np.int64),
-        np.array([rank[s] for s in servers], np.int64),
-        np.array(ranked, dtype=object),
-    )
+def _small_calls(
+    sp: RowSpec, name: str, m: ArrayMeta, plan: RowPlan, scratch: np.ndarray | None, direct: int
+) -> list[tuple[str, str, dict[str, Any], list[int], list[np.ndarray | None]]]:
+    """A small get's lean requests, made in the caller's thread (replies of at
+    least ``direct`` bytes are read into ``scratch``)."""
+    calls: list[tuple[str, str, dict[str, Any], list[int], list[np.ndarray | None]]] = []
+    for s, blocks, counts, (start, stop) in plan.requests:
+        nbytes = (stop - start) * sp.row_bytes
+        msg = lean_msg(m, name, s, blocks, counts, plan.local[start:stop], nbytes, direct)
+        if scratch is not None and nbytes >= direct:
+            calls.append((s.address, "daskangel_rows", msg, [nbytes], [scratch[start:stop]]))
+        else:
+            calls.append((s.address, "daskangel_rows", msg, [], []))
+    return calls
 
 
-def unsorted_rows(m: ArrayMeta, rows: Any, cols: Any) -> np.ndarray | None:
-    """The row ids of a get this module answers (whole rows of a dense matrix cut
-    only by rows, given as an index array of two or more rows not in increasing
-    order), else None: sorted rows are read into place block by block."""
-    if (
-        cols is not None
-        or rows is None
-        or m.ndim != 2
-        or m.sparse
-        or m.layout.n_col_blocks != 1
-        or isinstance(rows, (int, np.integer, slice))
-    ):
-        return None
-    if (
-        isinstance(rows, np.ndarray)
-        and rows.ndim == 1
-        and rows.shape[0] >= 2
-        and rows.dtype in (np.int64, np.int32)
-    ):
-        # the common case in one compiled pass (normalize_index's checks, then sortedness)
-        lo, hi, ordered = RK.index_scan(rows)
-        if lo >= 0 and hi < m.shape[0]:
-            return None if ordered else rows.astype(np.int64, copy=False)
-    r, scalar = normalize_index("rows", rows, m.shape[0])
-    if r is None or scalar or r.shape[0] < 2 or K.is_sorted(r):
-        return None
-    return r
+def _ok(results: list[Any]) -> bool:
+    """False when the general path must answer (layout changed, server gone)."""
+    for r in results:
+        if isinstance(r, (StaleLayoutError, OSError, CommClosedError)):
+            return False
+        if isinstance(r, BaseException):
+            raise r
+    return True
 
 
-def plan_rows(m: ArrayMeta, rows: np.ndarray) -> RowPlan | None:
-    """Group checked row ids by server and block (None: a touched block is lost,
-    or too many blocks)."""
-    bounds, rank, servers = _keys(m.layout.row_bounds, m.servers)
-    nb = bounds.shape[0] - 1
-    if servers.shape[0] * nb > 1 << 16:
-        return None
-    order, local, counts = RK.plan_rows(rows, bounds, rank, servers.shape[0])
-    requests: list[tuple[ServerId, list[int], list[int], tuple[int, int]]] = []
-    start = s0 = 0
-    last = -1
-    blocks: list[int] = []
-    cs: list[int] = []
-    for k in np.flatnonzero(counts).tolist():
-        srv, blk = divmod(k, nb)
-        if blk in m.lost:
-            return None
-        if srv != last:
-            if last >= 0:
-                requests.append((servers[last], blocks, cs, (s0, start)))
-            last, s0, blocks, cs = srv, start, [], []
-        c = int(counts[k])
-        blocks.append(blk)
-        cs.append(c)
-        start += c
-    if last >= 0:
-        requests.append((servers[last], blocks, cs, (s0, start)))
-    return RowPlan(order, local, requests)
+async def _fetch_small(
+    b: Binding, name: str, m: ArrayMeta, plan: RowPlan, out: np.ndarray, calls: list[Any]
+) -> bool:
+    """A small get (each reply at most ``daskangel.client.batched-reply-bytes``) to
+    other processes' servers: write every request, then read the replies in turn
+    and put their rows in request order, in one coroutine
+    (:func:`~daskangel._recv.send_all_recv_into`)."""
+    width = m.shape[1]
 
+    async def go() -> None:
+        pool = b._pool or await b.pool()
+        replies = await send_all_recv_into(pool, calls)
+        for (_, _, _, (start, stop)), got in zip(plan.requests, replies, strict=True):
+            part = raise_if_error(got).reshape(stop - start, width)
+            RK.put_rows(out, plan.order[start:stop], part)
 
-def _lean_msg(
-    m: ArrayMeta, name: str, s: ServerId, blocks: list[int], counts: list[int], rows: np.ndarray,
-    nbytes: int, direct: int,
-) -> dict[str, Any]:  # fmt: skip
-    """The ``daskangel_rows`` request: rows as int32 bytes, nothing wrapped."""
-    msg = {
-        "server": s.index, "array": name, "blocks": blocks, "counts": counts, "cost": nbytes,
-        "rows": rows.tobytes() if rows.nbytes <= direct else to_serialize(rows),
-    }  # fmt: skip
-    if m.uid:
-        msg["uid"] = m.uid
-    return msg
+    return _ok(await b._watched(name, m, [r[0] for r in plan.requests], [go()]))
 
 
 async def _fetch(
@@ -178,52 +105,31 @@ async def _fetch(
     handoff: Handoff,
 ) -> bool:
     """Send every server its request and put each reply's rows in request order
-    as it lands (large replies are read into ``scratch`` first); False when the
-    general path must answer instead (layout changed).
-
-    A small get (each reply at most ``daskangel.client.batched-reply-bytes``)
-    to other processes' servers writes every request, then reads the replies in
-    turn, in one coroutine (:func:`~daskangel._recv.send_all_recv_into`)."""
+    as it lands (large replies are read into ``scratch`` first, and handed to
+    the caller's thread above ``daskangel.client.loop-scatter-bytes``); False
+    when the general path must answer instead (layout changed)."""
     width = m.shape[1]
     row_bytes = width * m.itemsize
     direct = config.get_bytes("daskangel.client.direct-read-bytes")
     on_loop = config.get_bytes("daskangel.client.loop-scatter-bytes")
-    # requests to other processes' servers over the handlers transport go lean
     lean = m.transport == "handlers"
     here = b.local_worker.address if b.local_worker is not None else None
-
-    def into(start: int, stop: int) -> tuple[list[int], list[np.ndarray | None]]:
-        nbytes = (stop - start) * row_bytes
-        if scratch is not None and nbytes >= direct:
-            return [nbytes], [scratch[start:stop]]
-        return [], []
-
-    async def small() -> None:
-        pool = b._pool or await b.pool()
-        calls = []
-        for s, blocks, counts, (start, stop) in plan.requests:
-            rows = plan.local[start:stop]
-            msg = _lean_msg(m, name, s, blocks, counts, rows, (stop - start) * row_bytes, direct)
-            calls.append((s.address, "daskangel_rows", msg, *into(start, stop)))
-        replies = await send_all_recv_into(pool, calls)
-        for (_, _, _, (start, stop)), got in zip(plan.requests, replies, strict=True):
-            RK.put_rows(
-                out, plan.order[start:stop], raise_if_error(got).reshape(stop - start, width)
-            )
 
     async def one(s: ServerId, blocks: list[int], counts: list[int], run: tuple[int, int]) -> None:
         start, stop = run
         nbytes = (stop - start) * row_bytes
         rows = plan.local[start:stop]
+        into: tuple[list[int], list[np.ndarray | None]] = ([], [])
+        if scratch is not None and nbytes >= direct:
+            into = ([nbytes], [scratch[start:stop]])
         if lean and s.address != here:
             pool = b._pool or await b.pool()
-            msg = _lean_msg(m, name, s, blocks, counts, rows, nbytes, direct)
-            got = await send_recv_into(pool, s.address, "daskangel_rows", msg, *into(start, stop))
+            msg = lean_msg(m, name, s, blocks, counts, rows, nbytes, direct)
+            got = await send_recv_into(pool, s.address, "daskangel_rows", msg, *into)
             part = raise_if_error(got)
         else:  # this worker's own server (no comm), or the actors transport
-            target = into(start, stop)
             part = await b.call(
-                s, "get_rows", nbytes, m.transport, target if target[0] else None,
+                s, "get_rows", nbytes, m.transport, into if into[0] else None,
                 array=name, rows=rows, blocks=blocks, counts=counts,
                 **({"uid": m.uid} if m.uid else {}),
             )  # fmt: skip
@@ -234,39 +140,63 @@ async def _fetch(
             handoff((plan.order[start:stop], part))
 
     servers = [r[0] for r in plan.requests]
-    batched = config.get_bytes("daskangel.client.batched-reply-bytes")
-    if (
-        lean
-        and max(r[3][1] - r[3][0] for r in plan.requests) * row_bytes <= min(batched, on_loop)
-        and here not in {s.address for s in servers}
-    ):
-        calls = [small()]
-    else:
-        calls = [one(*r) for r in plan.requests]
-    results = await b._watched(name, m, servers, calls)
-    for r in results:
-        if isinstance(r, (StaleLayoutError, OSError, CommClosedError)):
-            return False
-        if isinstance(r, BaseException):
-            raise r
-    return True
+    return _ok(await b._watched(name, m, servers, [one(*r) for r in plan.requests]))
 
 
 def _start(
     b: Binding, name: str, m: ArrayMeta, rows: np.ndarray, handoff: Handoff
-) -> tuple[Any, np.ndarray] | None:
-    check_size("get", rows.shape[0] * m.shape[1] * m.itemsize)
-    plan = plan_rows(m, rows)
+) -> tuple[Callable[..., Awaitable[bool]], tuple[Any, ...], np.ndarray] | None:
+    """Plan a get in the caller's thread: ``(coroutine function, its arguments,
+    the result buffer)``, or None when the general path must answer."""
+    sp = row_spec(b, name, m)
+    n = rows.shape[0]
+    check_size("get", n * sp.row_bytes)
+    plan = plan_rows(m, rows, sp)
     if plan is None:
         return None
-    full = (rows.shape[0], m.shape[1])
+    full = (n, sp.width)
     out = b.result(full, m.dtype)  # a reused buffer once the caller drops it
     direct = config.get_bytes("daskangel.client.direct-read-bytes")
-    row_bytes = m.shape[1] * m.itemsize
-    biggest = max(r[3][1] - r[3][0] for r in plan.requests)
+    biggest = max(r[3][1] - r[3][0] for r in plan.requests) * sp.row_bytes
     # replies land in a scratch buffer: they are only scattered from
-    scratch = b.scratch(full, m.dtype) if biggest * row_bytes >= direct else None
-    return b.submit(_fetch, b, name, m, plan, out, scratch, handoff), out
+    scratch = b.scratch(full, m.dtype) if biggest >= direct else None
+    if sp.small and biggest <= min(
+        config.get_bytes("daskangel.client.batched-reply-bytes"),
+        config.get_bytes("daskangel.client.loop-scatter-bytes"),
+    ):
+        calls = _small_calls(sp, name, m, plan, scratch, direct)
+        return _fetch_small, (b, name, m, plan, out, calls), out
+    return _fetch, (b, name, m, plan, out, scratch, handoff), out
+
+
+class _Outcome:
+    """How a get's coroutine ended, put on the caller's queue by :func:`_report`."""
+
+    __slots__ = ("error", "ok")
+
+    def __init__(self, ok: bool, error: BaseException | None) -> None:
+        self.ok, self.error = ok, error
+
+
+_running: set[asyncio.Task[None]] = set()  # a task is only weakly held by its loop
+
+
+async def _report(coro: Awaitable[bool], put: Callable[[Any], None]) -> None:
+    """Run ``coro`` and put its :class:`_Outcome` on the caller's queue from the
+    loop at once (a ``concurrent.futures.Future`` would signal one loop turn later,
+    through a callback chain)."""
+    try:
+        ok = await coro
+    except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+        put(_Outcome(False, e))
+        return
+    put(_Outcome(ok, None))
+
+
+def _launch(coro: Awaitable[bool], put: Callable[[Any], None]) -> None:
+    task = asyncio.ensure_future(_report(coro, put))
+    _running.add(task)
+    task.add_done_callback(_running.discard)
 
 
 def get_rows(b: Binding, name: str, m: ArrayMeta, rows: np.ndarray) -> np.ndarray | None:
@@ -276,12 +206,14 @@ def get_rows(b: Binding, name: str, m: ArrayMeta, rows: np.ndarray) -> np.ndarra
     started = _start(b, name, m, rows, landed.put)
     if started is None:
         return None
-    fut, out = started
-    fut.add_done_callback(lambda _: landed.put(None))
-    while (got := landed.get()) is not None:
+    fn, args, out = started
+    b.loop.asyncio_loop.call_soon_threadsafe(_launch, fn(*args), landed.put)
+    while not isinstance(got := landed.get(), _Outcome):
         pos, part = got
         RK.put_rows(out, pos, part)  # releases the GIL: the loop receives the other replies
-    return out if fut.result() else None
+    if got.error is not None:
+        raise got.error
+    return out if got.ok else None
 
 
 def get_rows_async(
@@ -294,7 +226,8 @@ def get_rows_async(
     started = _start(b, name, m, rows, lambda got: big.append(got) if got else None)
     if started is None:
         return None
-    fut, out = started
+    fn, args, out = started
+    fut = b.submit(fn, *args)
 
     def finish(ok: bool) -> np.ndarray:
         if not ok:

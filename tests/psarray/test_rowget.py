@@ -16,7 +16,7 @@ import daskangel as angel
 from daskangel.errors import InvalidArgumentError, PSIndexError
 from daskangel.psarray._initspec import InitSpec
 from daskangel.psarray._meta import ArrayMeta
-from daskangel.psarray._rowget import plan_rows, unsorted_rows
+from daskangel.psarray._rowplan import plan_rows, unsorted_rows
 from daskangel.psarray._server import PSServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -170,6 +170,36 @@ def test_task_on_a_server_worker_reads_its_own_server_directly(
         got, where = ps.client.submit(_in_task, "rg-task", idx, workers=[w], pure=False).result()
         assert where == w
         np.testing.assert_array_equal(got, ref[idx])
+
+
+def test_a_recreated_name_is_planned_with_its_new_layout(ps: angel.PSContext) -> None:
+    """What a random-row get keeps of an array's metadata between calls (row
+    bounds, servers, width) follows the metadata: after the name is dropped and
+    created again with another width, dtype and blocks, gets from the driver and
+    from tasks on every worker read the new array."""
+    rng = np.random.default_rng(3)
+    old = rng.standard_normal((60, 4)).astype("float32")
+    a = ps.zeros("rg-again", old.shape, dtype="float32", block_shape=(10, 4))
+    a.set(old)
+    idx = np.array([59, 3, 3, 21, 40])
+    np.testing.assert_array_equal(a.get(rows=idx), old[idx])
+    workers = sorted({b.server.address for b in a.blocks})
+    for w in workers:
+        np.testing.assert_array_equal(
+            ps.client.submit(_in_task, "rg-again", idx, workers=[w], pure=False).result()[0],
+            old[idx],
+        )
+    ps.drop("rg-again")
+    new = rng.integers(-50, 50, (80, 9)).astype("int64")
+    b = ps.zeros("rg-again", new.shape, dtype="int64", block_shape=(30, 9))
+    b.set(new)
+    idx = np.array([79, 0, 45, 45, 31, 2])
+    np.testing.assert_array_equal(b.get(rows=idx), new[idx])
+    for w in workers:
+        got = ps.client.submit(_in_task, "rg-again", idx, workers=[w], pure=False).result()[0]
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, new[idx])
+    ps.drop("rg-again")
 
 
 def test_plan_groups_rows_by_server_then_block() -> None:
