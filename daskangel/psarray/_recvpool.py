@@ -32,6 +32,7 @@ True
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from typing import Any
