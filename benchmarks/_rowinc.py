@@ -14,6 +14,9 @@ Measured in the same task as the row gets: ``PSArray.increment`` of a
   columns and float32 values, 5 bytes a key), so both ratios are printed;
 * **the increment with the wide wire** (``narrow-csr`` off: 8 bytes a key, as
   before it), timed in the same turns;
+* **the same entries as an unsorted COO** (what LDA's sweeps push), sorted
+  into compressed rows on the caller, and on the coordinate path as before
+  (``daskangel.client.coo-rows-per-entry`` 0);
 * **floor**: the raw RPCs followed by the write the raw sink skips, each
   server's share scattered into an array of the matrix's size in the task with
   the servers' own kernel (``scatter_csr``): an increment cannot beat it, since
@@ -66,7 +69,7 @@ def measure_increments(
     rng: Any,
     warmup: int,
 ) -> tuple[float, ...]:
-    """``(inc, raw, keys, floor, inc wide, raw wire, wire bytes)``: medians of paired
+    """``(inc, raw, keys, floor, inc wide, raw wire, wire bytes, coo, coords)``: medians of paired
     rounds (``raw(addrs, op, shares)`` is the bare RPC of :mod:`_rowbench`)."""
     nr, width = arr.shape
     nnz = min(NNZ, width)
@@ -92,6 +95,20 @@ def measure_increments(
     def inc_wide() -> None:
         with dask.config.set({"daskangel.client.narrow-csr": False}):
             inc()
+
+    # the same entries as an unsorted COO (what LDA's sweeps push): sorted into
+    # compressed rows on the caller, and on the coordinate path as before
+    perm = rng.permutation(X.nnz)
+    coo = X.tocoo()
+    Xc = sp.coo_matrix((coo.data[perm], (coo.row[perm], coo.col[perm])), shape=X.shape)
+
+    def inc_coo() -> None:
+        arr.increment(Xc)
+        arr.version_token()
+
+    def inc_coords() -> None:
+        with dask.config.set({"daskangel.client.coo-rows-per-entry": 0}):
+            inc_coo()
 
     def raw_inc(shares: list[np.ndarray] = inc_shares) -> None:
         raw(addrs, "sink", shares)
@@ -119,6 +136,8 @@ def measure_increments(
         "floor": floor_inc,
         "inc wide": inc_wide,
         "raw wire": lambda: raw_inc(wire_shares),
+        "coo": inc_coo,
+        "coords": inc_coords,
     }
     t = paired_median_times(fns, rounds(fns), warmup=warmup)
     return (
@@ -129,12 +148,14 @@ def measure_increments(
         t["inc wide"],
         t["raw wire"],
         sum(wire),
+        t["coo"],
+        t["coords"],
     )
 
 
 def increment_rows(what: str, width: int, res: tuple[float, ...]) -> list[tuple[str, ...]]:
     """The table rows of one shape's increment figures."""
-    t, tr, keys, tf, tw, trw, wire = res
+    t, tr, keys, tf, tw, trw, wire, tc, tco = res
     nnz = min(NNZ, width)
     rows_n = int(keys) // nnz
     inc_what = f"{what}: sparse row increment {rows_n:,} rows x {nnz} nnz"
@@ -154,6 +175,14 @@ def increment_rows(what: str, width: int, res: tuple[float, ...]) -> list[tuple[
             f"{inc_what}: with the wide wire (narrow-csr off, {raw_key:.2f} B a key)",
             f"{keys / tw / 1e6:,.1f} M keys/s",
             f"raw/increment {tr / tw:.0%}; narrow/wide {tw / t:.0%}",
+            "-",
+        ),
+        (
+            "rows",
+            f"{inc_what}: the same entries as an unsorted COO, sorted into rows",
+            f"{keys / tc / 1e6:,.1f} M keys/s",
+            f"raw/increment {tr / tc:.0%}; as coordinates (coo-rows-per-entry 0) "
+            f"{keys / tco / 1e6:,.1f} M keys/s ({tco / tc:.0%} of the time)",
             "-",
         ),
         (

@@ -40,7 +40,7 @@ from ..errors import PSIndexError, ShapeMismatchError
 from ._meta import ArrayMeta
 from ._routing import check_size, check_values
 
-__all__ = ["csr_runs", "int_range", "narrow_int", "plan_csr"]
+__all__ = ["coo_rows", "csr_runs", "int_range", "narrow_int", "plan_csr"]
 
 
 def narrow_int(lo: int, hi: int, dtype: np.dtype) -> str | None:
@@ -111,18 +111,20 @@ def plan_csr(
     m: ArrayMeta, values: Any, casting: str | None, on_nonfinite: str | None
 ) -> tuple[dict[int, dict[str, Any]], dict[int, int]] | None:
     """Compressed-row parts ``{block: {block, csr_rows, csr_len, csr_cols, values}}``
-    and their costs for a ``scipy.sparse`` CSR write into a dense matrix cut only
-    by rows, or None (another input or layout, or entries to drop: the coordinate
-    path plans it)."""
+    and their costs for a ``scipy.sparse`` CSR or COO write into a dense matrix cut
+    only by rows, or None (another input or layout, or entries to drop: the
+    coordinate path plans it)."""
     if (
         m.sparse
         or m.ndim != 2
         or m.layout.n_col_blocks != 1
         or type(values).__module__.split(".")[0] != "scipy"
-        or values.format != "csr"
+        or values.format not in ("csr", "coo")
         or values.shape != m.shape
     ):
         return None
+    if values.format == "coo":
+        return _plan_coo_rows(m, values, casting, on_nonfinite)
     indptr = np.asarray(values.indptr)
     if indptr.shape != (m.shape[0] + 1,) or indptr.dtype.kind not in "iu":
         # (csr_runs reads indptr unchecked: a matrix changed after it was made)
@@ -135,6 +137,69 @@ def plan_csr(
     data, keep = check_values(data, m.dtype, casting, on_nonfinite)
     if keep is not None:
         return None  # entries to drop: the coordinate path picks them
+    return _plan_rows(m, indptr, cols, data)
+
+
+def _plan_coo_rows(
+    m: ArrayMeta, values: Any, casting: str | None, on_nonfinite: str | None
+) -> tuple[dict[int, dict[str, Any]], dict[int, int]] | None:
+    """A ``scipy.sparse`` COO write, sorted by row on the caller (:func:`coo_rows`)
+    and planned as compressed rows: the servers then walk their blocks in row
+    order, and 20 bytes of coordinates and value an entry become ~3-5."""
+    rows, cols = np.asarray(values.row), np.asarray(values.col)
+    data = np.asarray(values.data)
+    if rows.dtype.kind not in "iu" or cols.dtype.kind not in "iu":
+        return None  # (scipy keeps integer coordinates; anything else: the general path)
+    if m.shape[0] > float(config.get("daskangel.client.coo-rows-per-entry")) * data.shape[0]:
+        return None  # the sort's one slot a row would cost more than the entries
+    check_size("values", data.nbytes + cols.nbytes + rows.nbytes)
+    data, keep = check_values(data, m.dtype, casting, on_nonfinite)
+    if keep is not None:
+        return None  # entries to drop: the coordinate path picks them
+    nr, nc = m.shape
+    indptr, cols32, sorted_data, bad = coo_rows(rows, cols, data, nr, nc)
+    if bad >= 0:
+        r, c = int(rows[bad]), int(cols[bad])
+        what, i, n = ("row", r, nr) if not 0 <= r < nr else ("column", c, nc)
+        raise PSIndexError(f"values: {what} {i} out of range [0, {n})")
+    return _plan_rows(m, indptr, cols32, sorted_data)
+
+
+@njit(nogil=True, cache=True)
+def coo_rows(rows, cols, data, n_rows, n_cols):  # type: ignore[no-untyped-def]
+    """Coordinates sorted by row, stably (a counting sort: entries of a row keep
+    their order, so duplicates add up in the same order as entry by entry):
+    ``(indptr, cols int32, data, bad)``, ``bad`` the first entry out of
+    ``[0, n_rows) x [0, n_cols)`` or -1 (then nothing else is valid)."""
+    n = rows.shape[0]
+    indptr = np.zeros(n_rows + 1, np.int64)
+    out_c = np.empty(n, np.int32)
+    out_d = np.empty(n, data.dtype)
+    for i in range(n):
+        r = rows[i]
+        c = cols[i]
+        if r < 0 or r >= n_rows or c < 0 or c >= n_cols:
+            return indptr, out_c, out_d, i
+        indptr[r + 1] += 1
+    for r in range(n_rows):
+        indptr[r + 1] += indptr[r]
+    for i in range(n):  # indptr[r] is row r's cursor, ending at row r + 1's start
+        r = rows[i]
+        j = indptr[r]
+        out_c[j] = cols[i]
+        out_d[j] = data[i]
+        indptr[r] = j + 1
+    for r in range(n_rows, 0, -1):
+        indptr[r] = indptr[r - 1]
+    indptr[0] = 0
+    return indptr, out_c, out_d, -1
+
+
+def _plan_rows(
+    m: ArrayMeta, indptr: np.ndarray, cols: np.ndarray, data: np.ndarray
+) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
+    """Parts of checked compressed rows (``data`` already of the array's dtype)."""
+    hi = 0
     if cols.shape[0]:
         lo, hi = (int(x) for x in int_range(cols))
         if lo < 0 or hi >= m.shape[1]:

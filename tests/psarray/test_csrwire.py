@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import daskangel as angel
 from daskangel._compat import workers_info
 from daskangel._wire import NARROW, split_follow
-from daskangel.errors import InvalidArgumentError
-from daskangel.psarray._csrplan import int_range, narrow_int, plan_csr
+from daskangel.errors import InvalidArgumentError, PSIndexError
+from daskangel.psarray._csrplan import coo_rows, int_range, narrow_int, plan_csr
 from daskangel.psarray._initspec import InitSpec
 from daskangel.psarray._recvpool import cut_fields
 from daskangel.psarray._server import PSServer
@@ -280,3 +280,82 @@ def test_in_process_server_applies_narrow_parts_and_refuses_bad_ones() -> None:
     s.dispatch("update", array="w", add=True, parts=[good])
     got = s.dispatch("get", array="w", parts=[{"block": 0, "rows": None, "cols": None}])[0]
     assert got[0, 4] == -1 and got[3, 1] == 5 and got.sum() == 4
+
+
+# -- COO writes sorted into compressed rows on the caller -------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-1, 12), st.integers(-1, 6), st.integers(-9, 9)), max_size=60),
+    st.sampled_from([np.int32, np.int64]),
+)
+def test_coo_rows_is_a_stable_counting_sort(
+    entries: list[tuple[int, int, int]], itype: type
+) -> None:
+    """Against numpy's stable argsort by row: the same columns and values in the
+    same order (duplicates keep theirs); the first entry outside 12 x 6 is named."""
+    r = np.array([e[0] for e in entries], itype)
+    c = np.array([e[1] for e in entries], itype)
+    d = np.array([e[2] for e in entries], np.int32)
+    indptr, cols, data, bad = coo_rows(r, c, d, 11, 6)
+    outside = [i for i, (a, b, _) in enumerate(entries) if not (0 <= a < 11 and 0 <= b < 6)]
+    if outside:
+        assert bad == outside[0]
+        return
+    assert bad == -1
+    order = np.argsort(r, kind="stable")
+    np.testing.assert_array_equal(cols, c[order])
+    np.testing.assert_array_equal(data, d[order])
+    np.testing.assert_array_equal(
+        indptr, np.concatenate([[0], np.cumsum(np.bincount(r, minlength=11))])
+    )
+
+
+def _coo(seed: int, n: int, shape: tuple[int, int]) -> sp.coo_matrix:
+    """``n`` entries at random, unsorted, many repeated, values -3..3."""
+    rng = np.random.default_rng(seed)
+    r = rng.integers(0, shape[0], n)
+    c = rng.integers(0, shape[1], n)
+    r[n // 2 :], c[n // 2 :] = r[: n - n // 2], c[: n - n // 2]  # every entry twice
+    v = rng.integers(-3, 4, n).astype(np.int32)
+    return sp.coo_matrix((v, (r, c)), shape=shape)
+
+
+def _push_coo(name: str, seeds: list[int]) -> None:
+    arr = angel.PSArray(name)
+    for s in seeds:
+        arr.increment(_coo(s, 20_000, SHAPE))
+
+
+def test_coo_increments_go_as_rows_and_sum_exactly(ps: angel.PSContext, client: Client) -> None:
+    """Unsorted COO increments with repeated entries, from two tasks and the
+    client at once, are planned as compressed rows and sum exactly; a COO much
+    sparser than the matrix's rows keeps the coordinate path and sums exactly too;
+    an entry out of range is refused with nothing written."""
+    arr = ps.zeros("coo", SHAPE, dtype="int32", block_shape=(300, SHAPE[1]))
+    parts, _ = plan_csr(arr.meta, _coo(0, 20_000, SHAPE), None, None)  # type: ignore[misc]
+    assert all("csr_rows" in p for p in parts.values())
+    workers = sorted(workers_info(client))
+    futs = [
+        client.submit(_push_coo, "coo", [10 + i, 20 + i], workers=[workers[i]], pure=False)
+        for i in range(2)
+    ]
+    _push_coo("coo", [30, 31])
+    for f in futs:
+        f.result()
+    want = np.zeros(SHAPE, np.int32)
+    for s in (10, 20, 11, 21, 30, 31):
+        want += _want(_coo(s, 20_000, SHAPE).tocsr(), "int32")
+    np.testing.assert_array_equal(arr.get(), want)
+    few = _coo(5, 100, SHAPE)  # 2,000 rows > 4 x 100 entries
+    assert plan_csr(arr.meta, few, None, None) is None
+    arr.increment(few)
+    want += few.toarray()
+    for r, c in ((SHAPE[0], 0), (0, SHAPE[1]), (-1, 0)):
+        bad = _coo(6, 20_000, SHAPE)
+        bad.row[-1], bad.col[-1] = r, c
+        with pytest.raises(PSIndexError):
+            arr.increment(bad)
+    np.testing.assert_array_equal(arr.get(), want)
+    ps.drop("coo")
