@@ -25,3 +25,20 @@ def test_byte_sizes_parse_and_bad_ones_name_their_key() -> None:
         config.get_bytes(key)
     with dask.config.set({key: "lots"}), pytest.raises(ValueError):  # the builtin too
         config.get_bytes(key)
+
+
+def test_keys_read_as_dask_config_reads_them() -> None:
+    """The direct read agrees with ``dask.config.get``: a key set with
+    underscores, one set inside a ``with``, and one restored after it."""
+    key = "daskangel.client.batched-reply-bytes"
+    before = config.get_bytes(key)
+    with dask.config.set({"daskangel.client.batched_reply_bytes": "3KiB"}):
+        assert (
+            config.get_bytes(key) == 3 * 1024 == int(dask.utils.parse_bytes(dask.config.get(key)))
+        )
+        with dask.config.set({key: 5}):
+            assert config.get(key) == 5 == dask.config.get(key)
+        assert config.get_bytes(key) == 3 * 1024
+    assert config.get_bytes(key) == before
+    with pytest.raises(KeyError):
+        config.get("daskangel.client.no-such-key")
