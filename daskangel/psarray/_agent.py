@@ -57,7 +57,7 @@ from ._pullcache import DirectStore, Fetch, UnitStore
 from ._pusher import UpdatePusher
 from ._refresh import EagerRefresh
 from ._routing import check_shape, normalize_index
-from ._rowiter import chunk_batches, iter_rows
+from ._rowiter import PaceBook, RowIter, chunk_batches
 
 __all__ = ["PSAgent", "agent_of", "chunk_batches", "get_agent"]
 
@@ -90,6 +90,7 @@ class PSAgent(CachedFetches, KeySetPulls):
             lambda: dict.fromkeys(COUNTERS, 0)
         )
         self.requests = 0  # pull requests sent to servers, all tasks together
+        self.pace = PaceBook()  # get_iter's consumers, as earlier pulls saw them
 
     # -- clocks -----------------------------------------------------------------------
 
@@ -228,9 +229,10 @@ class PSAgent(CachedFetches, KeySetPulls):
         Requests chunks of batches ahead of the consumer and yields a chunk's
         batches as it arrives (``ordered=True``: in request order); every
         requested row is yielded exactly once per occurrence in ``rows``.  The
-        body is :func:`._rowiter.iter_rows`; errors surface on the first ``next``.
+        chunks' sizes adapt to the consumer (:mod:`._rowiter`): few large
+        requests while it only pulls, small ones kept ahead while it computes.
         """
-        return iter_rows(self, name, rows, batch, job=job, floor=floor, task=task, ordered=ordered)
+        return RowIter(self, name, rows, batch, job=job, floor=floor, task=task, ordered=ordered)
 
     # -- writes -----------------------------------------------------------------------
 
@@ -283,6 +285,7 @@ class PSAgent(CachedFetches, KeySetPulls):
         on their (gone) servers, buffered increments."""
         gone = set(names)
         self.pusher.drop_arrays(gone)
+        self.pace.forget(gone)
         with self._lock:
             for sk in [k for k in self.stores if k[1] in gone]:
                 del self.stores[sk]
