@@ -107,28 +107,31 @@ def _compute(vals: np.ndarray, B: np.ndarray) -> float:
 def _calibrate(arr: angel.PSArray, idx: np.ndarray, batch: int, rng: Any) -> np.ndarray:
     """The compute step's matrix: ``batch @ B`` of a batch takes about that batch's
     share of one get of all ``idx`` (a pull-while-compute case worth overlapping:
-    each batch's compute comparable to its transfer).  Its width doubles from 16
-    until the compute of all batches takes at least the get (cap 8,192), then is
-    scaled down in proportion (the doubling alone overshot the get 2-3x)."""
+    each batch's compute comparable to its transfer).  Its width grows from 4 by
+    the ratio still missing (x1.2 to x2 a step, medians of 5 timings) until the
+    compute of all batches takes at least the get (cap 16,384): a small matmul's
+    time is not proportional to its width, so scaling a doubled width down in
+    proportion (as before) left MF's compute at a third of its get."""
     times = []
-    for _ in range(3):
+    for _ in range(7):
         t0 = time.perf_counter()
         arr.get(rows=idx)
         times.append(time.perf_counter() - t0)
     target = float(np.median(times))
     v = arr.get(rows=idx[:batch])
     n_batches = -(-idx.shape[0] // batch)
-    k = 16
+    k = 4
     while True:
         B = rng.standard_normal((v.shape[1], k)).astype(np.float32)
-        t0 = time.perf_counter()
-        for _ in range(3):
+        took = []
+        for _ in range(5):
+            t0 = time.perf_counter()
             _compute(v, B)
-        took = (time.perf_counter() - t0) / 3 * n_batches
-        if took >= target or k >= 8_192:
-            k = max(1, round(k * min(1.0, target / took)))
-            return rng.standard_normal((v.shape[1], k)).astype(np.float32)
-        k *= 2
+            took.append(time.perf_counter() - t0)
+        total = float(np.median(took)) * n_batches
+        if total >= target or k >= 16_384:
+            return B
+        k = min(16_384, int(k * max(1.2, min(2.0, target / total))))
 
 
 def _floor(local: np.ndarray, idx: np.ndarray, owner: np.ndarray, n_servers: int) -> Any:

@@ -242,12 +242,19 @@ def get_rows_async(
 class RowChunk:
     """Random rows fetched for :meth:`~._agent.PSAgent.get_iter` as :func:`get_rows`
     fetches them: one request a server, each reply put in request order as it
-    lands (the large ones by :meth:`finish`, in the consumer's thread), into a
-    result buffer reused once nothing refers to it; the batches are then views
-    of it (no copy a batch)."""
+    lands (the large ones by :meth:`finish`, in the consumer's thread, each as
+    soon as it is in while the loop receives the others), into a result buffer
+    reused once nothing refers to it; the batches are then views of it (no copy
+    a batch)."""
 
-    def __init__(self, fut: Any, finish: Callable[[bool], np.ndarray]) -> None:
-        self._fut, self._finish = fut, finish
+    def __init__(
+        self,
+        fut: Any,
+        out: np.ndarray,
+        landed: queue.SimpleQueue[Any],
+        fallback: Callable[[], np.ndarray],
+    ) -> None:
+        self._fut, self._out, self._landed, self._fallback = fut, out, landed, fallback
 
     @property
     def futures(self) -> list[Any]:
@@ -258,7 +265,9 @@ class RowChunk:
 
     def finish(self) -> np.ndarray:
         """The rows in request order (the general path's if the layout changed)."""
-        return self._finish(self._fut.result())
+        while (got := self._landed.get()) is not None:
+            RK.put_rows(self._out, *got)  # releases the GIL: the loop receives the others
+        return self._out if self._fut.result() else self._fallback()
 
     @classmethod
     def start(
@@ -272,5 +281,10 @@ class RowChunk:
         """Start fetching ``rows`` (checked, unsorted); None: take the general path."""
         if m.sparse or m.layout.n_col_blocks != 1:
             return None
-        started = get_rows_async(b, name, m, rows, fallback)
-        return None if started is None else cls(*started)
+        landed: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        started = _start(b, name, m, rows, landed.put)
+        if started is None:
+            return None
+        fut, out = started
+        fut.add_done_callback(lambda _: landed.put(None))
+        return cls(fut, out, landed, fallback)

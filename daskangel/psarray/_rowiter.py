@@ -2,22 +2,26 @@
 
 The rows are requested in *chunks* of whole batches, at most
 ``daskangel.agent.pipeline-depth`` chunks in flight, and a chunk's batches are
-yielded as it arrives (Angel's Algorithm 2).  How large the chunks are adapts to
-the consumer (:class:`Pacer`):
+yielded as it arrives (Angel's Algorithm 2).  How the rows are cut follows the
+consumer, as earlier pulls of the same array and batch saw it (:class:`PaceBook`,
+kept on the agent):
 
-* **pull-bound** (the caller does little between batches): as few requests as
-  hold the rows (:func:`chunk_batches`), since every request costs a round trip
-  per server whatever its size and a lone small first request bought no overlap;
-* **compute-bound** (the caller's time between batches was at least
-  ``daskangel.agent.pipeline-compute-share`` of an earlier pull of the same
-  array and batch): chunks of ``daskangel.agent.pipeline-min-request-bytes``,
-  the next ones already in flight, so the transfer hides behind the compute;
-  whenever the caller comes back before the chunk it needs has landed, the
-  chunks that follow grow by ``daskangel.agent.pipeline-growth``.
+* a caller that only pulls (its time between batches below
+  ``daskangel.agent.pipeline-compute-share`` of a pull's), and any first pull:
+  as few requests as hold the rows (:func:`chunk_batches`), since every request
+  costs a round trip per server whatever its size;
+* a caller that computes: each way of pulling (few requests, or *pipelined*
+  chunks of ``daskangel.agent.pipeline-min-request-bytes``, the next ones in
+  flight while it computes, growing by ``daskangel.agent.pipeline-growth``
+  whenever it came back before its chunk had landed, :class:`Pacer`) is tried,
+  and the faster one for this caller is kept, the other tried again every
+  ``daskangel.agent.pipeline-probe-every``-th pull.  Whether hiding the transfer
+  behind the compute pays depends on the machine: on 2 cores shared with the
+  servers, the pull already keeps ~1.4 cores busy and the overlapped pull was
+  slower than one get and then the compute (``benchmarks/RESULTS.md``).
 
-What a pull learnt of its consumer is kept on the agent per ``(array, batch)``
-(:class:`PaceBook`).  This module reaches the agent only through the
-:class:`RowSource` protocol, so it imports neither the agent nor the handle.
+This module reaches the agent only through the :class:`RowSource` protocol, so
+it imports neither the agent nor the handle.
 
 Example
 -------
@@ -63,27 +67,62 @@ class Arrival(Protocol):
 
 
 class PaceBook:
-    """What earlier pulls learnt of their consumers: ``{(array, batch): share}``,
-    the share of a pull's time the caller spent between batches (a running mean
-    of the last pulls, halving the weight of older ones)."""
+    """What earlier pulls of ``(array, batch)`` learnt of their consumer: the share
+    of a pull's time the caller spent between batches, and for a caller that
+    computes, the seconds a row of a whole pull (its compute included) took in
+    each way of pulling (few large requests, or pipelined small chunks).  Running
+    means that halve the weight of older pulls."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._share: dict[tuple[str, int], float] = {}
+        # {(array, batch): [share, seconds a row in few requests, pipelined, pulls]}
+        self._seen: dict[tuple[str, int], list[Any]] = {}
 
     def share(self, name: str, batch: int) -> float | None:
         """The consumer's share of time, None before any pull of ``(name, batch)``."""
-        return self._share.get((name, batch))
+        got = self._seen.get((name, batch))
+        return None if got is None else float(got[0])
 
-    def record(self, name: str, batch: int, share: float) -> None:
+    def pipelined(self, name: str, batch: int, threshold: float, probe_every: int) -> bool:
+        """Whether the next pull of ``(name, batch)`` pipelines: its caller computes
+        (share >= ``threshold``) and pipelining was the faster way for it so far;
+        each way is tried once, and every ``probe_every``-th pull of a computing
+        caller (0: never) tries the other way again, as the machine's load changes."""
         with self._lock:
-            old = self._share.get((name, batch))
-            self._share[(name, batch)] = share if old is None else (old + share) / 2
+            got = self._seen.get((name, batch))
+            if got is None or got[0] < threshold:
+                return False
+            got[3] += 1
+            few, piped = got[1], got[2]
+            if piped is None or few is None:
+                return piped is None
+            best = bool(piped < few)
+            if probe_every > 0 and got[3] % probe_every == 0:
+                return not best
+            return best
+
+    def record(
+        self,
+        name: str,
+        batch: int,
+        share: float,
+        pipelined: bool | None = None,
+        seconds_a_row: float = 0.0,
+    ) -> None:
+        """Record a pull: its caller's ``share``, and (``pipelined`` not None) how
+        long a row took that way."""
+        with self._lock:
+            got = self._seen.setdefault((name, batch), [share, None, None, 0])
+            got[0] = (got[0] + share) / 2
+            if pipelined is not None:
+                old = got[2 if pipelined else 1]
+                new = seconds_a_row if old is None else (old + seconds_a_row) / 2
+                got[2 if pipelined else 1] = new
 
     def forget(self, names: set[str]) -> None:
         with self._lock:
-            for k in [k for k in self._share if k[0] in names]:
-                del self._share[k]
+            for k in [k for k in self._seen if k[0] in names]:
+                del self._seen[k]
 
 
 class RowSource(Protocol):
@@ -187,9 +226,12 @@ class RowIter(Iterator[tuple[np.ndarray, np.ndarray]]):
         self.agent, self.name, self.m, self.batch = agent, name, m, int(batch)
         self.job, self.floor, self.task, self.ordered = job, floor, task, ordered
         self.row_bytes = m.shape[1] * m.itemsize
-        share = agent.pace.share(name, self.batch)
-        pipelined = share is not None and share >= float(
-            config.get("daskangel.agent.pipeline-compute-share")
+        self.threshold = float(config.get("daskangel.agent.pipeline-compute-share"))
+        pipelined = agent.pace.pipelined(
+            name,
+            self.batch,
+            self.threshold,
+            int(config.get("daskangel.agent.pipeline-probe-every")),
         )
         self.pacer = Pacer(
             self.idx.shape[0],
@@ -258,7 +300,10 @@ class RowIter(Iterator[tuple[np.ndarray, np.ndarray]]):
             return None
         at = 0
         waited = not live[0][3].done()
-        if not self.ordered and waited:
+        if not self.ordered and waited and len(live) > 1:
+            # another chunk may land first (a lone chunk is waited for by its
+            # finish: one wake-up when it lands, not one for its future and then
+            # one for its last reply)
             ready = [i for i, x in enumerate(live) if x[3].done()]
             waited = not ready
             if waited:
@@ -310,7 +355,12 @@ class RowIter(Iterator[tuple[np.ndarray, np.ndarray]]):
         self._back = None
         took = now - self._t0
         if took > 0:
-            self.agent.pace.record(self.name, self.batch, self._away / took)
+            share = self._away / took
+            # how long this way took, for a caller that computes (a caller that
+            # only pulls always gets few requests)
+            way = self.pacer.pipelined if share >= self.threshold else None
+            n = self.idx.shape[0]
+            self.agent.pace.record(self.name, self.batch, share, way, took / n)
 
 
 def chunk_batches(n: int, batch: int, row_bytes: int, request_bytes: int) -> list[tuple[int, int]]:
