@@ -27,6 +27,7 @@ refreshes the layout, waits for recoveries and resends (a read is idempotent).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import queue
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -265,9 +266,11 @@ class RowChunk:
 
     def finish(self) -> np.ndarray:
         """The rows in request order (the general path's if the layout changed)."""
-        while (got := self._landed.get()) is not None:
+        while not isinstance(got := self._landed.get(), _Outcome):
             RK.put_rows(self._out, *got)  # releases the GIL: the loop receives the others
-        return self._out if self._fut.result() else self._fallback()
+        if got.error is not None:
+            raise got.error
+        return self._out if got.ok else self._fallback()
 
     @classmethod
     def start(
@@ -282,9 +285,16 @@ class RowChunk:
         if m.sparse or m.layout.n_col_blocks != 1:
             return None
         landed: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        started = _start(b, name, m, rows, landed.put)
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def put(got: Any) -> None:  # on the loop: large replies, then the outcome
+            landed.put(got)
+            if isinstance(got, _Outcome):
+                done.set_result(None)
+
+        started = _start(b, name, m, rows, put)
         if started is None:
             return None
-        fut, out = started
-        fut.add_done_callback(lambda _: landed.put(None))
-        return cls(fut, out, landed, fallback)
+        fn, args, out = started
+        b.loop.asyncio_loop.call_soon_threadsafe(_launch, fn(*args), put)
+        return cls(done, out, landed, fallback)
