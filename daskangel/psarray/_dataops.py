@@ -130,10 +130,11 @@ def _get_rows(
     """Whole rows of this server's dense blocks of a matrix cut only by rows, in
     one reply array (one frame): ``rows`` holds ``counts[k]`` local rows of
     ``blocks[k]`` after those of the blocks before it, each run in the caller's
-    order, gathered into a buffer of the server's ``reply_pool`` when large (see
-    :mod:`._rowget`, the caller's side)."""
+    order, gathered into a buffer of the server's ``reply_pool`` from
+    ``daskangel.server.reply-pool-min-bytes`` on (see :mod:`._rowget`, the
+    caller's side)."""
     rows = as_index(rows)
-    if rows is None or len(blocks) != len(counts) or sum(counts) != rows.shape[0]:
+    if rows is None or not blocks or len(blocks) != len(counts) or sum(counts) != rows.shape[0]:
         raise InvalidArgumentError(
             f"get_rows: expected rows in runs of counts {str(counts)[:80]} (one per block "
             f"of {str(blocks)[:80]}), got {None if rows is None else rows.shape[0]} rows"
@@ -147,7 +148,7 @@ def _get_rows(
     d0 = held[0].data
     shape = (rows.shape[0], d0.shape[1])
     if rows.shape[0] * d0.shape[1] * d0.itemsize >= config.get_bytes(
-        "daskangel.client.direct-read-bytes"
+        "daskangel.server.reply-pool-min-bytes"
     ):
         out = pooled(server.reply_pool, shape, d0.dtype)
     else:
