@@ -40,11 +40,10 @@ import math
 import numpy as np
 from numba import njit
 
-from ...psarray._scatter import _prefetch
-from ._ahead import prefetch_rows
-from ._kernels import AHEAD_ROWS, LOGISTIC, SOFTMAX, _dloss, _row_d, _row_margin
+from ._adagrad16 import adagrad_ws
+from ._kernels import LOGISTIC, SOFTMAX, _row_d, _row_margin
 
-__all__ = ["LOGISTIC", "adagrad_packed", "adagrad_sgd"]
+__all__ = ["LOGISTIC", "adagrad_sgd"]
 
 
 def adagrad_sgd(  # type: ignore[no-untyped-def]
@@ -60,146 +59,20 @@ def adagrad_sgd(  # type: ignore[no-untyped-def]
     gradient ``g`` to ``G`` as ``g**2`` and moves the weight by
     ``-eta g / sqrt(G)``.  Returns the loss sum.
 
-    One output and one row a step (the CTR case) run :func:`_adagrad1` on a
-    packed workspace; a Python dispatch, so a fit compiles the kernel it runs.
+    One output and one row a step (the CTR case) run :func:`._adagrad16.adagrad_ws`
+    on a 16-byte-a-key workspace (float32 weights during the pass: see its warning);
+    a Python dispatch, so a fit compiles the kernel it runs.
     """
     if batch == 1 and W.shape[1] == 1 and kind != SOFTMAX:
-        n = W.shape[0]
-        ws = np.empty((n, 4))
-        ws[:, 0] = W[:, 0]
-        ws[:, 1] = G[:, 0]
-        loss = _adagrad1(
-            indptr, indices, data, y, order, ws, keys, kind, eps, has_bias, eta, alpha, l1
+        ws = np.empty((W.shape[0], 2))
+        slots = np.arange(W.shape[0])
+        return adagrad_ws(
+            indptr, indices, data, y, order, ws, slots, W, G, kind, eps, has_bias, eta, alpha, l1
         )
-        W[:, 0] = ws[:, 0]
-        G[:, 0] = ws[:, 1]
-        return float(loss)
     loss = _adagrad_batch(
         indptr, indices, data, y, order, W, G, keys, kind, eps, has_bias, eta, alpha, l1, batch
     )
     return float(loss)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _log_keep(x):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """``log(1 - min(x, 0.5))`` for ``x >= 0``: near 0 (the common case: ``x`` is a
-    step times ``alpha``) by its series to ``x**3``, error below 3e-13."""
-    if x < 1e-3:
-        return -x * (1.0 + x * (0.5 + x * (1.0 / 3.0)))
-    return math.log1p(-min(x, 0.5))
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _decay_of(g, eta, alpha):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """``log(1 - step * alpha)`` of a weight whose squared-gradient sum is ``g``."""
-    r = eta / math.sqrt(g) if g > 0.0 else eta
-    return _log_keep(r * alpha)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _decay(x):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """``exp(x)`` for ``x <= 0``; for ``x > -0.01`` (most touches of a Zipf set: a
-    key's gap times its step times ``alpha``) by its series to ``x**5``, relative
-    error below 2e-15 (the series from ``-1e-4`` only left the mid-frequency keys
-    on ``exp``: ~5 % of the kernel's time)."""
-    if x > -1e-2:
-        return 1.0 + x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0)))))
-    return math.exp(x)
-
-
-def adagrad_packed(  # type: ignore[no-untyped-def]
-    indptr, indices, data, y, order, ws, keys, kind, eps, has_bias, eta, alpha, l1
-):
-    """One output, one row a step, on a packed ``(n, 4)`` workspace ``ws`` whose
-    columns 0 and 1 hold the weights and their sums (columns 2, 3: scratch of the
-    rows in ``keys`` and the intercept's, the last): :func:`_adagrad1`, for the
-    in-place path (:mod:`._inplace`, global column indices)."""
-    return _adagrad1(indptr, indices, data, y, order, ws, keys, kind, eps, has_bias, eta, alpha, l1)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _shrink(w, c):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """``w`` moved ``c >= 0`` towards zero, stopping there (L1's proximal step)."""
-    return w - c if w > c else (w + c if w < -c else 0.0)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _lazy(w, gap, rate, g, eta, alpha, l1):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """Weight ``w`` after ``gap`` skipped steps: L2 decay at its log-rate ``rate``
-    and L1 shrinkage at its adaptive step (its gradient sum ``g``)."""
-    if alpha > 0.0:
-        w *= _decay(gap * rate)
-    if l1 > 0.0:
-        w = _shrink(w, (eta / math.sqrt(g) if g > 0.0 else eta) * l1 * gap)
-    return w
-
-
-# FMA contraction only (no reassociation, no finite-math assumptions: a NaN still
-# shows as one): 9 % off the kernel (two concurrent tasks, 450,000 Zipf rows each)
-@njit(nogil=True, cache=True, fastmath={"contract"})
-def _adagrad1(  # type: ignore[no-untyped-def]  # pragma: no cover
-    indptr, indices, data, y, order, ws, keys, kind, eps, has_bias, eta, alpha, l1
-):
-    """:func:`adagrad_sgd` for one output and one row a step on ``ws`` ``(n, 4)``:
-    weight, squared-gradient sum, log of its per-step L2 decay, last step seen
-    (side by side: a key's catch-up, margin and update touch one cache line).
-
-    One compiled body, every helper inlined and the regularisation's branches on
-    loop constants (the earlier calls per touched key into a catch-up helper that
-    re-tested the gap and the weight cost ~30 % of the kernel)."""
-    nk = ws.shape[0]
-    lazy = alpha > 0.0 or l1 > 0.0
-    for u in range(keys.shape[0]):
-        j = keys[u]
-        ws[j, 2] = _decay_of(ws[j, 1], eta, alpha) if alpha > 0.0 else 0.0
-        ws[j, 3] = 0.0
-    b = ws[nk - 1, 0] if has_bias else 0.0
-    gb = ws[nk - 1, 1] if has_bias else 0.0
-    loss = 0.0
-    n_rows = order.shape[0]
-    for t in range(n_rows):
-        prefetch_rows(indptr, indices, data, order, t)  # the CSR lines of rows further ahead
-        if t + AHEAD_ROWS < n_rows:  # ask for the lines of a row ahead (a hint, never a fault)
-            ra = order[t + AHEAD_ROWS]
-            for q in range(indptr[ra], indptr[ra + 1]):
-                _prefetch(ws, indices[q], 0)  # type: ignore[call-arg]
-        row = order[t]
-        lo, hi = indptr[row], indptr[row + 1]
-        acc = b
-        tf = float(t)
-        for q in range(lo, hi):
-            j = indices[q]
-            w = ws[j, 0]
-            if lazy:  # the decay and shrinkage of the steps since its last touch
-                w = _lazy(w, tf - ws[j, 3], ws[j, 2], ws[j, 1], eta, alpha, l1)
-                ws[j, 0] = w
-                ws[j, 3] = tf
-            acc += w * data[q]
-        lv, d = _dloss(kind, acc, y[row], eps)
-        loss += lv
-        if d != 0.0:
-            for q in range(lo, hi):
-                j = indices[q]
-                g = d * data[q]
-                if g != 0.0:
-                    s = ws[j, 1] + g * g
-                    ws[j, 1] = s
-                    r = eta / math.sqrt(s)  # this key's step from now on
-                    ws[j, 0] -= r * g
-                    if alpha > 0.0:
-                        ws[j, 2] = _log_keep(r * alpha)
-            if has_bias:
-                gb += d * d
-                b -= eta * d / math.sqrt(gb)
-    n = float(n_rows)
-    if lazy:
-        for u in range(keys.shape[0]):
-            j = keys[u]
-            ws[j, 0] = _lazy(ws[j, 0], n - ws[j, 3], ws[j, 2], ws[j, 1], eta, alpha, l1)
-    if has_bias:
-        ws[nk - 1, 0] = b
-        ws[nk - 1, 1] = gb
-    return loss
 
 
 @njit(nogil=True, cache=True)

@@ -13,7 +13,9 @@ partition's stored rows where they are:
 * its local model is a ``(n_features + 1, 2)`` float64 workspace: a weight
   and its running sum for the tail average side by side, so an update touches
   one cache line (1.3x faster than two arrays on a 10 M-feature model), with
-  the intercept in the last row;
+  the intercept in the last row; with ``adaptive`` the same 16 bytes hold a
+  weight's squared-gradient sum, and its float32 weight and last step
+  (:mod:`._adagrad16`);
 * an epoch visits the training rows as blocks of ``daskangel.models.in-place-block``
   adjacent stored rows in a seeded random order, ``daskangel.models.in-place-streams``
   blocks at a time with their rows interleaved, so consecutive rows come from
@@ -55,7 +57,7 @@ from ...errors import InvalidArgumentError
 from .._core._cache import PREPARED
 from .._core._order import epoch_order, split_ids
 from .._core._prep import used_keys
-from ._adaptive import adagrad_packed
+from ._adagrad16 import adagrad_ws
 from ._kernels import SOFTMAX, eval_rows, max_row_sq
 from ._local_sgd import sgd_pairs
 from ._task import Plan, labels_for, split_args, split_key
@@ -77,7 +79,7 @@ class InPlaceData:
     has_bias: bool
     pos: None = None  # slots are keys (see TaskData.pos)
     work: np.ndarray | None = None  # (n_features + 1, 2): weight, running sum
-    work4: np.ndarray | None = None  # adaptive: (n_features + 1, 4), see _adaptive._adagrad1
+    work16: np.ndarray | None = None  # adaptive: (n_features + 1, 2), see _adagrad16
 
     @property
     def n_train(self) -> int:
@@ -119,34 +121,29 @@ class InPlaceData:
         W[:, 0] = vp[self.keys, 0]
         return float(loss)
 
-    def _work4(self) -> np.ndarray:
-        if self.work4 is None:
-            self.work4 = np.empty((self.rows.n_features + 1, 4))
-        return self.work4
+    def _work16(self) -> np.ndarray:
+        if self.work16 is None:
+            self.work16 = np.empty((self.rows.n_features + 1, 2))
+        return self.work16
 
     def local_adagrad(
         self, rows: np.ndarray, W: np.ndarray, G: np.ndarray, plan: Plan, eta: float
     ) -> float:
         """:meth:`local_sgd` with per-feature adaptive steps (``adaptive=True``), from and
         into ``W`` and its squared-gradient sums ``G``; returns the loss sum."""
-        ws = self._work4()
-        _put(ws, self.keys, W, G)
         r = self.rows
-        nk = self.keys.shape[0] - (1 if self.has_bias else 0)
-        loss = adagrad_packed(
-            r.indptr, r.indices, r.data, self.y, rows, ws, self.keys[:nk], plan.kind,
-            plan.eps, self.has_bias, eta, plan.alpha, plan.l1,
+        return adagrad_ws(  # type: ignore[no-any-return]
+            r.indptr, r.indices, r.data, self.y, rows, self._work16(), self.keys, W, G,
+            plan.kind, plan.eps, self.has_bias, eta, plan.alpha, plan.l1,
         )  # fmt: skip
-        _take(ws, self.keys, W, G)
-        return float(loss)
 
     def evaluate(self, W: np.ndarray, plan: Plan) -> tuple[np.ndarray, np.ndarray] | None:
         """Validation sums of the model ``W`` (weights of :attr:`keys`); None if no rows."""
         if self.val_ids.shape[0] == 0:
             return None
-        if plan.adaptive:  # the weights into the AdaGrad workspace (its column 0): one
-            vp = self._work4()  # (n_features + 1)-row workspace a task, not two
-            _put(vp, self.keys, W, _NO_SUMS)
+        if plan.adaptive:  # the float64 weights into the AdaGrad workspace's column 0 (its
+            vp = self._work16()  # sums', free until the pass): one workspace a task, not two
+            _put(vp, self.keys, W)
         else:
             vp = self._load(W)
         r = self.rows
@@ -156,28 +153,12 @@ class InPlaceData:
         )  # fmt: skip
 
 
-_NO_SUMS = np.zeros((0, 1))  # _put without sums
-
-
 @njit(nogil=True, cache=True)
-def _put(ws, keys, W, G):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """``ws[keys[i], 0] = W[i, 0]`` and, unless ``G`` is empty, ``ws[keys[i], 1] = G[i, 0]``
-    (one compiled pass: numpy's fancy indexing cost ~5 % of a worker's CPU in a fit)."""
-    both = G.shape[0] > 0
+def _put(ws, keys, W):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """``ws[keys[i], 0] = W[i, 0]`` (one compiled pass: numpy's fancy indexing cost ~5 %
+    of a worker's CPU in a fit)."""
     for i in range(keys.shape[0]):
-        j = keys[i]
-        ws[j, 0] = W[i, 0]
-        if both:
-            ws[j, 1] = G[i, 0]
-
-
-@njit(nogil=True, cache=True)
-def _take(ws, keys, W, G):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """The inverse of :func:`_put`: ``W[i, 0] = ws[keys[i], 0]``, ``G[i, 0] = ws[keys[i], 1]``."""
-    for i in range(keys.shape[0]):
-        j = keys[i]
-        W[i, 0] = ws[j, 0]
-        G[i, 0] = ws[j, 1]
+        ws[keys[i], 0] = W[i, 0]
 
 
 def in_place_rows(
@@ -219,7 +200,7 @@ def prepare_in_place(part: Any, plan: Plan) -> InPlaceData | None:
     )
     y = labels_for(d.rows.labels, plan)
     return replace(
-        d, y=y, block=plan.in_place_block, streams=plan.in_place_streams, work=None, work4=None
+        d, y=y, block=plan.in_place_block, streams=plan.in_place_streams, work=None, work16=None
     )
 
 
@@ -236,7 +217,7 @@ def _applies(part: Any, plan: Plan) -> bool:
 def in_place_order(n_features: int, per_feature: int = 16) -> tuple[int, int]:
     """``(block, streams)`` for :class:`Plan` from the driver's config: how an epoch
     visits stored rows (:func:`.._core._order.epoch_order`); block 0 when the in-place path
-    is off or its workspace (``per_feature`` bytes a feature: 48 with ``adaptive``) too big."""
+    is off or its workspace (``per_feature`` bytes a feature, adaptive or not) too big."""
     out = []
     for name in ("in-place-block", "in-place-streams"):
         key = f"daskangel.models.{name}"

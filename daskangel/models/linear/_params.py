@@ -163,7 +163,7 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
         accum=str(self._arrays.get("accum") or ""),
     )
     if solver == "ma-sgd":
-        block, streams = in_place_order(n_features, 48 if plan.adaptive else 16)
+        block, streams = in_place_order(n_features)  # (16 bytes a feature, adaptive or not)
         plan = _replace(
             plan,
             in_place_block=block,
