@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ..errors import InvalidArgumentError, PSIndexError, ShapeMismatchError
+from ..errors import PSIndexError, ShapeMismatchError
 from . import _kernels as K
 from ._initspec import InitSpec
 from ._packed import PACK_SHIFT, unpack_reduce
@@ -144,30 +144,8 @@ class DenseBlock:
     def check_csr(
         self, rows: np.ndarray, lens: np.ndarray, cols: np.ndarray, values: np.ndarray
     ) -> None:
-        """Check compressed rows: integer local rows, entries per row adding up to
-        the values, columns in range, values of the block's dtype or of a narrower
-        integer type that casts to it safely (a narrowed wire: the kernel widens)."""
-        for name, a in (("csr_rows", rows), ("csr_len", lens), ("csr_cols", cols)):
-            if a.dtype.kind not in "iu":
-                raise InvalidArgumentError(f"{name}: expected integers, got dtype {a.dtype}")
-        vt, dt = values.dtype, self.data.dtype
-        if vt != dt and not (vt.kind in "iu" and np.can_cast(vt, dt, "safe")):
-            raise InvalidArgumentError(
-                f"values: expected dtype {dt} or a narrower integer type that casts to it "
-                f"safely, got {vt}"
-            )
-        n = values.shape[0]
-        if rows.shape != lens.shape or (lens.shape[0] and int(lens.min()) < 0):
-            raise ShapeMismatchError(
-                f"csr_len: expected one count >= 0 per row of csr_rows ({rows.shape[0]}), "
-                f"got {lens.shape[0]}"
-            )
-        if int(lens.sum()) != n or cols.shape[0] != n:
-            raise ShapeMismatchError(
-                f"csr_cols: expected {int(lens.sum())} columns and values, got "
-                f"{cols.shape[0]} and {n}"
-            )
-        self.check(rows, cols)
+        """Check compressed rows before writing any (:func:`._scatter.check_csr`)."""
+        K.check_csr(self.data.shape, self.data.dtype, rows, lens, cols, values)
 
     def update_csr(
         self, rows: np.ndarray, lens: np.ndarray, cols: np.ndarray, values: np.ndarray, add: bool

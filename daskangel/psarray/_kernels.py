@@ -22,12 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from ._scatter import scatter_coo, scatter_csr  # the sparse writes, with prefetching
+from ._scatter import check_csr, scatter_coo, scatter_csr  # sparse writes, prefetching
 
 __all__ = [
     "add_into",
     "counting_group",
     "all_finite",
+    "check_csr",
     "gallop_find",
     "group_by_bounds",
     "hash_random",

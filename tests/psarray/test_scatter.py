@@ -1,6 +1,7 @@
 """The prefetching scatter kernels (``psarray/_scatter.py``) against NumPy: any mix
 of row lengths (empty rows, rows shorter and longer than the prefetch distance),
-duplicate entries, adds and sets, and the dtypes blocks hold."""
+duplicate entries, adds and sets, and the dtypes blocks hold; the servers' compiled
+checks of compressed rows against the numpy checks they replaced."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskangel.psarray._scatter import AHEAD, scatter_coo, scatter_csr
+from daskangel.errors import InvalidArgumentError, PSIndexError, ShapeMismatchError
+from daskangel.psarray._scatter import AHEAD, check_csr, csr_extents, scatter_coo, scatter_csr
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,3 +68,62 @@ def test_scatter_coo_matches_numpy(
             want[r, c] = v
     scatter_coo(block, rows, cols, vals, add)
     np.testing.assert_array_equal(block, want)
+
+
+def _reference_check(  # type: ignore[no-untyped-def]
+    shape: tuple[int, int], dtype: np.dtype, rows, lens, cols, values
+) -> type | None:
+    """The checks as numpy reductions (what the server did before one compiled pass)."""
+    if any(a.dtype.kind not in "iu" for a in (rows, lens, cols)):
+        return InvalidArgumentError
+    if values.dtype != dtype and not (
+        values.dtype.kind in "iu" and np.can_cast(values.dtype, dtype, "safe")
+    ):
+        return InvalidArgumentError
+    if rows.shape != lens.shape or (lens.shape[0] and int(lens.min()) < 0):
+        return ShapeMismatchError
+    if int(lens.astype(np.int64).sum()) != values.shape[0] or cols.shape[0] != values.shape[0]:
+        return ShapeMismatchError
+    for a, extent in ((rows, shape[0]), (cols, shape[1])):
+        if a.shape[0] and (int(a.min()) < 0 or int(a.max()) >= extent):
+            return PSIndexError
+    return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(-2, 6), max_size=8),
+    st.lists(st.integers(-1, 4), max_size=8),
+    st.lists(st.integers(-2, 7), max_size=20),
+    st.integers(0, 20),
+    st.sampled_from(["int8", "uint16", "int32", "int64", "float32", "uint32"]),
+    st.sampled_from(["int32", "float32"]),
+    st.sampled_from(["int32", "uint16", "float64"]),
+)
+def test_check_csr_matches_the_numpy_checks(
+    rows: list[int],
+    lens: list[int],
+    cols: list[int],
+    n_values: int,
+    vtype: str,
+    btype: str,
+    itype: str,
+) -> None:
+    """The compiled extents refuse exactly what the numpy reductions refused, with
+    the same error class, for any index dtype (narrowed ones too) and empty parts."""
+    shape = (5, 6)
+    as_idx = {"int32": np.int32, "uint16": np.uint16, "float64": np.float64}[itype]
+    r = np.array([x % 65536 if itype == "uint16" else x for x in rows]).astype(as_idx)
+    ln = np.array(lens, np.int32)
+    c = np.array(cols, np.int32)
+    v = np.ones(n_values, vtype)
+    want = _reference_check(shape, np.dtype(btype), r, ln, c, v)
+    if want is None:
+        check_csr(shape, np.dtype(btype), r, ln, c, v)
+    else:
+        with pytest.raises(want):
+            check_csr(shape, np.dtype(btype), r, ln, c, v)
+    lo_hi = csr_extents(ln, ln, c)
+    if ln.shape[0] and c.shape[0]:
+        assert lo_hi[:4] == (ln.min(), ln.max(), ln.min(), ln.sum())
+        assert lo_hi[4:] == (c.min(), c.max())
