@@ -227,8 +227,11 @@ class PSAgent(CachedFetches, KeySetPulls):
         """Pipelined pull of matrix rows: yield ``(row ids, values)`` batches.
 
         Requests chunks of batches ahead of the consumer and yields a chunk's
-        batches as it arrives (``ordered=True``: in request order); every
-        requested row is yielded exactly once per occurrence in ``rows``.  The
+        batches as it arrives; every requested row is yielded exactly once per
+        occurrence in ``rows``, with its id.  ``ordered=True``: batches of
+        consecutive ``rows`` in request order; else a batch may hold any of the
+        rows (a chunk's large replies are cut as they landed, not put in request
+        order first).  The
         chunks' sizes adapt to the consumer (:mod:`._rowiter`): few large
         requests while it only pulls, small ones kept ahead while it computes.
         """

@@ -233,8 +233,9 @@ class PSArray:
         """Pipelined pull of rows: yield ``(row ids, values)`` batches as they arrive.
 
         Requests for many batches go out up front, so work on one batch overlaps
-        pulling the next (Angel's pipelined pulling).  ``ordered=True`` yields the
-        batches in request order.  Pulls go through this process's agent, so
+        pulling the next (Angel's pipelined pulling).  ``ordered=True`` yields
+        batches of consecutive ``rows`` in request order; otherwise a batch may
+        group any of the rows (each once, with its id), as the replies landed.  Pulls go through this process's agent, so
         concurrent pulls of the same rows by several threads are sent once.
         """
         return self._agent().get_iter(self.name, rows, batch, ordered=ordered)  # type: ignore[no-any-return]

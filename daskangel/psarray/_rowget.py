@@ -272,6 +272,18 @@ class RowChunk:
             raise got.error
         return self._out if got.ok else self._fallback()
 
+    def finish_parts(self) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+        """``(result, parts)`` without putting the large replies in request order:
+        ``parts`` are ``[(their positions among the rows, their rows)]`` as they
+        landed (views of the scratch buffer), ``result`` holds the other rows in
+        place (all of them, ``parts`` empty, if the general path answered)."""
+        parts = []
+        while not isinstance(got := self._landed.get(), _Outcome):
+            parts.append(got)
+        if got.error is not None:
+            raise got.error
+        return (self._out, parts) if got.ok else (self._fallback(), [])
+
     @classmethod
     def start(
         cls,

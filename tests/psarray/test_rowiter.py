@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import daskangel as angel
 from daskangel.psarray._agent import agent_of
-from daskangel.psarray._rowiter import PaceBook, Pacer, RowIter, chunk_batches
+from daskangel.psarray._rowiter import RowIter
+from daskangel.psarray._rowpace import PaceBook, Pacer, chunk_batches
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -151,6 +152,30 @@ def test_every_row_once_in_either_pace(ps: angel.PSContext, pipelined: bool) -> 
                     for rb, vals in got:
                         assert vals.dtype == np.dtype(dtype) and vals.shape == (rb.shape[0], 12)
                         np.testing.assert_array_equal(vals, ref[rb])
+
+
+def test_unordered_batches_come_as_the_replies_landed(ps: angel.PSContext) -> None:
+    """Without ``ordered``, a chunk's large replies are cut into batches as they
+    landed (no scatter into request order): every row once, duplicates too, each
+    batch's values those of its row ids; ``ordered=True`` keeps request order."""
+    ref = _matrix(ps, "landed", (300, 16), "float32")
+    a = ps.get_array("landed")
+    rows = np.concatenate([np.random.default_rng(5).permutation(300), [5, 5, 299]])
+    large = {  # every reply handed to the caller's thread, read into scratch
+        "daskangel.client.loop-scatter-bytes": 1,
+        "daskangel.client.direct-read-bytes": 1,
+        SHARE: 2.0,
+    }
+    with dask.config.set(large):
+        got = list(a.get_iter(rows, batch=32))
+        kept = list(a.get_iter(rows, batch=32, ordered=True))
+    ids = np.concatenate([r for r, _ in got])
+    assert sorted(ids.tolist()) == sorted(rows.tolist())
+    assert not np.array_equal(ids, rows)  # the servers' order, not the request's
+    assert max(r.shape[0] for r, _ in got) <= 32
+    for rb, vals in got + kept:
+        np.testing.assert_array_equal(vals, ref[rb])
+    np.testing.assert_array_equal(np.concatenate([r for r, _ in kept]), rows)
 
 
 def _slow(a: Any, it: RowIter) -> list[np.ndarray]:
