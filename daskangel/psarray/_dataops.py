@@ -131,7 +131,7 @@ def _get_rows(
     one reply array (one frame): ``rows`` holds ``counts[k]`` local rows of
     ``blocks[k]`` after those of the blocks before it, each run in the caller's
     order, gathered into a buffer of the server's ``reply_pool`` from
-    ``daskangel.server.reply-pool-min-bytes`` on (see :mod:`._rowget`, the
+    ``daskangel.server.reply-frame-bytes`` on (see :mod:`._rowget`, the
     caller's side)."""
     rows = as_index(rows)
     if rows is None or not blocks or len(blocks) != len(counts) or sum(counts) != rows.shape[0]:
@@ -148,7 +148,7 @@ def _get_rows(
     d0 = held[0].data
     shape = (rows.shape[0], d0.shape[1])
     if rows.shape[0] * d0.shape[1] * d0.itemsize >= config.get_bytes(
-        "daskangel.server.reply-pool-min-bytes"
+        "daskangel.server.reply-frame-bytes"
     ):
         out = pooled(server.reply_pool, shape, d0.dtype)
     else:

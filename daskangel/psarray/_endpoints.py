@@ -191,7 +191,10 @@ class PSWorkerPlugin(WorkerPlugin):
         (:mod:`._rowget`; ``rows``: int32 bytes or an array).  An idle server
         answers it at once on the event loop, without the general handler's
         unwrapping, wrapping and payload walks (a third of a small get's time on
-        the 2-core benchmark VM); otherwise it queues like any op."""
+        the 2-core benchmark VM); otherwise it queues like any op.  A reply under
+        ``daskangel.server.reply-frame-bytes`` is the rows' bytes, sent inside the
+        message (no numpy serialisation); a larger one an array, a frame of its
+        own."""
         if comm is not None:
             comm.allow_offload = False
         srv = self.server(int(server))
@@ -209,6 +212,8 @@ class PSWorkerPlugin(WorkerPlugin):
         st = srv.op_stats["get_rows"]
         st[3] += rows.nbytes
         st[4] += out.nbytes
+        if out.nbytes < config.get_bytes("daskangel.server.reply-frame-bytes"):
+            return out.data  # plain bytes in the message (the caller knows the dtype)
         return to_serialize(out)
 
     async def call_local(self, op: str, server: int, cost: int = 0, **kwargs: Any) -> Any:

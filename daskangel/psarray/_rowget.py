@@ -52,19 +52,29 @@ Handoff = Callable[[tuple[np.ndarray, np.ndarray] | None], None]
 
 
 def _small_calls(
-    sp: RowSpec, name: str, m: ArrayMeta, plan: RowPlan, scratch: np.ndarray | None, direct: int
-) -> list[tuple[str, str, dict[str, Any], list[int], list[np.ndarray | None]]]:
+    sp: RowSpec, name: str, m: ArrayMeta, plan: RowPlan, scratch: np.ndarray | None,
+    direct: int, into_at: int,
+) -> list[tuple[str, str, dict[str, Any], list[int], list[np.ndarray | None]]]:  # fmt: skip
     """A small get's lean requests, made in the caller's thread (replies of at
-    least ``direct`` bytes are read into ``scratch``)."""
+    least ``into_at`` bytes are read into ``scratch``)."""
     calls: list[tuple[str, str, dict[str, Any], list[int], list[np.ndarray | None]]] = []
     for s, blocks, counts, (start, stop) in plan.requests:
         nbytes = (stop - start) * sp.row_bytes
         msg = lean_msg(m, name, s, blocks, counts, plan.local[start:stop], nbytes, direct)
-        if scratch is not None and nbytes >= direct:
+        if scratch is not None and nbytes >= into_at:
             calls.append((s.address, "daskangel_rows", msg, [nbytes], [scratch[start:stop]]))
         else:
             calls.append((s.address, "daskangel_rows", msg, [], []))
     return calls
+
+
+def _part(got: Any, m: ArrayMeta, n: int) -> np.ndarray:
+    """A reply's ``n`` rows: an array, or their bytes (a reply under
+    ``daskangel.server.reply-frame-bytes`` travels inside the message)."""
+    got = raise_if_error(got)
+    if isinstance(got, (bytes, bytearray, memoryview)):
+        got = np.frombuffer(got, m.dtype)
+    return got.reshape(n, m.shape[1])  # type: ignore[no-any-return]
 
 
 def _ok(results: list[Any]) -> bool:
@@ -84,14 +94,12 @@ async def _fetch_small(
     other processes' servers: write every request, then read the replies in turn
     and put their rows in request order, in one coroutine
     (:func:`~daskangel._recv.send_all_recv_into`)."""
-    width = m.shape[1]
 
     async def go() -> None:
         pool = b._pool or await b.pool()
         replies = await send_all_recv_into(pool, calls)
         for (_, _, _, (start, stop)), got in zip(plan.requests, replies, strict=True):
-            part = raise_if_error(got).reshape(stop - start, width)
-            RK.put_rows(out, plan.order[start:stop], part)
+            RK.put_rows(out, plan.order[start:stop], _part(got, m, stop - start))
 
     return _ok(await b._watched(name, m, [r[0] for r in plan.requests], [go()]))
 
@@ -126,15 +134,14 @@ async def _fetch(
         if lean and s.address != here:
             pool = b._pool or await b.pool()
             msg = lean_msg(m, name, s, blocks, counts, rows, nbytes, direct)
-            got = await send_recv_into(pool, s.address, "daskangel_rows", msg, *into)
-            part = raise_if_error(got)
+            part = await send_recv_into(pool, s.address, "daskangel_rows", msg, *into)
         else:  # this worker's own server (no comm), or the actors transport
             part = await b.call(
                 s, "get_rows", nbytes, m.transport, into if into[0] else None,
                 array=name, rows=rows, blocks=blocks, counts=counts,
                 **({"uid": m.uid} if m.uid else {}),
             )  # fmt: skip
-        part = part.reshape(stop - start, width)
+        part = _part(part, m, stop - start)
         if nbytes <= on_loop:
             RK.put_rows(out, plan.order[start:stop], part)
         else:
@@ -158,14 +165,16 @@ def _start(
     full = (n, sp.width)
     out = b.result(full, m.dtype)  # a reused buffer once the caller drops it
     direct = config.get_bytes("daskangel.client.direct-read-bytes")
+    # replies under reply-frame-bytes come as bytes inside the message: nothing to
+    # read into place; larger ones land in a scratch buffer (only scattered from)
+    into_at = max(direct, config.get_bytes("daskangel.server.reply-frame-bytes"))
     biggest = max(r[3][1] - r[3][0] for r in plan.requests) * sp.row_bytes
-    # replies land in a scratch buffer: they are only scattered from
-    scratch = b.scratch(full, m.dtype) if biggest >= direct else None
+    scratch = b.scratch(full, m.dtype) if biggest >= into_at else None
     if sp.small and biggest <= min(
         config.get_bytes("daskangel.client.batched-reply-bytes"),
         config.get_bytes("daskangel.client.loop-scatter-bytes"),
     ):
-        calls = _small_calls(sp, name, m, plan, scratch, direct)
+        calls = _small_calls(sp, name, m, plan, scratch, direct, into_at)
         return _fetch_small, (b, name, m, plan, out, calls), out
     return _fetch, (b, name, m, plan, out, scratch, handoff), out
 

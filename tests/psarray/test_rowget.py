@@ -281,12 +281,12 @@ def test_server_get_rows_checks_its_request() -> None:
         s.dispatch("get_rows", array="w", rows=[1], blocks=[1], counts=[1])
     with pytest.raises(InvalidArgumentError):
         s.dispatch("get_rows", array="w", rows=np.array([], np.int32), blocks=[], counts=[])
-    # replies from reply-pool-min-bytes on are gathered into the reply pool, smaller
+    # replies from reply-frame-bytes on are gathered into the reply pool, smaller
     # ones into new arrays; the rows are the same either way
     s.reply_pool = ReceivePool(1 << 20)
     rows = np.array([3, 0, 0, 1], np.int32)
     for limit, in_pool in (("48B", True), ("49B", False)):
-        with dask.config.set({"daskangel.server.reply-pool-min-bytes": limit}):
+        with dask.config.set({"daskangel.server.reply-frame-bytes": limit}):
             got = s.dispatch("get_rows", array="w", rows=rows, blocks=[0, 2], counts=[2, 2])
         np.testing.assert_array_equal(got[:, 0], [9, 0, 100, 103])
         assert any(got.base is b for b in s.reply_pool._bufs) is in_pool
