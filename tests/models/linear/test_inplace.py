@@ -169,3 +169,21 @@ def test_bad_in_place_block_config_is_refused_with_its_key(client: Client) -> No
         ):
             clf.fit(X, y)
         assert not getattr(clf, "_arrays", None)
+
+
+def test_adaptive_fit_takes_the_in_place_path_at_16_bytes_a_feature(client: Client) -> None:
+    """AdaGrad's in-place workspace is 16 bytes a feature (``_adagrad16``): a budget of
+    exactly ``(n_features + 1) * 16`` bytes keeps an adaptive fit on the stored rows,
+    one byte less sends it to the prepared path."""
+    X, y, w = planted(n=600, d=20)
+    need = (X.shape[1] + 1) * 16
+    for budget, expected in ((need - 1, "TaskData"), (need, "InPlaceData")):
+        ds = angel.data.from_array(X, y).persist(n_partitions=2)
+        before = [k for v in client.run(_cached_kinds).values() for k in v]
+        with dask.config.set({"daskangel.models.in-place-workspace": budget}):
+            clf = models.LogisticRegression(max_iter=2, random_state=0).fit(ds)
+        after = [k for v in client.run(_cached_kinds).values() for k in v]
+        assert after.count(expected) > before.count(expected), (budget, before, after)
+        assert clf.adaptive == "auto" and float(np.corrcoef(clf.coef_.ravel(), w)[0, 1]) > 0.9
+        clf.close()
+        ds.release()
