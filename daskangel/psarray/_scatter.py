@@ -117,29 +117,30 @@ def scatter_coo(block, rows, cols, values, add):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
+def _extent(a):  # type: ignore[no-untyped-def]
+    """``(min, max)`` of ``a`` as int64 (``(0, -1)`` when empty)."""
+    lo, hi = np.int64(0), np.int64(-1)
+    for i in range(a.shape[0]):
+        v = np.int64(a[i])
+        if i == 0 or v < lo:
+            lo = v
+        if i == 0 or v > hi:
+            hi = v
+    return lo, hi
+
+
+@njit(nogil=True, cache=True)
 def csr_extents(rows, lens, cols):  # type: ignore[no-untyped-def]
     """``(rows min, rows max, lens min, lens sum, cols min, cols max)`` of compressed
     rows in one call (as int64; an empty array's extent is ``(0, -1)``, its sum 0)."""
-    r_lo, r_hi = np.int64(0), np.int64(-1)
-    for i in range(rows.shape[0]):
-        v = np.int64(rows[i])
-        if i == 0 or v < r_lo:
-            r_lo = v
-        if i == 0 or v > r_hi:
-            r_hi = v
+    r_lo, r_hi = _extent(rows)
     l_lo, total = np.int64(0), np.int64(0)
     for i in range(lens.shape[0]):
         v = np.int64(lens[i])
         if i == 0 or v < l_lo:
             l_lo = v
         total += v
-    c_lo, c_hi = np.int64(0), np.int64(-1)
-    for i in range(cols.shape[0]):
-        v = np.int64(cols[i])
-        if i == 0 or v < c_lo:
-            c_lo = v
-        if i == 0 or v > c_hi:
-            c_hi = v
+    c_lo, c_hi = _extent(cols)
     return r_lo, r_hi, l_lo, total, c_lo, c_hi
 
 
