@@ -59,7 +59,7 @@ from .._core._order import epoch_order, split_ids
 from .._core._prep import used_keys
 from ._adagrad16 import adagrad_ws
 from ._kernels import SOFTMAX, eval_rows, max_row_sq
-from ._local_sgd import sgd_pairs
+from ._sgd_pairs import sgd_pairs
 from ._task import Plan, labels_for, split_args, split_key
 
 __all__ = ["InPlaceData", "in_place_order", "in_place_rows", "prepare_in_place"]

@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._kernels import LOGISTIC, SOFTMAX, _dloss, _row_d, _row_margin
+from ._kernels import LOGISTIC, SOFTMAX, _row_d, _row_margin
+from ._sgd_pairs import sgd_pairs
 
 __all__ = ["LOGISTIC", "local_sgd", "sgd_pairs"]
 
@@ -300,83 +301,6 @@ def _local_sgd_scaled1(  # type: ignore[no-untyped-def]  # pragma: no cover
     for j in range(nk):
         W[j, 0] = VP[j, 0]
     return loss, order.shape[0]
-
-
-@njit(nogil=True, cache=True)
-def sgd_pairs(  # type: ignore[no-untyped-def]  # pragma: no cover
-    indptr, indices, data, y, order, VP, keys, kind, eps, has_bias, eta, alpha, average
-):
-    """One output, one row per step, L2 only: weights ``s * VP[:, 0]``, the tail
-    average's running sums in ``VP[:, 1]`` (side by side: an update touches one cache
-    line), the intercept in the last row; returns the loss sum.
-
-    Column indices are rows of ``VP`` (local slots, or global features on the
-    in-place path, :mod:`._inplace`); ``keys`` are the rows that can be touched
-    (the intercept's excepted): only they are renormalised and finished at the
-    end, so the workspace's other rows may hold anything.  ``VP[keys, 1]`` must be
-    zero on entry.
-    """
-    nk = VP.shape[0]
-    nkeys = keys.shape[0]
-    decay = max(0.0, 1.0 - eta * alpha)
-    n = order.shape[0]
-    t0 = n // 2 if average else n + 1
-    R = np.zeros(0)  # sums moved out when the scale is renormalised (rare)
-    sc = 1.0
-    C = 0.0
-    b = VP[nk - 1, 0] if has_bias else 0.0
-    bsum = 0.0
-    loss = 0.0
-    for t in range(n):
-        on = t >= t0
-        if sc < 1e-9 or decay == 0.0:
-            if on and R.shape[0] == 0:
-                R = np.zeros(nkeys)
-            for i in range(nkeys):
-                j = keys[i]
-                if on:
-                    R[i] += C * VP[j, 0] - VP[j, 1]
-                    VP[j, 1] = 0.0
-                VP[j, 0] *= sc
-            C = 0.0
-            sc = 1.0
-        r = order[t]
-        lo, hi = indptr[r], indptr[r + 1]
-        acc = 0.0
-        for q in range(lo, hi):
-            acc += VP[indices[q], 0] * data[q]
-        lv, d = _dloss(kind, b + sc * acc, y[r], eps)
-        loss += lv
-        g = -eta * d / sc
-        if on:
-            gc = g * C
-            for q in range(lo, hi):
-                j = indices[q]
-                x = data[q]
-                VP[j, 0] += g * x
-                VP[j, 1] += gc * x
-        else:
-            for q in range(lo, hi):
-                VP[indices[q], 0] += g * data[q]
-        if has_bias:
-            b -= eta * d
-        sc *= decay
-        if on:
-            C += sc
-            bsum += b
-    if average and n > t0:
-        for i in range(nkeys):
-            j = keys[i]
-            rs = R[i] if R.shape[0] else 0.0
-            VP[j, 0] = (rs + C * VP[j, 0] - VP[j, 1]) / (n - t0)
-        if has_bias:
-            VP[nk - 1, 0] = bsum / (n - t0)
-    else:
-        for i in range(nkeys):
-            VP[keys[i], 0] *= sc
-        if has_bias:
-            VP[nk - 1, 0] = b
-    return loss
 
 
 def local_sgd(  # type: ignore[no-untyped-def]
