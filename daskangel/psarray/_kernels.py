@@ -1,9 +1,9 @@
 """Compiled kernels of the data plane (numba, ``nogil=True``, ``cache=True``).
 
-Sparse blocks keep their entries as two parallel arrays, ``keys`` (sorted, unique,
-int64) and ``vals``, with some spare capacity at the end.  That costs 12 bytes per
-float32 entry (key included) plus the spare capacity, and every lookup or update of
-a sorted batch of keys is a galloping merge: sequential memory access, no hashing.
+Dense adds, grid scatters, grouping of ids by owner, finiteness checks and the
+counter-based random initialiser live here; the sorted-key sparse store's kernels
+(:mod:`._sortedstore`) and the prefetching sparse writes (:mod:`._scatter`) are
+re-exported, so the data plane reads every kernel as ``K.<name>``.
 
 Nothing here knows about blocks or servers; the kernels take and return arrays.
 
@@ -23,6 +23,16 @@ import numpy as np
 from numba import njit
 
 from ._scatter import check_csr, scatter_coo, scatter_csr  # sparse writes, prefetching
+from ._sortedstore import (  # the sorted-key sparse store
+    gallop_find,
+    is_sorted,
+    is_strictly_sorted,
+    lower_bound,
+    merge_update,
+    reduce_sorted,
+    sort_pairs,
+    sparse_lookup,
+)
 
 __all__ = [
     "add_into",
@@ -47,44 +57,6 @@ __all__ = [
 
 
 @njit(nogil=True, cache=True)
-def is_sorted(a):  # type: ignore[no-untyped-def]
-    """True when ``a`` is non-decreasing."""
-    for i in range(1, a.shape[0]):
-        if a[i] < a[i - 1]:
-            return False
-    return True
-
-
-@njit(nogil=True, cache=True)
-def is_strictly_sorted(a):  # type: ignore[no-untyped-def]
-    """True when ``a`` is increasing (sorted, no duplicates)."""
-    for i in range(1, a.shape[0]):
-        if a[i] <= a[i - 1]:
-            return False
-    return True
-
-
-def sort_pairs(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sort non-negative int64 ``keys`` (stable) and carry ``vals`` along.
-
-    When ``max(keys) * len(keys)`` fits in int64 the key and its position are packed
-    into one int64 and sorted with numpy's SIMD sort, which measured 2-3x faster than
-    an argsort or a numba radix sort on the development machine.
-    """
-    n = keys.shape[0]
-    if n < 2 or is_sorted(keys):
-        return keys, vals
-    kmax = int(keys.max())
-    if int(keys.min()) >= 0 and kmax < (2**62) // n:
-        packed = keys * n + np.arange(n, dtype=np.int64)
-        packed.sort()
-        order = packed % n
-        return packed // n, vals[order]
-    perm = np.argsort(keys, kind="stable")
-    return keys[perm], vals[perm]
-
-
-@njit(nogil=True, cache=True)
 def _add_flat(dest, values):  # type: ignore[no-untyped-def]
     for i in range(dest.shape[0]):
         dest[i] += values[i]
@@ -101,152 +73,6 @@ def add_into(dest: np.ndarray, values: np.ndarray) -> None:
         np.add(dest, values, out=dest)
     else:
         _add_flat(dest.reshape(-1), values.reshape(-1))
-
-
-@njit(nogil=True, cache=True)
-def reduce_sorted(keys, vals, add):  # type: ignore[no-untyped-def]
-    """Collapse equal neighbours of sorted ``keys``: sum (``add``) or keep the last."""
-    n = keys.shape[0]
-    if n == 0:
-        return keys, vals
-    ok = np.empty(n, keys.dtype)
-    ov = np.empty(n, vals.dtype)
-    j = 0
-    ok[0] = keys[0]
-    ov[0] = vals[0]
-    for i in range(1, n):
-        if keys[i] == ok[j]:
-            if add:
-                ov[j] += vals[i]
-            else:
-                ov[j] = vals[i]
-        else:
-            j += 1
-            ok[j] = keys[i]
-            ov[j] = vals[i]
-    return ok[: j + 1], ov[: j + 1]
-
-
-@njit(nogil=True, cache=True)
-def lower_bound(a, lo, hi, q):  # type: ignore[no-untyped-def]
-    """First position ``p`` in ``[lo, hi)`` with ``a[p] >= q`` (``hi`` if none): a
-    binary search of the sorted ``a[lo:hi]``, ``lo + np.searchsorted(a[lo:hi], q)``.
-
-    Example
-    -------
-    >>> import numpy as np
-    >>> a = np.array([1, 3, 3, 7, 9])
-    >>> lower_bound(a, 1, 4, 3), lower_bound(a, 1, 4, 8), lower_bound(a, 0, 5, 0)
-    (1, 4, 0)
-    """
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] < q:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@njit(nogil=True, cache=True)
-def gallop_find(store, n, q, lo):  # type: ignore[no-untyped-def]
-    """First position ``p >= lo`` in ``store[:n]`` with ``store[p] >= q``."""
-    step = 1
-    hi = lo
-    while hi < n and store[hi] < q:
-        lo = hi + 1
-        hi = lo + step
-        step <<= 1
-    return lower_bound(store, lo, min(hi, n), q)
-
-
-@njit(nogil=True, cache=True)
-def sparse_lookup(store_keys, store_vals, n, q, out, found):  # type: ignore[no-untyped-def]
-    """Fill ``out[i]`` with the value stored under ``q[i]``; ``found[i]`` says if any.
-
-    Sorted queries are answered by one galloping merge; unsorted ones by a binary
-    search each.
-    """
-    m = q.shape[0]
-    if is_sorted(q):
-        pos = 0
-        for i in range(m):
-            pos = gallop_find(store_keys, n, q[i], pos)
-            if pos < n and store_keys[pos] == q[i]:
-                out[i] = store_vals[pos]
-                found[i] = True
-            else:
-                found[i] = False
-    else:
-        for i in range(m):
-            pos = gallop_find(store_keys, n, q[i], 0)
-            if pos < n and store_keys[pos] == q[i]:
-                out[i] = store_vals[pos]
-                found[i] = True
-            else:
-                found[i] = False
-
-
-@njit(nogil=True, cache=True)
-def merge_update(store_keys, store_vals, n, new_keys, new_vals, add, init, growth, missing):  # type: ignore[no-untyped-def]
-    """Apply sorted unique ``new_keys``/``new_vals`` to a sorted store.
-
-    Existing keys are added to (``add``) or overwritten; missing keys are inserted
-    with value ``init + v`` (add) or ``v`` (set).  ``missing`` is scratch space of at
-    least ``len(new_keys)`` int64s.  Returns ``(keys, vals, n)``; the arrays are the
-    same objects unless the store had to grow (then the store and the new keys are
-    merged straight into the grown arrays).
-    """
-    m = new_keys.shape[0]
-    n_missing = 0
-    if n == 0:
-        for i in range(m):
-            missing[i] = i
-        n_missing = m
-    else:
-        pos = 0
-        for i in range(m):
-            pos = gallop_find(store_keys, n, new_keys[i], pos)
-            if pos < n and store_keys[pos] == new_keys[i]:
-                if add:
-                    store_vals[pos] += new_vals[i]
-                else:
-                    store_vals[pos] = new_vals[i]
-            else:
-                missing[n_missing] = i
-                n_missing += 1
-    if n_missing == 0:
-        return store_keys, store_vals, n
-    total = n + n_missing
-    out_keys, out_vals = store_keys, store_vals
-    if total > store_keys.shape[0]:
-        cap = max(int(total * growth), total + 16)
-        out_keys = np.empty(cap, store_keys.dtype)
-        out_vals = np.empty(cap, store_vals.dtype)
-    # merge backwards (in place when the store did not grow)
-    i = n - 1
-    j = n_missing - 1
-    w = total - 1
-    while j >= 0:
-        idx = missing[j]
-        if i >= 0 and store_keys[i] > new_keys[idx]:
-            out_keys[w] = store_keys[i]
-            out_vals[w] = store_vals[i]
-            i -= 1
-        else:
-            out_keys[w] = new_keys[idx]
-            if add:
-                out_vals[w] = init + new_vals[idx]
-            else:
-                out_vals[w] = new_vals[idx]
-            j -= 1
-        w -= 1
-    if out_keys is not store_keys:
-        while i >= 0:
-            out_keys[i] = store_keys[i]
-            out_vals[i] = store_vals[i]
-            i -= 1
-    return out_keys, out_vals, total
 
 
 @njit(nogil=True, cache=True)
