@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import KeyListMissingError, ShapeMismatchError
-from ._kernels import is_increasing
+from ._kernels import is_strictly_sorted
 from ._keylists import KeySet
 from ._pullcache import Fetch
 from ._routing import normalize_index, plan_axis
@@ -92,7 +92,7 @@ class KeySetPulls:
         idx = np.arange(m.shape[1], dtype=np.int64) if c is None else c
         inv: np.ndarray | None = None  # None: the keys are sorted and distinct already
         uniq = idx
-        if not is_increasing(idx):
+        if not is_strictly_sorted(idx):
             uniq, inv = np.unique(idx, return_inverse=True)
             inv = inv.ravel()
         plan = plan_axis(m.layout, "cols", uniq, m.shape[1])

@@ -110,15 +110,6 @@ def counting_group(ids, n_groups):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def is_increasing(a):  # type: ignore[no-untyped-def]
-    """True when ``a`` is strictly increasing (sorted, no duplicates)."""
-    for i in range(1, a.shape[0]):
-        if a[i] <= a[i - 1]:
-            return False
-    return True
-
-
-@njit(nogil=True, cache=True)
 def group_by_bounds(idx, bounds):  # type: ignore[no-untyped-def]
     """Group indices by the range ``[bounds[g], bounds[g + 1])`` holding them.
 
