@@ -80,7 +80,21 @@ def test_a_terminal_gets_one_bar_counting_epochs_left_on_screen(tmp_path: object
     last = frames[-1].strip().splitlines()[0]
     assert "4/4" in last and "epoch" in last, last  # epochs, not clocks summed over tasks
     assert "loss=" in err, "the bar shows the latest metrics"
-    assert err.rstrip().endswith(("]", "\n")) or "4/4" in err.rstrip().splitlines()[-1]
+    ours = _without_dask_shutdown_race(err).rstrip()
+    assert ours.endswith(("]", "\n")) or "4/4" in ours.splitlines()[-1]
+
+
+def _without_dask_shutdown_race(err: str) -> str:
+    """``err`` up to a trailing ``distributed.batched`` "Batched Comm Closed" record:
+    distributed's own shutdown race (dask/distributed#7192, open) in which the
+    scheduler, removing a closed worker, writes to the LocalCluster's worker-status
+    comm after the cluster has closed it, and logs the CommClosedError at INFO.  Seen
+    in 3 of ~60 runs of this script on a terminal (none in 40 runs of the same cluster
+    computing a plain dask array); it is printed by distributed, after our bar."""
+    at = err.find(" - distributed.batched - INFO - Batched Comm Closed")
+    if at < 0:
+        return err
+    return err[: err.rfind("\n", 0, at) + 1]
 
 
 def test_batch_logs_get_no_bar(tmp_path: object) -> None:
