@@ -10,9 +10,9 @@ Nothing here knows about blocks or servers; the kernels take and return arrays.
 Example
 -------
 >>> import numpy as np
->>> k, v = sort_pairs(np.array([5, 1, 5]), np.array([1.0, 2.0, 3.0]))
->>> reduce_sorted(k, v, True)
-(array([1, 5]), array([2., 4.]))
+>>> order, starts = counting_group(np.array([1, 0, 1, 2]), 3)  # positions by group
+>>> order.tolist(), starts.tolist()
+([1, 0, 2, 3], [0, 1, 3, 4])
 """
 
 from __future__ import annotations

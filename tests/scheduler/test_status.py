@@ -4,6 +4,8 @@ what a piece of code moves with them, never by patching the call path)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -51,23 +53,16 @@ def test_a_persistently_slow_task_is_flagged(client):
     under load (1 failure at load 5)."""
     import time
 
-    import dask
-
     def step(ctx, part):
         for _ in ctx.epochs(6):
             time.sleep(0.6 if ctx.task_id == 2 else 0.1)  # the tasks' work
             ctx.clock()
         return ctx.task_id
 
-    with (
-        dask.config.set({"daskangel.clock.slow-window": 4, "daskangel.clock.slow-factor": 2.0}),
-        angel.PSContext(client) as ps,
-    ):
-        angel.train(ps, step, [None] * 3, sync=angel.BSP(), epochs=6, progress=False)
-        tasks = ps.status().query("kind == 'task'").sort_values("task")
-        assert tasks["slow"].tolist() == [False, False, True], tasks
-        assert tasks["clock_s"].iloc[2] >= 0.6
-        assert tasks["slowdown"].iloc[2] > 2.0 > tasks["slowdown"].iloc[:2].max()
+    tasks = _task_status_after(client, step)
+    assert tasks["slow"].tolist() == [False, False, True], tasks
+    assert tasks["clock_s"].iloc[2] >= 0.6
+    assert tasks["slowdown"].iloc[2] > 2.0 > tasks["slowdown"].iloc[:2].max()
 
 
 @pytest.mark.timeout(120)
@@ -75,19 +70,26 @@ def test_tasks_doing_almost_nothing_are_not_flagged_slow(client):
     """With no work between clocks a task's busy time is a few ms of clock round trip,
     and one task's 6 ms against the others' 2 ms read as a slowdown of 3 (flagged)
     under load.  Below ``daskangel.clock.slow-min-seconds`` nothing is compared."""
-    import dask
 
     def step(ctx, part):
         for _ in ctx.epochs(6):
             ctx.clock()
         return ctx.task_id
 
+    tasks = _task_status_after(client, step)
+    assert tasks["slow"].tolist() == [False, False, False], tasks
+    assert (tasks["clock_s"] < 0.05).all(), tasks  # they really were near-idle
+    assert tasks["slowdown"].tolist() == [1.0, 1.0, 1.0], tasks
+
+
+def _task_status_after(client: Any, step: Any) -> Any:
+    """``ps.status()``'s task rows after 3 tasks ran ``step`` for 6 BSP epochs
+    (slow-window 4, slow-factor 2)."""
+    import dask
+
     with (
         dask.config.set({"daskangel.clock.slow-window": 4, "daskangel.clock.slow-factor": 2.0}),
         angel.PSContext(client) as ps,
     ):
         angel.train(ps, step, [None] * 3, sync=angel.BSP(), epochs=6, progress=False)
-        tasks = ps.status().query("kind == 'task'").sort_values("task")
-        assert tasks["slow"].tolist() == [False, False, False], tasks
-        assert (tasks["clock_s"] < 0.05).all(), tasks  # they really were near-idle
-        assert tasks["slowdown"].tolist() == [1.0, 1.0, 1.0], tasks
+        return ps.status().query("kind == 'task'").sort_values("task")
