@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import html
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
@@ -32,6 +32,7 @@ from ._binding import Binding, get_binding
 from ._keylists import KeySet
 from ._meta import ArrayMeta, BlockInfo
 from ._plan import assemble, direct_targets, plan_get, plan_update, sort_rows
+from ._psfuture import PSFuture, done_future, in_order
 from ._routing import check_values
 from ._rowget import get_rows, get_rows_async, unsorted_rows
 from ._taskclock import current_clock
@@ -48,32 +49,6 @@ class WriteOptions(TypedDict, total=False):
 
     casting: str | None
     on_nonfinite: str | None
-
-
-class PSFuture:
-    """The pending result of an ``*_async`` call.
-
-    ``result()`` waits for the servers and finishes the work (assembling a get)
-    in the calling thread.
-    """
-
-    def __init__(self, fut: concurrent.futures.Future[Any], finish: Callable[[Any], Any]) -> None:
-        self._fut = fut
-        self._finish = finish
-        self._done = False
-        self._value: Any = None
-
-    def done(self) -> bool:
-        return self._fut.done()
-
-    def result(self, timeout: float | None = None) -> Any:
-        if not self._done:
-            self._value = self._finish(self._fut.result(timeout))
-            self._done = True
-        return self._value
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._fut.exception(timeout)
 
 
 def _rebuild(name: str, uid: str | None = None) -> PSArray:
@@ -194,7 +169,7 @@ class PSArray:
         # rows planned sorted land in a scratch buffer, then are scattered back
         scratch = None if order is None else self._binding.scratch
         out, into = direct_targets(m.dtype, full, places, cost, scratch)
-        return parts, cost, into, _in_order(assemble(m, places, full, shape, out, into), order)
+        return parts, cost, into, in_order(assemble(m, places, full, shape, out, into), order)
 
     def _get(self, m: ArrayMeta, rows: Any, cols: Any) -> np.ndarray:
         parts, cost, into, finish = self._plan_get(m, rows, cols)
@@ -281,7 +256,7 @@ class PSArray:
     ) -> PSFuture:
         """Start an :meth:`increment`; ``result()`` returns ``None`` once applied."""
         fut = self._write(True, values, rows, cols, casting, on_nonfinite)
-        return _done_future() if fut is None else PSFuture(fut, lambda _: None)
+        return done_future() if fut is None else PSFuture(fut, lambda _: None)
 
     def increment(
         self, values: Any, rows: Any = None, cols: Any = None, **options: Unpack[WriteOptions]
@@ -407,30 +382,7 @@ class PSArray:
         )
 
 
-def _in_order(
-    finish: Callable[[Any], np.ndarray], order: np.ndarray | None
-) -> Callable[[Any], np.ndarray]:
-    """``finish``, then the rows of a get planned sorted (:func:`sort_rows`) back in
-    request order (one scatter)."""
-    if order is None:
-        return finish
-
-    def scatter(results: Any) -> np.ndarray:
-        srt = finish(results)
-        out = np.empty_like(srt)
-        out[order] = srt
-        return out
-
-    return scatter
-
-
 def _name_of(arr: Any) -> str:
     if not isinstance(arr, PSArray):
         raise InvalidTypeError(f"arrays: expected PSArray operands, got {type(arr).__name__}")
     return arr.name
-
-
-def _done_future() -> PSFuture:
-    f: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    f.set_result(None)
-    return PSFuture(f, lambda _: None)
