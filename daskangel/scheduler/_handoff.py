@@ -328,29 +328,14 @@ class HandoffService(Rebalancer):
         return out
 
     def _check_memory(self, plan: dict[str, dict[str, dict[int, ServerId]]]) -> None:
-        frac = float(config.get("daskangel.server.max-memory-fraction"))
-        held: dict[str, int] = {}
-        for m in self.registry.arrays.values():
-            for b, s in zip(m["blocks"], m["servers"], strict=True):
-                if b["kind"] == "dense":
-                    held[s[0]] = held.get(s[0], 0) + int(b["bytes"])
-        new: dict[str, int] = {}
+        new: dict[str, int] = {}  # {worker_address: bytes of dense blocks moving there}
         for arrays in plan.values():
             for name, targets in arrays.items():
                 specs = self.registry.arrays[name]["blocks"]
                 for b, s in targets.items():
                     if specs[b]["kind"] == "dense":
                         new[s[0]] = new.get(s[0], 0) + int(specs[b]["bytes"])
-        over = []
-        for addr, add in sorted(new.items()):
-            ws = self.scheduler.workers.get(addr)
-            limit = int(getattr(ws, "memory_limit", 0) or 0)
-            if limit and held.get(addr, 0) + add > frac * limit:
-                over.append(
-                    f"{addr} would hold {format_bytes(held.get(addr, 0) + add)} of dense "
-                    f"blocks where {frac} x its memory limit {format_bytes(limit)} allows "
-                    f"{format_bytes(int(frac * limit))}"
-                )
+        over = self.registry.memory_overruns(new)
         if over:
             raise HandoffError(
                 "workers: the remaining PS servers cannot hold the leaving workers' blocks: "

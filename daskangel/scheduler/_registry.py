@@ -231,29 +231,13 @@ class ArrayRegistry(ServerMembershipMixin):
         """Refuse dense blocks that would push a worker past its share of memory
         (``daskangel.server.max-memory-fraction`` of its memory limit): Dask would
         restart it, losing the blocks of every array it holds."""
-        frac = float(config.get("daskangel.server.max-memory-fraction"))
         new: dict[str, int] = {}
         for b, s in zip(blocks, placed, strict=True):
             if b["kind"] == "dense":
                 new[s[0]] = new.get(s[0], 0) + int(b["bytes"])
         if not new:
             return
-        held: dict[str, int] = {}
-        for m in self.arrays.values():
-            for b, s in zip(m["blocks"], m["servers"], strict=True):
-                if b["kind"] == "dense":
-                    held[s[0]] = held.get(s[0], 0) + int(b["bytes"])
-        over = []
-        for addr, add in sorted(new.items()):
-            ws = self.scheduler.workers.get(addr)
-            limit = int(getattr(ws, "memory_limit", 0) or 0)
-            if limit and held.get(addr, 0) + add > frac * limit:
-                over.append(
-                    f"worker {addr} would hold {format_bytes(held.get(addr, 0) + add)} "
-                    f"({format_bytes(add)} of this array, {format_bytes(held.get(addr, 0))} "
-                    f"of others) where its memory limit {format_bytes(limit)} x {frac} "
-                    f"allows {format_bytes(int(frac * limit))}"
-                )
+        over = self.memory_overruns(new)
         if over:
             total = sum(new.values())
             raise ServerMemoryError(
@@ -263,6 +247,34 @@ class ArrayRegistry(ServerMembershipMixin):
                 "Nothing was created: use a sparse array, a smaller dtype, more workers or "
                 "more memory per worker"
             )
+
+    def memory_overruns(self, new: dict[str, int]) -> list[str]:
+        """One line a worker that ``new`` more bytes of dense blocks would push past
+        ``daskangel.server.max-memory-fraction`` of its memory limit, counting the
+        dense blocks it holds already; ``[]`` when everything fits.
+
+        ``new`` is ``{worker_address: bytes}``.  Creating an array and moving blocks
+        off leaving workers both refuse with these lines.
+        """
+        frac = float(config.get("daskangel.server.max-memory-fraction"))
+        held: dict[str, int] = {}  # {worker_address: bytes of dense blocks held now}
+        for m in self.arrays.values():
+            for b, s in zip(m["blocks"], m["servers"], strict=True):
+                if b["kind"] == "dense":
+                    held[s[0]] = held.get(s[0], 0) + int(b["bytes"])
+        over = []
+        for addr, add in sorted(new.items()):
+            ws = self.scheduler.workers.get(addr)
+            limit = int(getattr(ws, "memory_limit", 0) or 0)
+            now = held.get(addr, 0)
+            if limit and now + add > frac * limit:
+                over.append(
+                    f"worker {addr} would hold {format_bytes(now + add)} of dense blocks "
+                    f"({format_bytes(add)} more, {format_bytes(now)} held already) where "
+                    f"its memory limit {format_bytes(limit)} x {frac} allows "
+                    f"{format_bytes(int(frac * limit))}"
+                )
+        return over
 
     async def drop(self, name: str, forget: bool = True) -> bool:
         """Free an array's blocks and forget it, here and in every worker process."""

@@ -168,6 +168,34 @@ def test_retiring_the_last_server_of_a_context_is_refused(cluster3: Any) -> None
         assert only not in closable
 
 
+@pytest.mark.timeout(120)
+def test_retiring_a_holder_whose_blocks_do_not_fit_elsewhere_is_refused(cluster3: Any) -> None:
+    """Moving a leaving worker's dense blocks would push the others past
+    ``daskangel.server.max-memory-fraction`` of their memory limit: the retirement
+    is refused with the figures, nothing moves and the worker stays."""
+    _cluster, c = cluster3
+    with angel.PSContext(c) as ps:
+        w = ps.zeros("w", (3 * 2**21,), dtype="float32", block_shape=(2**21,))  # 8 MiB a block
+        w.increment(np.ones(3 * 2**21, "float32"))
+        holders = _holders(w)
+        assert len(holders) == 3, holders  # one block a worker
+        leaving = w.blocks[0].server.address
+        limit = min(int(i["memory_limit"]) for i in workers_info(c).values())
+        before = {b.server.address for b in w.blocks}
+        # each stays under the limit with its own 8 MiB, none could take 4 more
+        with (
+            dask.config.set({"daskangel.server.max-memory-fraction": 10 * 2**20 / limit}),
+            pytest.raises(HandoffError, match="cannot hold the leaving workers' blocks") as e,
+        ):
+            c.retire_workers([leaving])
+        msg = str(e.value)
+        assert "would hold" in msg and "8.00 MiB held already" in msg, msg
+        assert "nothing was moved or retired" in msg
+        assert leaving in workers_info(c)
+        assert {b.server.address for b in w.blocks} == before
+        np.testing.assert_array_equal(w.get(), np.ones(3 * 2**21))
+
+
 @pytest.mark.timeout(180)
 def test_every_server_lost_is_rebuilt_or_reported_truthfully(cluster3: Any, tmp_path: Path) -> None:
     """A context whose every server dies is rebuilt from its snapshot on the other
