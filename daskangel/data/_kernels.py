@@ -113,6 +113,22 @@ def _line_end(buf, pos, n):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
+def _reject(counts, err, n_err, max_detail, reason, line, ls, ts, te):  # type: ignore[no-untyped-def]
+    """Count a rejected line under ``reason`` and keep its detail (line number,
+    line start, offending token's start and end, reason) while fewer than
+    ``max_detail`` are kept; the number kept now.  Every parser's reject path."""
+    counts[reason] += 1
+    if n_err < max_detail:
+        err[n_err, 0] = line
+        err[n_err, 1] = ls
+        err[n_err, 2] = ts
+        err[n_err, 3] = te
+        err[n_err, 4] = reason
+        return n_err + 1
+    return n_err
+
+
+@njit(nogil=True, cache=True)
 def _csr_buffers(buf, dummy, max_detail):  # type: ignore[no-untyped-def]
     """A line parser's outputs, sized for ``buf``: ``(indptr, labels, indices, values,
     err, counts, inexact, stats)`` (labels zeroed; ``stats`` as :func:`parse_libsvm`
@@ -316,14 +332,7 @@ def parse_libsvm(buf, dummy, base, limit, stop_first, max_line, line0, keep_k, k
                 te = _token_end(buf, ts, le)
             if reason != LINE_TOO_LONG and not valid_utf8(buf, ls, le):
                 reason = INVALID_UTF8
-            counts[reason] += 1
-            if n_err < max_detail:
-                err[n_err, 0] = cur
-                err[n_err, 1] = ls
-                err[n_err, 2] = ts
-                err[n_err, 3] = te
-                err[n_err, 4] = reason
-                n_err += 1
+            n_err = _reject(counts, err, n_err, max_detail, reason, cur, ls, ts, te)
             nnz = nnz0
             n_inexact = inexact0
             if stop_first:

@@ -19,7 +19,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._kernels import _csr_buffers, _ends_token, _grow, _next_line, _skipped, _token_end
+from ._kernels import (
+    _csr_buffers,
+    _ends_token,
+    _grow,
+    _next_line,
+    _reject,
+    _skipped,
+    _token_end,
+)
 from ._numbers import (
     BAD_INDEX,
     F_BAD,
@@ -115,14 +123,7 @@ def parse_dense(buf, has_label, n_values, stop_first, max_line, line0, keep_k, k
                 te = _token_end(buf, ts, le)
             if reason != LINE_TOO_LONG and not valid_utf8(buf, ls, le):
                 reason = INVALID_UTF8
-            counts[reason] += 1
-            if n_err < max_detail:
-                err[n_err, 0] = cur
-                err[n_err, 1] = ls
-                err[n_err, 2] = ts
-                err[n_err, 3] = te
-                err[n_err, 4] = reason
-                n_err += 1
+            n_err = _reject(counts, err, n_err, max_detail, reason, cur, ls, ts, te)
             nnz = nnz0
             n_inexact = inexact0
             if stop_first:
@@ -231,14 +232,7 @@ def parse_fields(buf, kinds, n_required, seps, stop_first, max_line, max_detail)
                     te += 1
             if reason != LINE_TOO_LONG and not valid_utf8(buf, ls, le):
                 reason = INVALID_UTF8
-            counts[reason] += 1
-            if n_err < max_detail:
-                err[n_err, 0] = cur
-                err[n_err, 1] = ls
-                err[n_err, 2] = ts
-                err[n_err, 3] = te
-                err[n_err, 4] = reason
-                n_err += 1
+            n_err = _reject(counts, err, n_err, max_detail, reason, cur, ls, ts, te)
             if stop_first:
                 stopped = True
                 break
@@ -298,14 +292,7 @@ def parse_tokens(buf, lowercase, seed, stop_first, max_line, line0, keep_k, keep
             if high and not valid_utf8(buf, ls, le):
                 reason = INVALID_UTF8
         if reason != 0:
-            counts[reason] += 1
-            if n_err < max_detail:
-                err[n_err, 0] = cur
-                err[n_err, 1] = ls
-                err[n_err, 2] = ls
-                err[n_err, 3] = le
-                err[n_err, 4] = reason
-                n_err += 1
+            n_err = _reject(counts, err, n_err, max_detail, reason, cur, ls, ls, le)
             nnz = nnz0
             if stop_first:
                 stopped = True
