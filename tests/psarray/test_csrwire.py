@@ -63,6 +63,24 @@ def test_narrow_int_is_the_narrowest_safe_type(lo: int, span: int, dtype: type) 
     assert g.itemsize == min(t.itemsize for t in smaller)
 
 
+@settings(max_examples=120, deadline=None)
+@given(
+    st.sampled_from(_INT),
+    st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=300),
+    st.integers(0, 299),
+)
+def test_int_range_is_numpys_min_and_max(dtype: type, raw: list[int], at: int) -> None:
+    """The branch-free compiled pass against numpy, for every integer dtype and its
+    extremes (the lowest and highest value placed anywhere, lengths across the
+    vector width)."""
+    info = np.iinfo(dtype)
+    span = int(info.max) - int(info.min) + 1
+    a = np.array([int(info.min) + v % span for v in raw], dtype=dtype)
+    a[min(at, a.shape[0] - 1)] = info.max if at % 2 else info.min
+    lo, hi = int_range(a)
+    assert (int(lo), int(hi)) == (int(a.min()), int(a.max()))
+
+
 def test_narrow_int_limits() -> None:
     i4 = np.dtype(np.int32)
     assert [narrow_int(0, h, i4) for h in (255, 256, 65535, 65536)] == ["u1", "u2", "u2", None]
