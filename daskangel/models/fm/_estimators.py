@@ -25,6 +25,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ...errors import InvalidArgumentError
 from .._core._input import Prepared
+from .._core._params import store_params
 from .._core._predict import map_rows
 from ._base import FMModel
 from ._fields import field_map
@@ -96,12 +97,6 @@ COMMON_DOC = """
 """
 
 
-def _init(self: Any, kw: dict[str, Any]) -> None:
-    for k, v in kw.items():
-        if k not in ("self", "__class__"):
-            setattr(self, k, v)
-
-
 class _Classifier(ClassifierMixin, FMModel):
     _task = "classifier"
 
@@ -158,7 +153,7 @@ class FMClassifier(_Classifier):
         n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
         progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        _init(self, locals())
+        store_params(self, locals())
 
 
 class FMRegressor(RegressorMixin, FMModel):
@@ -175,7 +170,7 @@ class FMRegressor(RegressorMixin, FMModel):
         n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
         progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        _init(self, locals())
+        store_params(self, locals())
 
     def predict(self, X: Any) -> Any:
         """Predicted values (a dask array for a dask / Dataset input)."""
@@ -215,7 +210,7 @@ class FFMClassifier(_Classifier):
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None,
         ps: Any = None,
     ) -> None:  # fmt: skip
-        _init(self, locals())
+        store_params(self, locals())
 
     def _fields(self, data: Prepared, n_features: int) -> np.ndarray | None:
         names = getattr(self, "feature_names_in_", None)

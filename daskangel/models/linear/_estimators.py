@@ -29,6 +29,7 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ...errors import InvalidArgumentError
+from .._core._params import store_params
 from .._core._predict import map_rows
 from ._base import LinearModel
 
@@ -128,12 +129,6 @@ _COMMON_DOC = """
 """
 
 
-def _init(self: Any, kw: dict[str, Any]) -> None:
-    for k, v in kw.items():
-        if k not in ("self", "__class__"):
-            setattr(self, k, v)
-
-
 class _Classifier(ClassifierMixin, LinearModel):
     _task = "classifier"
 
@@ -206,7 +201,7 @@ class LogisticRegression(_Probabilistic):
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        _init(self, locals())
+        store_params(self, locals())
 
 
 class SoftmaxRegression(LogisticRegression):
@@ -246,7 +241,7 @@ class LinearSVC(_Classifier):
         random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        _init(self, locals())
+        store_params(self, locals())
 
     @property
     def _loss(self) -> str:  # type: ignore[override]
@@ -273,7 +268,7 @@ class LinearRegression(_Regressor):
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        _init(self, locals())
+        store_params(self, locals())
 
 
 class Ridge(LinearRegression):
@@ -291,7 +286,7 @@ class Ridge(LinearRegression):
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        _init(self, locals())
+        store_params(self, locals())
 
 
 class HuberRegressor(_Regressor):
@@ -312,7 +307,7 @@ class HuberRegressor(_Regressor):
         random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        _init(self, locals())
+        store_params(self, locals())
 
 
 class Lasso(_Regressor):
@@ -330,4 +325,4 @@ class Lasso(_Regressor):
         random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        _init(self, locals())
+        store_params(self, locals())
