@@ -45,7 +45,6 @@ from ._params import (
     check_number,
     early_stopping_on,
     epoch_fields,
-    store_params,
     train_rows,
 )
 from ._predict import apply_rows, check_width, in_input_order, input_order, map_rows
@@ -100,6 +99,5 @@ __all__ = [
     "should_stop",
     "split_ids",
     "split_rows",
-    "store_params",
     "train_rows",
 ]

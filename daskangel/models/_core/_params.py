@@ -11,8 +11,7 @@ came, before any array is made) and derive the same plan values from them:
   with a warning when it was asked for and cannot;
 * :func:`train_rows`: the training rows of every partition once the seeded
   validation share is held out (:func:`._order.split_ids`'s ``round``);
-* :func:`epoch_fields`: the plan values of the minibatch and epoch schedule;
-* :func:`store_params`: an ``__init__``'s arguments stored as they came.
+* :func:`epoch_fields`: the plan values of the minibatch and epoch schedule.
 
 Example
 -------
@@ -37,16 +36,8 @@ from ...scheduler._clock_rule import as_sync
 
 __all__ = [
     "check_fraction", "check_int", "check_number", "early_stopping_on", "epoch_fields",
-    "store_params", "train_rows",
+    "train_rows",
 ]  # fmt: skip
-
-
-def store_params(est: Any, given: dict[str, Any]) -> None:
-    """Store an ``__init__``'s arguments (its ``locals()``) unchanged as attributes of
-    the same names, as scikit-learn's contract asks (checks run in ``fit``)."""
-    for k, v in given.items():
-        if k not in ("self", "__class__"):
-            setattr(est, k, v)
 
 
 def check_int(est: Any, name: str, *, none: bool = False, minimum: int = 1) -> None:

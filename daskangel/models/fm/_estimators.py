@@ -25,7 +25,6 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ...errors import InvalidArgumentError
 from .._core._input import Prepared
-from .._core._params import store_params
 from .._core._predict import map_rows
 from ._base import FMModel
 from ._fields import field_map
@@ -153,7 +152,7 @@ class FMClassifier(_Classifier):
         n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
         progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        store_params(self, locals())
+        self._keep_params(locals())
 
 
 class FMRegressor(RegressorMixin, FMModel):
@@ -170,7 +169,7 @@ class FMRegressor(RegressorMixin, FMModel):
         n_tasks: int | None = None, random_state: int | None = 0, warm_start: bool = False,
         progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        store_params(self, locals())
+        self._keep_params(locals())
 
     def predict(self, X: Any) -> Any:
         """Predicted values (a dask array for a dask / Dataset input)."""
@@ -210,7 +209,7 @@ class FFMClassifier(_Classifier):
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None,
         ps: Any = None,
     ) -> None:  # fmt: skip
-        store_params(self, locals())
+        self._keep_params(locals())
 
     def _fields(self, data: Prepared, n_features: int) -> np.ndarray | None:
         names = getattr(self, "feature_names_in_", None)

@@ -265,9 +265,7 @@ class GBDTClassifier(ClassifierMixin, _GBDT):
         random_state: Any = None, n_tasks: int | None = None, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        for k, v in locals().items():
-            if k not in ("self", "__class__"):
-                setattr(self, k, v)
+        self._keep_params(locals())
 
     def decision_function(self, X: Any) -> Any:
         """Margins: ``(n,)`` for two classes, ``(n, K)`` for more."""
@@ -319,9 +317,7 @@ class GBDTRegressor(RegressorMixin, _GBDT):
         n_tasks: int | None = None, progress: bool | str = "auto", client: Any = None,
         ps: Any = None,
     ) -> None:  # fmt: skip
-        for k, v in locals().items():
-            if k not in ("self", "__class__"):
-                setattr(self, k, v)
+        self._keep_params(locals())
 
     def predict(self, X: Any) -> Any:
         """Predicted targets, in input order."""

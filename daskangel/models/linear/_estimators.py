@@ -29,7 +29,6 @@ import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
 
 from ...errors import InvalidArgumentError
-from .._core._params import store_params
 from .._core._predict import map_rows
 from ._base import LinearModel
 
@@ -201,7 +200,7 @@ class LogisticRegression(_Probabilistic):
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        store_params(self, locals())
+        self._keep_params(locals())
 
 
 class SoftmaxRegression(LogisticRegression):
@@ -241,7 +240,7 @@ class LinearSVC(_Classifier):
         random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        store_params(self, locals())
+        self._keep_params(locals())
 
     @property
     def _loss(self) -> str:  # type: ignore[override]
@@ -268,7 +267,7 @@ class LinearRegression(_Regressor):
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        store_params(self, locals())
+        self._keep_params(locals())
 
 
 class Ridge(LinearRegression):
@@ -286,7 +285,7 @@ class Ridge(LinearRegression):
         dtype: Any = None, n_tasks: int | None = None, random_state: int | None = 0,
         warm_start: bool = False, progress: bool | str = "auto", client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        store_params(self, locals())
+        self._keep_params(locals())
 
 
 class HuberRegressor(_Regressor):
@@ -307,7 +306,7 @@ class HuberRegressor(_Regressor):
         random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        store_params(self, locals())
+        self._keep_params(locals())
 
 
 class Lasso(_Regressor):
@@ -325,4 +324,4 @@ class Lasso(_Regressor):
         random_state: int | None = 0, warm_start: bool = False, progress: bool | str = "auto",
         client: Any = None, ps: Any = None,
     ) -> None:  # fmt: skip
-        store_params(self, locals())
+        self._keep_params(locals())
