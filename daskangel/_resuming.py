@@ -32,7 +32,7 @@ from typing import Any
 from . import _snapshot_format as fmt
 from .errors import InvalidArgumentError
 
-__all__ = ["check_url", "kind_of", "resuming", "stored_layout", "take_pending"]
+__all__ = ["check_url", "kind_of", "pending", "resuming", "stored_layout", "take_pending"]
 
 
 @dataclass
@@ -69,6 +69,11 @@ def resuming(url: str | None) -> Iterator[None]:
         yield
     finally:
         _PENDING.reset(token)
+
+
+def pending() -> bool:
+    """Is a :func:`resuming` block waiting for its training job (without taking it)?"""
+    return _PENDING.get() is not None
 
 
 def take_pending() -> str | None:

@@ -48,7 +48,7 @@ from ...psarray._scatter import _prefetch
 from ._ahead import prefetch_rows
 from ._kernels import AHEAD_ROWS, LOGISTIC, _dloss
 
-__all__ = ["LOGISTIC", "MAX_ROWS", "adagrad_ws", "put", "take"]
+__all__ = ["LOGISTIC", "MAX_ROWS", "adagrad_delta", "adagrad_ws", "put", "take", "take_delta"]
 
 #: rows of one kernel call: the last-touch step is a float32, exact up to 2**24
 MAX_ROWS = 1 << 24
@@ -68,6 +68,45 @@ def adagrad_ws(  # type: ignore[no-untyped-def]
     shrinkage split in two); with both, a gap's catch-up decays before it shrinks, so
     a cut moves a weight by about the product of the two (as the lazy scheme itself
     does against per-step updates)."""
+    loss, b = _pass(
+        indptr, indices, data, y, order, ws, slots, W, G, kind, eps, has_bias, eta, alpha, l1,
+        chunk,
+    )  # fmt: skip
+    take(ws, slots, W, G)
+    if has_bias:
+        W[-1, 0] = b
+    return loss
+
+
+def adagrad_delta(  # type: ignore[no-untyped-def]
+    indptr, indices, data, y, order, ws, slots, W0, G0, kind, eps, has_bias, eta, alpha, l1,
+    share, chunk=MAX_ROWS,
+):  # fmt: skip
+    """:func:`adagrad_ws` from ``W0`` and ``G0`` (left unchanged) that returns what
+    ``'ma-sgd'`` pushes: ``(loss sum, dW, dG)``, the pass's changes of the weights and
+    sums times ``share`` (the task's share of the round's rows), made in one compiled
+    pass over the workspace (no copies of ``W0`` / ``G0``, no array arithmetic after).
+
+    A weight's change is the float32 difference itself (``adagrad_ws`` then
+    ``(W - W0) * share`` adds it to ``W0`` and takes ``W0`` off again, a rounding
+    of ``W0``'s size more); the sums' and the intercept's are the same to the bit."""
+    loss, b = _pass(
+        indptr, indices, data, y, order, ws, slots, W0, G0, kind, eps, has_bias, eta, alpha, l1,
+        chunk,
+    )  # fmt: skip
+    dW = np.empty_like(W0)
+    dG = np.empty_like(G0)
+    take_delta(ws, slots, W0, G0, float(share), dW, dG)
+    if has_bias:
+        dW[-1, 0] = (b - W0[-1, 0]) * share
+    return loss, dW, dG
+
+
+def _pass(  # type: ignore[no-untyped-def]
+    indptr, indices, data, y, order, ws, slots, W, G, kind, eps, has_bias, eta, alpha, l1, chunk
+):  # fmt: skip
+    """``W`` and ``G`` into the workspace, then the rows ``chunk`` at a time;
+    returns ``(loss sum, intercept)``."""
     put(ws, slots, W, G)
     nk = slots.shape[0] - (1 if has_bias else 0)
     b = float(W[-1, 0]) if has_bias else 0.0
@@ -81,10 +120,7 @@ def adagrad_ws(  # type: ignore[no-untyped-def]
             alpha, l1, b,
         )  # fmt: skip
         loss += lv
-    take(ws, slots, W, G)
-    if has_bias:
-        W[-1, 0] = b
-    return float(loss)
+    return float(loss), b
 
 
 @njit(nogil=True, cache=True)
@@ -109,6 +145,17 @@ def take(ws, slots, W, G):  # type: ignore[no-untyped-def]  # pragma: no cover
         j = slots[i]
         W[i, 0] += float(w32[j, 2]) - float(np.float32(W[i, 0]))
         G[i, 0] = ws[j, 0]
+
+
+@njit(nogil=True, cache=True)
+def take_delta(ws, slots, W0, G0, share, dW, dG):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """``dW[i]`` = ``share`` times the change of key ``slots[i]``'s float32 weight from
+    ``W0[i]`` rounded, ``dG[i]`` = ``share`` times its sum's change from ``G0[i]``."""
+    w32 = ws.view(np.float32)
+    for i in range(slots.shape[0]):
+        j = slots[i]
+        dW[i, 0] = (float(w32[j, 2]) - float(np.float32(W0[i, 0]))) * share
+        dG[i, 0] = (ws[j, 0] - G0[i, 0]) * share
 
 
 @njit(nogil=True, cache=True, inline="always")

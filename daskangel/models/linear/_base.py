@@ -29,12 +29,14 @@ Example
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ... import config, ops
+from ..._resuming import pending
 from ...context import PSContext
 from ...errors import InvalidArgumentError
 from ...scheduler._clock_rule import BSP, as_sync
@@ -78,12 +80,14 @@ class LinearModel(EpochEstimator):
             raise AttributeError(f"{type(self).__name__} has no weights on a PS (not fitted here)")
         return self._ps.get_array(self._arrays["weights"])
 
-    def _make_arrays(self, ps: PSContext, n_features: int, K: int) -> None:
+    def _make_arrays(self, ps: PSContext, n_features: int, K: int) -> bool:
+        """Make the weights (and an optimiser's state); True if the weights are zeros."""
         name = f"{type(self).__name__.lower()}-{uuid.uuid4().hex[:8]}"
         shape = (n_features + 1,) if K == 1 else (n_features + 1, K)
         dtype = self.dtype or "float64"  # sums in arrival order: rounding at 1e-16, not 1e-7
         init = getattr(self, "_w", None)
-        if init is not None and init.shape == (n_features + 1, K):
+        zeros = init is None or init.shape != (n_features + 1, K)
+        if init is not None and not zeros:
             w = ps.from_array(f"{name}.w", init[:, 0] if K == 1 else init, dtype=dtype)
         else:
             w = ps.zeros(f"{name}.w", shape, dtype, block_shape=_minibatch_blocks(self, ps, shape))
@@ -97,15 +101,18 @@ class LinearModel(EpochEstimator):
             "state": state,
             "rule": type(opt).__name__ if opt else None,
         }
+        return zeros
 
-    def _make_accum(self, ps: PSContext) -> None:
+    def _make_accum(self, ps: PSContext) -> bool:
         """The squared-gradient sums of ``adaptive=True`` (zeros, shaped as the weights),
-        made by the first adaptive fit and kept with the weights (saved, continued)."""
+        made by the first adaptive fit and kept with the weights (saved, continued);
+        True if made now."""
         if self._arrays.get("accum"):
-            return
+            return False
         w = ps.get_array(self._arrays["weights"])
         g = ps.zeros(f"{w.name[: -len('.w')]}.g", w.shape, "float64")
         self._arrays = {**self._arrays, "accum": g.name}
+        return True
 
     def _rule(self) -> Any:
         if self.solver == "ftrl":
@@ -186,12 +193,15 @@ class LinearModel(EpochEstimator):
         K = self._n_outputs(getattr(self, "classes_", None))
         ps = self._context(client)
         self.n_features_in_ = n_features
+        zeros = False  # every array this fit trains was made now as zeros
         if not getattr(self, "_arrays", None):
-            self._make_arrays(ps, n_features, K)
+            zeros = self._make_arrays(ps, n_features, K)
         if self.solver == "ma-sgd" and adaptive_on(self):
-            self._make_accum(ps)
+            zeros = self._make_accum(ps) and zeros
         self._w = None
         plan = self._plan(data, n_features, K, epochs, len(ds.partitions))
+        if zeros and not pending():  # (a resumed fit loads a snapshot into them)
+            plan = dataclasses.replace(plan, zero_start=True)
         met = ps.zeros(plan.metrics, (max(plan.epochs, 1), row_width(plan.nbins)), "float64")
         extra: list[str] = []
         try:

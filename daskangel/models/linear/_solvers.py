@@ -158,22 +158,28 @@ class SGDTask:
         tm["prep_rows"] = time.perf_counter() - t_0
         # the server-side key set of the full pulls: ma-sgd's every round; 'sgd' /
         # 'ftrl' pull per minibatch and need it only for an epoch's evaluation
-        want_ks = bool(K == 1 and p.prune and d.keys.size)
-        ks = w.key_set(d.keys) if want_ks and p.solver == "ma-sgd" else None
+        want_ks = bool(K == 1 and p.prune and d.keys.size) and p.solver == "ma-sgd"
+        acc = ctx.array(p.accum) if p.adaptive else None  # AdaGrad's sums, pulled alike
+        # AdaGrad's sums are pulled by a second thread while this one pulls the weights
+        # and evaluates them: the two pulls' round trips and the validation pass overlap
+        pool = ThreadPoolExecutor(1, "daskangel-acc") if acc is not None else None
+        # the sums' key set (pulled by tag too: sending the keys each epoch was 8 bytes
+        # a key) is registered by that thread while this one registers the weights'
+        acc_ks = None
+        if acc is not None and pool is not None and want_ks:
+            acc_ks = pool.submit(acc.key_set, d.keys)
+        ks = w.key_set(d.keys) if want_ks else None
         mon = Monitor(ctx, p, d)
         # ma-sgd pushes its local model's change against the weights it pulled, so
         # that base must be the servers' newest: from the clock cache (up to
         # ``staleness`` clocks old) the changes others pushed since would be added
         # again, and the model oscillates with a growing amplitude
         base = w.plain if p.solver == "ma-sgd" and mon.staleness != 0 else w
-        acc = ctx.array(p.accum) if p.adaptive else None  # AdaGrad's sums, pulled alike
         tm["prep"] += time.perf_counter() - t_0
-        cap = step_cap(p, d.max_sq_norm()) if p.solver == "ma-sgd" else float("inf")
-        # AdaGrad's sums are pulled by a second thread while this one pulls the weights
-        # and evaluates them: the two pulls' round trips and the validation pass overlap
-        pool = ThreadPoolExecutor(1, "daskangel-acc") if acc is not None else None
+        capped = p.solver == "ma-sgd" and p.kind in (SQUARED, SQ_HINGE)  # (a pass over the rows)
+        cap = step_cap(p, d.max_sq_norm()) if capped else float("inf")
         try:
-            return self._rounds(ctx, part, d, mon, w, base, ks, acc, pool, cap, tm)
+            return self._rounds(ctx, part, d, mon, w, base, ks, acc, acc_ks, pool, cap, tm)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
@@ -188,6 +194,7 @@ class SGDTask:
         base: Any,
         ks: Any,
         acc: Any,
+        acc_ks: Future[Any] | None,
         pool: ThreadPoolExecutor | None,
         cap: float,
         tm: dict[str, float],
@@ -197,11 +204,10 @@ class SGDTask:
         K = p.n_outputs
         want_ks = bool(K == 1 and p.prune and d.keys.size)
         acc_base = acc.plain if acc is not None and mon.staleness != 0 else acc
-        # ... by tag too: sending the keys each epoch was 8 bytes a key on the wire
-        acc_ks = acc.key_set(d.keys) if acc is not None and ks is not None else None
 
         def pull_acc() -> np.ndarray:
-            return pull(acc_base, d.keys, K, acc_ks, not p.prune, d.pos)
+            aks = acc_ks.result() if acc_ks is not None else None
+            return pull(acc_base, d.keys, K, aks, not p.prune, d.pos)
 
         per = _per_round(p)
         mb = MinibatchRounds(p, d, w, p.prefetch) if isinstance(d, TaskData) else None
@@ -214,7 +220,7 @@ class SGDTask:
         while c < total:
             rc, phase = divmod(c, m)  # rc: the round; phase 1: resumed past its read barrier
             epoch, rnd = divmod(rc, p.rounds)
-            W0 = None
+            W0 = G0 = None
             g_fut: Future[np.ndarray] | None = None
             if rnd == 0 and phase == 0:
                 seed = [int(p.seed) & 0xFFFFFFFF, int(p.epoch0 + epoch), int(part.index)]
@@ -242,12 +248,18 @@ class SGDTask:
             eta = min(p.eta(epoch), cap)
             if rows.size and p.solver == "ma-sgd":
                 t_0 = time.perf_counter()
-                if W0 is None:
+                if W0 is None and c == 0 and m == 2 and p.zero_start:
+                    # a fresh fit's first round under BSP: the servers hold the zeros
+                    # they were made with (no task pushes before every task has passed
+                    # the read barrier), so there is nothing to pull
+                    W0 = np.zeros((d.keys.shape[0], K))
+                    G0 = np.zeros_like(W0) if acc is not None else None
+                elif W0 is None:
                     if pool is not None:
                         g_fut = pool.submit(pull_acc)
                     W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
-                if acc is not None:  # (before the barrier too: a faster task's push
-                    # of this round's sums would otherwise be read by a slower one)
+                if acc is not None and G0 is None:  # (before the barrier too: a faster
+                    # task's push of this round's sums would otherwise be read by a slower one)
                     G0 = g_fut.result() if g_fut is not None else pull_acc()
                     g_fut = None
                 if m == 2 and phase == 0:
@@ -256,18 +268,26 @@ class SGDTask:
                         stopped = True
                         break
                 t_1 = time.perf_counter()
-                W = W0.copy()
-                if acc is not None:
-                    G = G0.copy()
-                    loss = d.local_adagrad(rows, W, G, p, eta)
-                else:
-                    loss = d.local_sgd(rows, W, p, eta)
-                check_finite_step(loss, W, epoch, eta)
-                t_2 = time.perf_counter()
                 share = round_share(p, ctx.task_id, rnd)
-                push(w, d.keys, (W - W0) * share, K, d.pos)
-                if acc is not None:
-                    push(acc, d.keys, (G - G0) * share, K, d.pos)
+                dG = None
+                if acc is not None and G0 is not None and isinstance(d, InPlaceData):
+                    # the pushed changes straight from the workspace (no array arithmetic)
+                    loss, dW, dG = d.adagrad_delta(rows, W0, G0, p, eta, share)
+                    check_finite_step(loss, dW, epoch, eta)
+                else:
+                    W = W0.copy()
+                    if acc is not None and G0 is not None:
+                        G = G0.copy()
+                        loss = d.local_adagrad(rows, W, G, p, eta)
+                        dG = (G - G0) * share
+                    else:
+                        loss = d.local_sgd(rows, W, p, eta)
+                    check_finite_step(loss, W, epoch, eta)
+                    dW = (W - W0) * share
+                t_2 = time.perf_counter()
+                push(w, d.keys, dW, K, d.pos)
+                if dG is not None:
+                    push(acc, d.keys, dG, K, d.pos)
                 tm["pull"] += t_1 - t_0
                 tm["sgd"] += t_2 - t_1
                 tm["push"] += time.perf_counter() - t_2

@@ -98,6 +98,7 @@ class Plan:
     prefetch: int = 0  # ... pulls in flight ahead of the group computing
     fuse: int = 1  # ... minibatches' steps (and the pulls ahead) a step-pull message
     relative_tol: bool = True  # early stopping: an improvement by tol * |best| (see should_stop)
+    zero_start: bool = False  # the weights (and sums) were made as zeros for this fit
 
     @property
     def clocks_per_round(self) -> int:

@@ -187,3 +187,29 @@ def test_adaptive_fit_takes_the_in_place_path_at_16_bytes_a_feature(client: Clie
         assert clf.adaptive == "auto" and float(np.corrcoef(clf.coef_.ravel(), w)[0, 1]) > 0.9
         clf.close()
         ds.release()
+
+
+def _pulled(ps: Any) -> dict[str, int]:
+    st = ps.status(max_age=0)
+    t = st[st.kind == "task"]
+    return {str(i): int(b) for i, b in zip(t.id, t.bytes_out, strict=True)}
+
+
+def test_fresh_bsp_fit_pulls_nothing_before_its_first_pass(client: Client) -> None:
+    """A fresh fit's weights and AdaGrad sums are zeros on the servers, and under BSP no
+    task pushes before every task has passed the first read barrier: its tasks start
+    from zeros without pulling them (the task counters see no pulled byte).  A warm
+    start pulls the model it continues from: the weights and the sums of each task's
+    keys (21 keys here)."""
+    X, y, _ = planted(n=600, d=20)
+    with angel.PSContext(client) as ps:
+        est = models.LogisticRegression(max_iter=1, early_stopping=False, ps=ps, warm_start=True)
+        est.fit(X, y)
+        fresh = _pulled(ps)
+        assert fresh and set(fresh.values()) == {0}, fresh
+        first = est.coef_.copy()
+        est.fit(X, y)  # warm start: continues from the fitted (non-zero) model
+        warm = {k: v for k, v in _pulled(ps).items() if k not in fresh}
+        assert len(warm) == len(fresh) and set(warm.values()) == {2 * 21 * 8}, warm
+        assert not np.array_equal(est.coef_, first)
+        est.close()

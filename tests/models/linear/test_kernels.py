@@ -15,7 +15,7 @@ from sklearn.metrics import roc_auc_score
 from daskangel.data._batch import CSRBatch
 from daskangel.errors import InvalidArgumentError
 from daskangel.models._core import auc_from_hist, epoch_order, should_stop
-from daskangel.models.linear._adagrad16 import MAX_ROWS, adagrad_ws
+from daskangel.models.linear._adagrad16 import MAX_ROWS, adagrad_delta, adagrad_ws
 from daskangel.models.linear._adaptive import _adagrad_batch, adagrad_sgd
 from daskangel.models.linear._kernels import (
     HINGE,
@@ -200,6 +200,46 @@ def test_adagrad16_untouched_weights_come_back_exactly_and_chunks_agree(
     for Wc, Gc in out[1:]:
         np.testing.assert_allclose(Wc, W, rtol=1e-5, atol=1e-9)  # (a rounding a chunk)
         np.testing.assert_allclose(Gc, G, rtol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 1000),
+    alpha=st.sampled_from([0.0, 0.05]),
+    l1=st.sampled_from([0.0, 0.02]),
+    share=st.sampled_from([1.0, 0.375]),
+    has_bias=st.booleans(),
+)
+def test_adagrad_delta_is_the_pushed_change_of_adagrad_ws(
+    seed: int, alpha: float, l1: float, share: float, has_bias: bool
+) -> None:
+    """What ma-sgd pushes, made in the workspace (``adagrad_delta``), equals
+    ``(W - W0) * share`` and ``(G - G0) * share`` of ``adagrad_ws`` from the same start:
+    the sums and the intercept to the bit, a weight to a rounding of ``W0`` (the old
+    way added the float32 change to ``W0`` and took ``W0`` off again); ``W0`` and
+    ``G0`` are left as they were."""
+    X = _csr(40, 12, seed)
+    rng = np.random.default_rng(seed)
+    y = rng.choice([-1.0, 1.0], X.shape[0])
+    W0 = rng.normal(size=(13, 1)) * np.pi
+    G0 = rng.random((13, 1)) * 10
+    order = rng.permutation(X.shape[0])
+    slots = np.arange(13 if has_bias else 12)
+    W0, G0 = W0[: slots.shape[0]], G0[: slots.shape[0]]
+    W, G = W0.copy(), G0.copy()
+    args = (X.indptr, X.indices, X.data, y, order)
+    loss = adagrad_ws(*args, np.empty((13, 2)), slots, W, G, LOGISTIC, 0.0, has_bias, 0.2,
+                      alpha, l1)  # fmt: skip
+    W0c, G0c = W0.copy(), G0.copy()
+    loss2, dW, dG = adagrad_delta(*args, np.empty((13, 2)), slots, W0, G0, LOGISTIC, 0.0,
+                                  has_bias, 0.2, alpha, l1, share)  # fmt: skip
+    np.testing.assert_array_equal(W0, W0c)
+    np.testing.assert_array_equal(G0, G0c)
+    assert loss2 == loss
+    np.testing.assert_array_equal(dG, (G - G0) * share)
+    if has_bias:
+        assert dW[-1, 0] == (W[-1, 0] - W0[-1, 0]) * share
+    np.testing.assert_allclose(dW, (W - W0) * share, rtol=0, atol=4e-16 * np.abs(W0).max())
 
 
 @pytest.mark.parametrize("batch", [1, 4])
