@@ -14,6 +14,9 @@ Measured in the same task as the row gets: ``PSArray.increment`` of a
   columns and float32 values, 5 bytes a key), so both ratios are printed;
 * **the increment with the wide wire** (``narrow-csr`` off: 8 bytes a key, as
   before it), timed in the same turns;
+* **the increment on the general path** (``daskangel.client.lean-push`` off: a
+  task a server and the generic ``daskangel_ps`` handler instead of one lean
+  ``daskangel_push`` request a server, ``psarray/_rowpush.py``);
 * **the same entries as an unsorted COO** (what LDA's sweeps push), sorted
   into compressed rows on the caller, and on the coordinate path as before
   (``daskangel.client.coo-rows-per-entry`` 0);
@@ -69,8 +72,9 @@ def measure_increments(
     rng: Any,
     warmup: int,
 ) -> tuple[float, ...]:
-    """``(inc, raw, keys, floor, inc wide, raw wire, wire bytes, coo, coords)``: medians of paired
-    rounds (``raw(addrs, op, shares)`` is the bare RPC of :mod:`_rowbench`)."""
+    """``(inc, raw, keys, floor, inc wide, raw wire, wire bytes, coo, coords, inc general)``:
+    medians of paired rounds (``raw(addrs, op, shares)`` is the bare RPC of
+    :mod:`_rowbench`)."""
     nr, width = arr.shape
     nnz = min(NNZ, width)
     r = np.sort(rng.choice(nr, size=n_rows, replace=False))
@@ -94,6 +98,10 @@ def measure_increments(
 
     def inc_wide() -> None:
         with dask.config.set({"daskangel.client.narrow-csr": False}):
+            inc()
+
+    def inc_general() -> None:
+        with dask.config.set({"daskangel.client.lean-push": False}):
             inc()
 
     # the same entries as an unsorted COO (what LDA's sweeps push): sorted into
@@ -135,6 +143,7 @@ def measure_increments(
         "raw": raw_inc,
         "floor": floor_inc,
         "inc wide": inc_wide,
+        "inc general": inc_general,
         "raw wire": lambda: raw_inc(wire_shares),
         "coo": inc_coo,
         "coords": inc_coords,
@@ -150,12 +159,13 @@ def measure_increments(
         sum(wire),
         t["coo"],
         t["coords"],
+        t["inc general"],
     )
 
 
 def increment_rows(what: str, width: int, res: tuple[float, ...]) -> list[tuple[str, ...]]:
     """The table rows of one shape's increment figures."""
-    t, tr, keys, tf, tw, trw, wire, tc, tco = res
+    t, tr, keys, tf, tw, trw, wire, tc, tco, tg = res
     nnz = min(NNZ, width)
     rows_n = int(keys) // nnz
     inc_what = f"{what}: sparse row increment {rows_n:,} rows x {nnz} nnz"
@@ -175,6 +185,13 @@ def increment_rows(what: str, width: int, res: tuple[float, ...]) -> list[tuple[
             f"{inc_what}: with the wide wire (narrow-csr off, {raw_key:.2f} B a key)",
             f"{keys / tw / 1e6:,.1f} M keys/s",
             f"raw/increment {tr / tw:.0%}; narrow/wide {tw / t:.0%}",
+            "-",
+        ),
+        (
+            "rows",
+            f"{inc_what}: on the general path (lean-push off)",
+            f"{keys / tg / 1e6:,.1f} M keys/s",
+            f"raw/increment {tr / tg:.0%}; lean/general {tg / t:.0%}",
             "-",
         ),
         (

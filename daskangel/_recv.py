@@ -235,7 +235,9 @@ async def send_recv_into(
 
 
 async def send_all_recv_into(
-    pool: Any, calls: list[tuple[str, str, dict[str, Any], list[int], list[np.ndarray | None]]]
+    pool: Any,
+    calls: list[tuple[str, str, dict[str, Any], list[int], list[np.ndarray | None]]],
+    follows: list[dict[str, Any]] | None = None,
 ) -> list[Any]:
     """Several :func:`send_recv_into` calls ``(address, op, msg, sizes, targets)``
     made in one coroutine: every request is written first, then the replies are
@@ -246,15 +248,19 @@ async def send_all_recv_into(
     2-core benchmark VM was a tenth of a millisecond-scale call.  Only for
     replies small enough to wait in a socket's buffer: a large one would hold
     up its sender until the replies before it are read.  Any failure aborts
-    every comm of the batch (a reply may still be in flight on it)."""
+    every comm of the batch (a reply may still be in flight on it).  ``follows``:
+    a message written right after each request (as :func:`send_recv_into`'s
+    ``follow``; a sparse row increment's packed frame)."""
     comms: list[tuple[str, Any]] = []
     try:
         for address, _, _, _, _ in calls:
             comm = await pool.connect(address)
             comm.allow_offload = False  # as in send_recv_into: no sizing, no thread hop
             comms.append((address, comm))
-        for (_, comm), (_, op, msg, _, _) in zip(comms, calls, strict=True):
+        for i, ((_, comm), (_, op, msg, _, _)) in enumerate(zip(comms, calls, strict=True)):
             await comm.write({**msg, "op": op, "reply": True}, on_error="raise")
+            if follows is not None:
+                await comm.write(follows[i], on_error="raise")
         out = [
             await read_into_targets(comm, sizes, targets)
             for (_, comm), (_, _, _, sizes, targets) in zip(comms, calls, strict=True)

@@ -35,6 +35,7 @@ from ._plan import assemble, direct_targets, plan_get, plan_update, sort_rows
 from ._psfuture import PSFuture, done_future, in_order
 from ._routing import check_values
 from ._rowget import get_rows, get_rows_async, unsorted_rows
+from ._rowpush import push_rows
 from ._taskclock import current_clock
 
 if TYPE_CHECKING:
@@ -243,7 +244,12 @@ class PSArray:
             return None
         b = self._binding
         extra = {"add": add, "tag": b.next_tag(), "clock": current_clock()}
-        return b.submit(b.call_blocks, self.name, "update", parts, cost, extra)
+        fut = push_rows(b, self.name, self.meta, parts, cost, extra)
+        return (
+            fut
+            if fut is not None
+            else b.submit(b.call_blocks, self.name, "update", parts, cost, extra)
+        )
 
     def increment_async(
         self,

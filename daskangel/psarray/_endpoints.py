@@ -61,6 +61,7 @@ class PSWorkerPlugin(WorkerPlugin):
         self.worker = worker
         worker.handlers["daskangel_ps"] = self.handle
         worker.handlers["daskangel_rows"] = self.handle_rows
+        worker.handlers["daskangel_push"] = self.handle_push
         worker.handlers["daskangel_forget"] = self.forget
 
     def forget(self, names: list[str]) -> None:
@@ -151,21 +152,9 @@ class PSWorkerPlugin(WorkerPlugin):
         if comm is not None:
             comm.allow_offload = False  # as the caller's side (daskangel._recv)
         if follow is not None:
-            try:
-                frames = await read_follow(comm, follow, self.receive_pool)
-            except InvalidArgumentError:
-                comm.abort()  # its arrays message was not read: the comm is out of step
-                raise
-            parts = kwargs.get("parts")
-            try:
-                for i, field, a in cut_fields(frames, follow["fields"]):
-                    parts[i][field] = a  # type: ignore[index]
-            except InvalidArgumentError as e:
-                return error_reply(e)
-            except (TypeError, IndexError, KeyError, ValueError):
-                return error_reply(
-                    InvalidArgumentError("follow: a field names a part the request lacks")
-                )
+            bad = await self._follow(comm, follow, kwargs.get("parts"))
+            if bad is not None:
+                return bad
         if ps_op == "get":
             kwargs["lend"] = True
             if all(p.get("rows") is None and p.get("cols") is None for p in kwargs["parts"]):
@@ -175,6 +164,61 @@ class PSWorkerPlugin(WorkerPlugin):
             return wrap_arrays(reply)
         except DaskAngelError as e:
             return error_reply(e)
+
+    async def _follow(self, comm: Any, follow: dict[str, Any], parts: Any) -> Any:
+        """Read a request's follow message into reused buffers and put its fields
+        into ``parts``; None, or the error reply (the comm is aborted when the
+        message could not be read: it would be out of step)."""
+        try:
+            frames = await read_follow(comm, follow, self.receive_pool)
+        except InvalidArgumentError:
+            comm.abort()  # its arrays message was not read: the comm is out of step
+            raise
+        try:
+            for i, field, a in cut_fields(frames, follow["fields"]):
+                parts[i][field] = a
+        except InvalidArgumentError as e:
+            return error_reply(e)
+        except (TypeError, IndexError, KeyError, ValueError):
+            return error_reply(
+                InvalidArgumentError("follow: a field names a part the request lacks")
+            )
+        return None
+
+    async def handle_push(
+        self,
+        comm: Any,
+        server: int,
+        array: str,
+        parts: list[dict[str, Any]],
+        follow: dict[str, Any],
+        add: bool = True,
+        tag: list[Any] | None = None,
+        clock: int | None = None,
+        cost: int = 0,
+        uid: str | None = None,
+    ) -> Any:
+        """The ``daskangel_push`` handler: a compressed-row write (:mod:`._rowpush`),
+        its arrays in the follow message.  The ordinary ``update`` op runs it
+        (tags, holds, snapshot cuts, write-behind), without the general handler's
+        walks of the request and reply for arrays to unwrap, wrap and count."""
+        if comm is not None:
+            comm.allow_offload = False
+        bad = await self._follow(comm, follow, parts)
+        if bad is not None:
+            return bad
+        srv = self.server(int(server))
+        srv.op_stats["push"][0] += 1  # updates that came this way (applied or refused)
+        try:
+            srv.check_uid({"array": array, "uid": uid})
+            out = await srv.run(
+                "update", cost, may_defer=True, array=array, parts=parts, add=add, tag=tag,
+                clock=clock,
+            )  # fmt: skip
+        except DaskAngelError as e:
+            return error_reply(e)
+        srv.op_stats["update"][3] += sum(int(n) for n in follow["frames"])
+        return out
 
     async def handle_rows(
         self,

@@ -59,7 +59,7 @@ def server_row(stats: dict[str, Any]) -> dict[str, Any]:
     bytes_in = 0
     bytes_out = 0
     for op, st in stats.get("ops", {}).items():
-        if op in ("stats", "ping"):
+        if op in ("stats", "ping", "push"):  # "push": the updates that came lean, counted too
             continue
         calls += int(st[0])
         seconds += float(st[1])

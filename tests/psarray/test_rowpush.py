@@ -2,7 +2,9 @@
 issue 14 section 1, the push side), on a process cluster (2 workers): concurrent
 increments from tasks and the client sum exactly (duplicates within a request
 too), with their compressed rows packed into one follow frame a server or sent
-inline; the dtype rules hold; refused requests change nothing.
+inline, by the lean ``daskangel_push`` requests (``psarray/_rowpush.py``, tasks'
+own servers called directly meanwhile) or the general path; the dtype rules
+hold; refused requests change nothing.
 """
 
 from __future__ import annotations
@@ -80,10 +82,21 @@ def _dense(X: sp.csr_matrix) -> np.ndarray:
     return out
 
 
-def _push(name: str, seed: int, rounds: int) -> None:
+def _push(name: str, seed: int, rounds: int, cfg: dict[str, Any] | None = None) -> None:
     arr = angel.PSArray(name)
-    for r in range(rounds):
-        arr.increment(_csr(seed * 100 + r, 2_500, r % 2 == 1))
+    with dask.config.set(cfg or {}):
+        for r in range(rounds):
+            arr.increment(_csr(seed * 100 + r, 2_500, r % 2 == 1))
+
+
+def _ops(a: angel.PSArray) -> dict[str, int]:
+    """Calls of each server op on the array's servers so far (``ps.status()``'s
+    counters)."""
+    out: dict[str, int] = {}
+    for stat in a._binding.run(a._stats):
+        for op, counters in stat["ops"].items():
+            out[op] = out.get(op, 0) + int(counters[0])
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +126,61 @@ def test_concurrent_csr_increments_sum_exactly(ps: angel.PSContext, client: Clie
             for r in range(rounds):
                 want += _dense(_csr(s * 100 + r, 2_500, r % 2 == 1))
         np.testing.assert_array_equal(arr.get(), want.astype(np.int32))
+
+
+def test_lean_and_general_pushes_mixed_sum_exactly(ps: angel.PSContext, client: Client) -> None:
+    """Tasks on both workers (one server in their own process, called directly,
+    the other by a lean request) and the client (both lean) push at once, half of
+    them on the general path (``lean-push`` off), duplicates within rows: exact
+    sums, and the servers counted one ``push`` request for each lean one."""
+    arr = ps.zeros("mixed", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
+    workers = sorted(workers_info(client))
+    rounds = 3
+    off = {"daskangel.client.lean-push": False}
+    before = _ops(arr)
+    futs = [
+        client.submit(_push, "mixed", s, rounds, off if s % 2 else None, workers=[w], pure=False)
+        for s, w in zip([1, 2, 3, 4], workers * 2, strict=True)
+    ]
+    _push("mixed", 5, rounds)  # the client: both servers by lean requests
+    _push("mixed", 6, rounds, off)
+    for f in futs:
+        f.result()
+    want = np.zeros(SHAPE, np.int64)
+    for s in (1, 2, 3, 4, 5, 6):
+        for r in range(rounds):
+            want += _dense(_csr(s * 100 + r, 2_500, r % 2 == 1))
+    np.testing.assert_array_equal(arr.get(), want.astype(np.int32))
+    after = _ops(arr)
+    # lean: the client's 3 pushes to 2 servers, tasks 2 and 4's 3 each to the other
+    # worker's server (their own is called directly)
+    assert after.get("push", 0) - before.get("push", 0) == 3 * 2 + 2 * 3
+    assert after["update"] - before.get("update", 0) == 6 * rounds * 2
+
+
+def test_lean_push_refused_by_a_server_changes_nothing(ps: angel.PSContext) -> None:
+    """A malformed CSR (a negative row length) passes the caller's checks and is
+    refused by the server its rows go to, through the lean request (every push
+    framed: ``follow-bytes`` 1 B): ShapeMismatchError, every block unchanged; a
+    good push after it on the same comms applies."""
+    iv = ps.zeros("lean-bad", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
+    X = _csr(7, 2_000, True)
+    with dask.config.set({"daskangel.client.follow-bytes": "1B"}):
+        before_ops = _ops(iv)
+        iv.increment(X)
+        bad_ptr = sp.csr_matrix(SHAPE, dtype=np.int32)
+        ptr = np.zeros(SHAPE[0] + 1, np.int64)
+        ptr[5:] = 2
+        ptr[5] = 3
+        bad_ptr.indptr, bad_ptr.indices = ptr, np.array([1, 2, 3])
+        bad_ptr.data = np.ones(3, np.int32)
+        before = iv.get()
+        with pytest.raises(ShapeMismatchError):
+            iv.increment(bad_ptr)
+        np.testing.assert_array_equal(iv.get(), before)
+        iv.increment(X)
+        assert _ops(iv).get("push", 0) - before_ops.get("push", 0) == 2 + 1 + 2
+    np.testing.assert_array_equal(iv.get(), (2 * _dense(X)).astype(np.int32))
 
 
 def test_csr_dtype_rules_and_refused_requests_change_nothing(ps: angel.PSContext) -> None:

@@ -1,0 +1,168 @@
+"""Compressed-row writes: one request and one packed follow frame a server, made
+in the caller's thread and sent by one coroutine.
+
+A sparse row increment of a dense matrix cut by rows (``scipy.sparse`` CSR or
+COO, planned by :mod:`._csrplan`) costs about a memcpy of its few hundred
+kilobytes a server; the rest of a call was fixed work on the caller's event
+loop, where the three processes of a 2-core machine take turns: the general
+path's task a server, its liveness timers, a walk of every request for arrays to
+frame, a ``concurrent.futures`` chain back to the caller.  Here (as a random-row
+get does, :mod:`._rowget`):
+
+* the caller's thread packs each server's parts into one follow frame
+  (:func:`daskangel._wire.split_follow`, narrowing as planned) and makes each
+  request: plain values only, nothing left to wrap;
+* one coroutine writes every request and its frame, then reads the replies
+  (:func:`daskangel._recv.send_all_recv_into`), watched as any call is for a lost
+  server or the call timeout, and sets the caller's future from the loop;
+* each server's ``daskangel_push`` handler reads the frame into a reused buffer
+  and runs the ordinary ``update`` op (tags, snapshot cuts, holds, write-behind
+  and eager-refresh notes unchanged: :meth:`~._endpoints.PSWorkerPlugin.handle_push`).
+
+Blocks on this process's own servers are written by a direct call meanwhile (no
+comm).  Anything unusual (a lost, moved or moving block, an unreachable server,
+the actors transport, a request under
+``daskangel.client.follow-bytes``, ``daskangel.client.lean-push`` off) goes the
+general way
+(:meth:`~._blockcalls.BlockCalls.call_blocks`), which refreshes the layout, waits
+for recoveries and resends with the same write tag (applied once a block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any
+
+from distributed.comm.core import CommClosedError
+from distributed.protocol import to_serialize
+
+from .. import config
+from .._recv import send_all_recv_into
+from .._wire import raise_if_error, split_follow
+from ..errors import StaleLayoutError
+from ._binding import Binding
+from ._meta import ArrayMeta, ServerId
+
+__all__ = ["PUSH_HANDLER", "push_rows"]
+
+PUSH_HANDLER = "daskangel_push"
+
+# one request: (address, handler, message, reply sizes, reply targets), its frames
+Call = tuple[tuple[str, str, dict[str, Any], list[int], list[Any]], list[Any]]
+# a block group of this process's own server: (server, its parts, their cost)
+Local = tuple[ServerId, list[dict[str, Any]], int]
+
+_running: set[asyncio.Task[None]] = set()  # a task is only weakly held by its loop
+
+
+def _calls(
+    b: Binding, name: str, m: ArrayMeta, parts: dict[int, dict[str, Any]],
+    cost: dict[int, int], extra: dict[str, Any],
+) -> tuple[list[ServerId], list[Call], list[Local]] | None:  # fmt: skip
+    """Each other process's server's request and follow frames, and the parts of
+    this process's own servers (called without a comm); None: the general path."""
+    if m.transport != "handlers" or not config.get("daskangel.client.lean-push"):
+        return None
+    here = b.local_worker.address if b.local_worker is not None else None
+    lost = m.lost
+    groups: dict[ServerId, list[int]] = {}
+    for g, p in parts.items():
+        if (lost and g in lost) or "csr_rows" not in p:
+            return None
+        groups.setdefault(m.servers[g], []).append(g)
+    calls: list[Call] = []
+    local: list[Local] = []
+    for s, blocks in groups.items():
+        mine = [parts[g] for g in blocks]
+        c = sum(cost.get(g, 0) for g in blocks)
+        if s.address == here:
+            local.append((s, mine, c))
+            continue
+        kw, frames = split_follow("update", {"parts": mine}, b.send_buffer)
+        if not frames:
+            return None  # small: one message on the general path
+        msg = {
+            "server": s.index, "array": name, "parts": kw["parts"], "follow": kw["follow"],
+            "cost": c, **extra,
+        }  # fmt: skip
+        if m.uid:
+            msg["uid"] = m.uid
+        calls.append(((s.address, PUSH_HANDLER, msg, [], []), frames))
+    if not calls:
+        return None  # all on this process's servers: nothing to gain here
+    return list(groups), calls, local
+
+
+async def _send(
+    b: Binding, name: str, m: ArrayMeta, servers: list[ServerId], calls: list[Call],
+    local: list[Local], extra: dict[str, Any],
+) -> bool:  # fmt: skip
+    """Write every request and frame, apply the local parts meanwhile, read the
+    replies; False when the general path must answer (a layout change or an
+    unreachable server)."""
+    uid = {"uid": m.uid} if m.uid else {}
+
+    async def go() -> None:
+        pool = b._pool or await b.pool()
+        follows = [{"values": [to_serialize(f) for f in frames]} for _, frames in calls]
+        sent = send_all_recv_into(pool, [c for c, _ in calls], follows)
+        if local:
+            here = [
+                b.call(s, "update", c, "handlers", None, array=name, parts=p, **extra, **uid)
+                for s, p, c in local
+            ]
+            got = await asyncio.gather(sent, *here, return_exceptions=True)
+            for r in got:  # (all finished: none is left running unseen)
+                if isinstance(r, BaseException):
+                    raise r
+            replies = [*got[0], *got[1:]]
+        else:
+            replies = await sent
+        for reply in replies:
+            raise_if_error(reply)
+
+    for r in await b._watched(name, m, servers, [go()]):
+        if isinstance(r, (StaleLayoutError, OSError, CommClosedError)):
+            return False
+        if isinstance(r, BaseException):
+            raise r
+    return True
+
+
+async def _run(
+    b: Binding, name: str, m: ArrayMeta, servers: list[ServerId], calls: list[Call],
+    local: list[Local], general: tuple[Any, ...], fut: concurrent.futures.Future[None],
+) -> None:  # fmt: skip
+    """:func:`_send`, then the general path if it must answer; the outcome goes
+    to ``fut`` from the loop (no callback chain)."""
+    try:
+        if not await _send(b, name, m, servers, calls, local, general[4]):
+            await b.call_blocks(*general)  # resent with the same tag: applied once a block
+        fut.set_result(None)
+    except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+        fut.set_exception(e)
+
+
+def _launch(coro: Any) -> None:
+    task = asyncio.ensure_future(coro)
+    _running.add(task)
+    task.add_done_callback(_running.discard)
+
+
+def push_rows(
+    b: Binding, name: str, m: ArrayMeta, parts: dict[int, dict[str, Any]],
+    cost: dict[int, int], extra: dict[str, Any],
+) -> concurrent.futures.Future[None] | None:  # fmt: skip
+    """Start a compressed-row write (``parts`` from :func:`._csrplan.plan_csr`,
+    ``extra`` its ``add``, ``tag`` and ``clock``); None when it takes the general
+    path (see the module docstring)."""
+    planned = _calls(b, name, m, parts, cost, extra)
+    if planned is None:
+        return None
+    servers, calls, local = planned
+    fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+    general = (name, "update", parts, cost, extra)
+    coro = _run(b, name, m, servers, calls, local, general, fut)
+    b.loop.asyncio_loop.call_soon_threadsafe(_launch, coro)
+    return fut
