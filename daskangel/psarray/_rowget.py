@@ -112,11 +112,13 @@ async def _fetch(
     out: np.ndarray,
     scratch: np.ndarray | None,
     handoff: Handoff,
+    keep_at: int | None = None,
 ) -> bool:
     """Send every server its request and put each reply's rows in request order
     as it lands (large replies are read into ``scratch`` first, and handed to
-    the caller's thread above ``daskangel.client.loop-scatter-bytes``); False
-    when the general path must answer instead (layout changed)."""
+    the caller's thread above ``daskangel.client.loop-scatter-bytes``, or from
+    ``keep_at`` bytes when the caller takes them as they landed); False when the
+    general path must answer instead (layout changed)."""
     width = m.shape[1]
     row_bytes = width * m.itemsize
     direct = config.get_bytes("daskangel.client.direct-read-bytes")
@@ -142,7 +144,12 @@ async def _fetch(
                 **({"uid": m.uid} if m.uid else {}),
             )  # fmt: skip
         part = _part(part, m, stop - start)
-        if nbytes <= on_loop:
+        if keep_at is not None:  # kept as it landed if read into scratch (writable)
+            if nbytes >= keep_at and part.flags.writeable:
+                handoff((plan.order[start:stop], part))
+            else:
+                RK.put_rows(out, plan.order[start:stop], part)
+        elif nbytes <= on_loop:
             RK.put_rows(out, plan.order[start:stop], part)
         else:
             handoff((plan.order[start:stop], part))
@@ -152,10 +159,12 @@ async def _fetch(
 
 
 def _start(
-    b: Binding, name: str, m: ArrayMeta, rows: np.ndarray, handoff: Handoff
+    b: Binding, name: str, m: ArrayMeta, rows: np.ndarray, handoff: Handoff, keep: bool = False
 ) -> tuple[Callable[..., Awaitable[bool]], tuple[Any, ...], np.ndarray] | None:
     """Plan a get in the caller's thread: ``(coroutine function, its arguments,
-    the result buffer)``, or None when the general path must answer."""
+    the result buffer)``, or None when the general path must answer.  ``keep``:
+    every reply read into the scratch buffer goes to ``handoff`` as it landed,
+    not into request order (the caller takes the rows in any order)."""
     sp = row_spec(b, name, m)
     n = rows.shape[0]
     check_size("get", n * sp.row_bytes)
@@ -176,7 +185,8 @@ def _start(
     ):
         calls = _small_calls(sp, name, m, plan, scratch, direct, into_at)
         return _fetch_small, (b, name, m, plan, out, calls), out
-    return _fetch, (b, name, m, plan, out, scratch, handoff), out
+    keep_at = into_at if keep and scratch is not None else None
+    return _fetch, (b, name, m, plan, out, scratch, handoff, keep_at), out
 
 
 class _Outcome:
@@ -251,11 +261,14 @@ def get_rows_async(
 
 class RowChunk:
     """Random rows fetched for :meth:`~._agent.PSAgent.get_iter` as :func:`get_rows`
-    fetches them: one request a server, each reply put in request order as it
-    lands (the large ones by :meth:`finish`, in the consumer's thread, each as
-    soon as it is in while the loop receives the others), into a result buffer
-    reused once nothing refers to it; the batches are then views of it (no copy
-    a batch)."""
+    fetches them: one request a server, into a result buffer reused once nothing
+    refers to it; the batches are then views of it (no copy a batch).
+
+    In request order (``ordered``), each large reply is put in place as it lands
+    (by :meth:`finish`, in the consumer's thread, while the loop receives the
+    others).  In any order, every reply read into the scratch buffer is kept as
+    it landed (:meth:`finish_parts`: no scatter at all), collected on the loop,
+    so the consumer is woken once, when the last reply is in."""
 
     def __init__(
         self,
@@ -263,8 +276,10 @@ class RowChunk:
         out: np.ndarray,
         landed: queue.SimpleQueue[Any],
         fallback: Callable[[], np.ndarray],
+        kept: list[tuple[np.ndarray, np.ndarray]],
     ) -> None:
         self._fut, self._out, self._landed, self._fallback = fut, out, landed, fallback
+        self._kept = kept
 
     @property
     def futures(self) -> list[Any]:
@@ -279,7 +294,11 @@ class RowChunk:
             RK.put_rows(self._out, *got)  # releases the GIL: the loop receives the others
         if got.error is not None:
             raise got.error
-        return self._out if got.ok else self._fallback()
+        if not got.ok:
+            return self._fallback()
+        for pos, part in self._kept:
+            RK.put_rows(self._out, pos, part)
+        return self._out
 
     def finish_parts(self) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
         """``(result, parts)`` without putting the large replies in request order:
@@ -291,7 +310,7 @@ class RowChunk:
             parts.append(got)
         if got.error is not None:
             raise got.error
-        return (self._out, parts) if got.ok else (self._fallback(), [])
+        return (self._out, parts + self._kept) if got.ok else (self._fallback(), [])
 
     @classmethod
     def start(
@@ -301,21 +320,28 @@ class RowChunk:
         m: ArrayMeta,
         rows: np.ndarray,
         fallback: Callable[[], np.ndarray],
+        ordered: bool = True,
     ) -> RowChunk | None:
-        """Start fetching ``rows`` (checked, unsorted); None: take the general path."""
+        """Start fetching ``rows`` (checked, unsorted); None: take the general path.
+        ``ordered=False``: the large replies are kept as they landed (see the class)."""
         if m.sparse or m.layout.n_col_blocks != 1:
             return None
         landed: queue.SimpleQueue[Any] = queue.SimpleQueue()
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        kept: list[tuple[np.ndarray, np.ndarray]] = []
 
         def put(got: Any) -> None:  # on the loop: large replies, then the outcome
             landed.put(got)
             if isinstance(got, _Outcome):
                 done.set_result(None)
 
-        started = _start(b, name, m, rows, put)
+        def keep(got: tuple[np.ndarray, np.ndarray] | None) -> None:
+            if got is not None:  # on the loop: collected, the consumer not woken
+                kept.append(got)
+
+        started = _start(b, name, m, rows, put if ordered else keep, keep=not ordered)
         if started is None:
             return None
         fn, args, out = started
         b.loop.asyncio_loop.call_soon_threadsafe(_launch, fn(*args), put)
-        return cls(done, out, landed, fallback)
+        return cls(done, out, landed, fallback, kept)

@@ -171,7 +171,7 @@ class RowIter(Iterator[tuple[np.ndarray, np.ndarray]]):
                 # random rows, nothing to cache: one request a server, as a get;
                 # the batches are views of the chunk, in request order
                 get = functools.partial(agent._get_rows, self.name, m, rc)
-                chunk = RowChunk.start(agent.binding, self.name, m, rc, get)
+                chunk = RowChunk.start(agent.binding, self.name, m, rc, get, self.ordered)
             if chunk is not None:
                 self.live.append((s, e, None, chunk))
                 self.held += nbytes
@@ -231,11 +231,15 @@ class RowIter(Iterator[tuple[np.ndarray, np.ndarray]]):
         """Batches of the replies as they landed (``(positions, rows)``), then of the
         rows the loop put in place in ``vals``: each row once, in no set order."""
         ids, batch = self.idx[s:e], self.batch
-        rest = np.ones(e - s, bool)
         for pos, rows in parts:
-            rest[pos] = False
+            got = ids[pos]  # one gather of the part's ids, then views of it
             for b in range(0, pos.shape[0], batch):
-                yield ids[pos[b : b + batch]], rows[b : b + batch]
+                yield got[b : b + batch], rows[b : b + batch]
+        if sum(pos.shape[0] for pos, _ in parts) == e - s:
+            return  # every row came in a part
+        rest = np.ones(e - s, bool)
+        for pos, _ in parts:
+            rest[pos] = False
         left = np.flatnonzero(rest)
         for b in range(0, left.shape[0], batch):
             at = left[b : b + batch]

@@ -178,6 +178,47 @@ def test_unordered_batches_come_as_the_replies_landed(ps: angel.PSContext) -> No
     np.testing.assert_array_equal(np.concatenate([r for r, _ in kept]), rows)
 
 
+def test_unordered_large_replies_are_never_scattered(ps: angel.PSContext) -> None:
+    """With the default settings, a reply read into the scratch buffer (at least
+    ``reply-frame-bytes``) is cut into batches as it landed even when the loop
+    would have scattered it (below ``loop-scatter-bytes``): the batches are in
+    the servers' order, writable, and each row's values are its own."""
+    ref = _matrix(ps, "kept", (1200, 128), "float32")  # 512 B a row: replies >= 128 KiB
+    a = ps.get_array("kept")
+    rows = np.concatenate([np.random.default_rng(8).permutation(1200), [9, 9]])
+    with dask.config.set({SHARE: 2.0}):
+        got = list(a.get_iter(rows, batch=100))
+        kept = list(a.get_iter(rows, batch=100, ordered=True))
+    ids = np.concatenate([r for r, _ in got])
+    assert sorted(ids.tolist()) == sorted(rows.tolist())
+    assert not np.array_equal(ids, rows)  # as the replies landed, no scatter
+    for rb, vals in got + kept:
+        assert vals.flags.writeable and vals.shape == (rb.shape[0], 128)
+        np.testing.assert_array_equal(vals, ref[rb])
+    np.testing.assert_array_equal(np.concatenate([r for r, _ in kept]), rows)
+
+
+def test_unordered_replies_inside_the_message_are_put_in_place(ps: angel.PSContext) -> None:
+    """A reply the servers sent as bytes inside the message (read-only) is put
+    in place, never handed to the caller, even when this process would keep
+    replies of that size (its ``reply-frame-bytes`` below the servers')."""
+    ref = _matrix(ps, "inmsg", (90, 12), "float64")
+    a = ps.get_array("inmsg")
+    rows = np.random.default_rng(9).permutation(90)
+    low = {
+        "daskangel.client.direct-read-bytes": 1,
+        "daskangel.server.reply-frame-bytes": 1,
+        "daskangel.client.batched-reply-bytes": 0,
+        SHARE: 2.0,
+    }
+    with dask.config.set(low):
+        got = list(a.get_iter(rows, batch=16))
+    assert sorted(np.concatenate([r for r, _ in got]).tolist()) == sorted(rows.tolist())
+    for rb, vals in got:
+        assert vals.flags.writeable
+        np.testing.assert_array_equal(vals, ref[rb])
+
+
 def _slow(a: Any, it: RowIter) -> list[np.ndarray]:
     """A caller that computes longer than its pull: a round trip of its own per
     batch, and the chunks requested ahead have landed before it asks again."""
