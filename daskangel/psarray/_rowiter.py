@@ -46,6 +46,7 @@ import numpy as np
 from .. import config
 from ..errors import InvalidArgumentError, ShapeMismatchError
 from . import _kernels as K
+from . import _rowkernels as RK
 from ._binding import Binding
 from ._meta import ArrayMeta
 from ._routing import normalize_index
@@ -119,11 +120,12 @@ class RowIter(Iterator[tuple[np.ndarray, np.ndarray]]):
                 f"get_iter: array {name!r} is 1-D; pipelined pulls fetch rows of a matrix "
                 "(use get(cols=...) or a key set for vectors)"
             )
-        r, _ = normalize_index("rows", rows, m.shape[0])
-        self.idx = np.arange(m.shape[0], dtype=np.int64) if r is None else r
+        self._t0 = time.perf_counter()
         self.agent, self.name, self.m, self.batch = agent, name, m, int(batch)
         self.job, self.floor, self.task, self.ordered = job, floor, task, ordered
         self.row_bytes = m.shape[1] * m.itemsize
+        self.live: deque[tuple[int, int, np.ndarray | None, Arrival]] = deque()
+        self.held = 0  # bytes of the chunks in flight
         self.threshold = float(config.get("daskangel.agent.pipeline-compute-share"))
         pipelined = agent.pace.pipelined(
             name,
@@ -131,26 +133,60 @@ class RowIter(Iterator[tuple[np.ndarray, np.ndarray]]):
             self.threshold,
             int(config.get("daskangel.agent.pipeline-probe-every")),
         )
+        request_bytes = config.get_bytes("daskangel.agent.pipeline-request-bytes")
+        whole = not pipelined and self._whole(rows, request_bytes)
+        if not whole:
+            r, _ = normalize_index("rows", rows, m.shape[0])
+            self.idx = np.arange(m.shape[0], dtype=np.int64) if r is None else r
         self.pacer = Pacer(
             self.idx.shape[0],
             self.batch,
             self.row_bytes,
-            request_bytes=config.get_bytes("daskangel.agent.pipeline-request-bytes"),
+            request_bytes=request_bytes,
             min_request_bytes=config.get_bytes("daskangel.agent.pipeline-min-request-bytes"),
             growth=float(config.get("daskangel.agent.pipeline-growth")),
             pipelined=pipelined,
         )
+        if whole:
+            self.pacer.take()  # (0, n): in flight already
         self.window = config.get_bytes("daskangel.agent.pipeline-bytes")
         self.depth = max(1, int(config.get("daskangel.agent.pipeline-depth")))
-        self.live: deque[tuple[int, int, np.ndarray | None, Arrival]] = deque()
-        self.held = 0  # bytes of the chunks in flight
         self._next: tuple[int, int] | None = self.pacer.take()
         self._batches: Iterator[tuple[np.ndarray, np.ndarray]] = iter(())
-        self._t0 = time.perf_counter()
         self._away = 0.0  # seconds the caller spent between batches
         self._back: float | None = None  # when the last batch was handed out
         self._chunks = 0  # chunks handed to the consumer so far
         self._launch()
+
+    def _whole(self, rows: Any, request_bytes: int) -> bool:
+        """Request the whole pull now, as one get (random rows outside training
+        that one request holds, see :func:`chunk_batches`), before the rest of the
+        set-up: the request leaves as early as a get's would.  False: not such a
+        pull (nothing requested)."""
+        if (
+            self.floor is not None
+            or not isinstance(rows, np.ndarray)
+            or rows.ndim != 1
+            or rows.shape[0] < 2
+            or rows.dtype not in (np.int64, np.int32)
+        ):
+            return False
+        n, batch = rows.shape[0], self.batch
+        if -(-n // batch) > max(1, request_bytes // max(1, batch * self.row_bytes)):
+            return False  # more than one request
+        lo, hi, ordered = RK.index_scan(rows)  # normalize_index's checks, one pass
+        if ordered or lo < 0 or hi >= self.m.shape[0]:
+            return False
+        self.idx = rows.astype(np.int64, copy=False)
+        agent, m = self.agent, self.m
+        get = functools.partial(agent._get_rows, self.name, m, self.idx)
+        chunk = RowChunk.start(agent.binding, self.name, m, self.idx, get, self.ordered)
+        if chunk is None:
+            return False
+        self.live.append((0, n, None, chunk))
+        self.held += n * self.row_bytes
+        agent.requests += 1
+        return True
 
     def in_flight(self) -> list[Any]:
         """The futures of the chunks requested and not yet handed to the consumer."""

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import daskangel as angel
+from daskangel.errors import PSIndexError
 from daskangel.psarray._agent import agent_of
 from daskangel.psarray._rowiter import RowIter
 from daskangel.psarray._rowpace import PaceBook, Pacer, chunk_batches
@@ -217,6 +218,23 @@ def test_unordered_replies_inside_the_message_are_put_in_place(ps: angel.PSConte
     for rb, vals in got:
         assert vals.flags.writeable
         np.testing.assert_array_equal(vals, ref[rb])
+
+
+def test_a_whole_pull_requested_at_once_checks_its_rows(ps: angel.PSContext) -> None:
+    """Random rows that one request holds leave when ``get_iter`` is called (int32
+    ids too), and an id out of range is refused there as by ``get``, naming it."""
+    ref = _matrix(ps, "whole", (60, 8), "int32")
+    a = ps.get_array("whole")
+    rows = np.random.default_rng(4).permutation(60).astype(np.int32)
+    it = a.get_iter(rows, batch=7)
+    assert len(it.in_flight()) == 1  # requested before the first next()
+    got = list(it)
+    assert sorted(np.concatenate([r for r, _ in got]).tolist()) == list(range(60))
+    for rb, vals in got:
+        np.testing.assert_array_equal(vals, ref[rb])
+    bad = np.array([5, 3, 60, 1])
+    with pytest.raises(PSIndexError, match=r"rows: index 60 \(at position 2\) is out of range"):
+        a.get_iter(bad, batch=2)
 
 
 def _slow(a: Any, it: RowIter) -> list[np.ndarray]:
