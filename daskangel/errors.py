@@ -44,6 +44,7 @@ __all__ = [
     "PSFNotAllowedError",
     "PSIndexError",
     "RequestTooLargeError",
+    "RolledBackError",
     "ServerLostError",
     "ShapeMismatchError",
     "ServerMemoryError",
@@ -158,6 +159,12 @@ class SyncError(DaskAngelError, RuntimeError):
 
 class JobAbortedError(SyncError):
     """The training job was stopped (another task failed, or it was cancelled)."""
+
+
+class RolledBackError(JobAbortedError):
+    """A write made by a run of a training job that has since rolled back to a
+    snapshot: the servers refuse it, so nothing of the abandoned run lands on the
+    restored state (the task that made it ends, as any task of a stopped run)."""
 
 
 class TaskMovedError(SyncError):

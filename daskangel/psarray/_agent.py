@@ -249,10 +249,12 @@ class PSAgent(CachedFetches, KeySetPulls):
         job: str | None = None,
         clock: int | None = None,
         task: Any = None,
+        epoch: int | None = None,
         casting: str | None = None,
         on_nonfinite: str | None = None,
     ) -> None:
-        """Buffer an increment (merged with other tasks'; pushed by size or on flush)."""
+        """Buffer an increment (merged with other tasks' of the same run; pushed by size
+        or on flush); ``epoch``: the job's run the task belongs to (fences its pushes)."""
         if isinstance(cols, KeySet):
             cols = cols.cols
         n = self.pusher.increment(
@@ -262,6 +264,7 @@ class PSAgent(CachedFetches, KeySetPulls):
             cols,
             job=job,
             clock=clock,
+            epoch=epoch,
             casting=casting,
             on_nonfinite=on_nonfinite,
         )

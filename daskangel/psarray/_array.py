@@ -36,7 +36,7 @@ from ._psfuture import PSFuture, done_future, in_order
 from ._routing import check_values
 from ._rowget import get_rows, get_rows_async, unsorted_rows
 from ._rowpush import push_rows
-from ._taskclock import current_clock
+from ._taskclock import current_clock, current_fence
 
 if TYPE_CHECKING:
     import dask.array
@@ -243,7 +243,8 @@ class PSArray:
         if not parts:
             return None
         b = self._binding
-        extra = {"add": add, "tag": b.next_tag(), "clock": current_clock()}
+        extra = {"add": add, "tag": b.next_tag(), "clock": current_clock(),
+                 "fence": current_fence()}  # fmt: skip
         fut = push_rows(b, self.name, self.meta, parts, cost, extra)
         return (
             fut
@@ -296,7 +297,8 @@ class PSArray:
         )
         parts = {blk: {"block": blk} for blk in range(m.layout.n_blocks)}
         b = self._binding
-        extra = {"value": v.astype(m.dtype).item(), "clock": current_clock()}
+        extra = {"value": v.astype(m.dtype).item(), "clock": current_clock(),
+                 "fence": current_fence()}  # fmt: skip
         b.run(b.call_blocks, self.name, "fill", parts, {}, extra)
 
     # -- psf --------------------------------------------------------------------

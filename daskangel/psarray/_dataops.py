@@ -229,13 +229,17 @@ def _update(
     tag: list[Any] | None = None,
     clock: int | None = None,
     defer: bool = False,
+    fence: list[Any] | None = None,
 ) -> bool | Deferred:
     """Apply writes to blocks; ``False`` when ``tag`` shows it was applied before.
 
-    ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts.
+    ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts;
+    ``fence`` its run (``[job, epoch]``): a write of a run that a rollback abandoned
+    is refused (:meth:`PSServer.check_fence`), also when it is a resend.
     With ``defer``, every part is checked now and a :class:`Deferred` returned whose
     ``apply`` writes them (the tag counts as applied from now on).
     """
+    server.check_fence(fence, array)
     parts = unapplied(server, tag, array, _plain_indices(parts))
     if not parts:
         return False
@@ -294,8 +298,14 @@ def _check_packed(b: Block, p: dict[str, Any], add: bool) -> None:
 
 @server_op("fill", writes=True)
 def _fill(
-    server: PSServer, array: str, parts: list[dict[str, Any]], value: Any, clock: int | None = None
+    server: PSServer,
+    array: str,
+    parts: list[dict[str, Any]],
+    value: Any,
+    clock: int | None = None,
+    fence: list[Any] | None = None,
 ) -> None:
+    server.check_fence(fence, array)
     found = [server.block(array, int(p["block"])) for p in parts]
     for b, p in zip(found, parts, strict=True):
         server.write_block((array, int(p["block"])), b, clock, lambda blk: blk.fill(value))

@@ -197,6 +197,7 @@ class PSWorkerPlugin(WorkerPlugin):
         clock: int | None = None,
         cost: int = 0,
         uid: str | None = None,
+        fence: list[Any] | None = None,
     ) -> Any:
         """The ``daskangel_push`` handler: a compressed-row write (:mod:`._rowpush`),
         its arrays in the follow message.  The ordinary ``update`` op runs it
@@ -213,7 +214,7 @@ class PSWorkerPlugin(WorkerPlugin):
             srv.check_uid({"array": array, "uid": uid})
             out = await srv.run(
                 "update", cost, may_defer=True, array=array, parts=parts, add=add, tag=tag,
-                clock=clock,
+                clock=clock, fence=fence,
             )  # fmt: skip
         except DaskAngelError as e:
             return error_reply(e)

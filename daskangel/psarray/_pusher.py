@@ -10,9 +10,12 @@ rows or keys are merged before anything is sent.  The buffers are pushed
 * on :meth:`UpdatePusher.flush`, which ``clock()`` calls and which returns only
   once every buffered and in-flight push has been applied.
 
-Each push carries a fresh write tag ``[writer_id, seq]`` and the writer's clock.
-A push that fails on the network is resent with the *same* tag, and servers
-apply a tag once, so a retried push is applied exactly once.
+Each push carries a fresh write tag ``[writer_id, seq]``, the writer's clock and,
+for a training task, its run ``[job, epoch]``.  A push that fails on the network
+is resent with the *same* tag, and servers apply a tag once, so a retried push
+is applied exactly once; a push of a run that a rollback abandoned is refused
+(``PSServer.check_fence``), so it never lands on the restored state.  A flush
+returns (or raises the first failure) only once none of its pushes is running.
 
 Example
 -------
@@ -48,8 +51,9 @@ from ._routing import check_shape, check_size, check_values, normalize_index, ro
 
 __all__ = ["BufferKey", "UpdatePusher", "to_units"]
 
-# (job, array, clock, mode) with mode "rows" or "entries"
-BufferKey = tuple[str | None, str, int | None, str]
+# (job, array, clock, mode, epoch) with mode "rows" or "entries" and epoch the
+# job's rollbacks when the writing task started (None outside training)
+BufferKey = tuple[str | None, str, int | None, str, int | None]
 
 
 def to_units(
@@ -148,15 +152,19 @@ class UpdatePusher:
         *,
         job: str | None = None,
         clock: int | None = None,
+        epoch: int | None = None,
         casting: str | None = None,
         on_nonfinite: str | None = None,
     ) -> int:
-        """Buffer an increment; return its size in bytes.  Pushes once over threshold."""
+        """Buffer an increment; return its size in bytes.  Pushes once over threshold.
+
+        ``job`` / ``clock`` / ``epoch``: the writing task's job, clock and run (its
+        pushes are fenced by that run: a rollback makes the servers refuse them)."""
         m = self._meta(name)
         mode, keys, vals = to_units(m, values, rows, cols, casting, on_nonfinite)
         if keys.shape[0] == 0:
             return 0
-        key: BufferKey = (job, name, clock, mode)
+        key: BufferKey = (job, name, clock, mode, epoch)
         with self._cv:
             self._raise_error()
             buf = self.buffers.get(key)
@@ -249,16 +257,18 @@ class UpdatePusher:
         outer = taken[0][2]
 
         def work() -> None:
+            subs: list[concurrent.futures.Future[None]] = []
             try:
-                subs = []
                 sent = units = 0
-                for (_job, name, clock, mode), buf, _ in taken:
+                for (job, name, clock, mode, epoch), buf, _ in taken:
                     fmt, keys, vals = buf.take()
                     parts, cost = self.plan(name, mode, fmt, keys, vals)
                     sent += sum(cost.values())
                     units += vals.shape[0] if keys is None else keys.shape[0]
                     if parts:
                         extra = {"add": True, "tag": self.binding.next_tag(), "clock": clock}
+                        if job is not None and epoch is not None:
+                            extra["fence"] = [job, epoch]
                         subs.append(self.binding.submit(self.send, name, parts, cost, extra))
                         with self._cv:
                             self.stats["pushes"] += 1
@@ -266,10 +276,14 @@ class UpdatePusher:
                 if kind != "early":
                     with self._cv:
                         self.budget.record_boundary(sent, units, clock=kind == "flush")
+                # every push ends before the flush does, failed or not: a failure of
+                # one must not leave the others running (and resending) behind it
+                concurrent.futures.wait(subs)
                 for s in subs:
                     s.result()
                 outer.set_result(None)
             except BaseException as e:  # noqa: BLE001 - reported through the future
+                concurrent.futures.wait(subs)
                 outer.set_exception(e)
 
         if background:

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .. import config
-from ..errors import BlockMovingError, InvalidArgumentError, StaleLayoutError
+from ..errors import BlockMovingError, InvalidArgumentError, RolledBackError, StaleLayoutError
 from ._behind import DEFERRABLE_OPS, Deferred, WriteBehind
 from ._blocks import DenseBlock, SparseBlock
 from ._holds import WRITE_OPS, Holds, Prepared
@@ -155,6 +155,9 @@ class PSServer(Holds, WriteBehind):
         # {writer_id: OrderedDict(seq -> {(array, block) applied})}: recently applied
         # write tags, so a retried write is applied exactly once per block
         self.applied: dict[str, OrderedDict[int, set[tuple[str, int]]]] = {}
+        # {job: epoch}: a job rolled back to a snapshot; its writes tagged with an older
+        # epoch (runs the rollback abandoned) are refused (``check_fence``)
+        self.fences: dict[str, int] = {}
         # pending consistent cut (snapshot): active?, its clock (None: "now"), and
         # {(array_name, block_id): copy of the block as of the cut} (copy-on-write)
         self.cut_active = False
@@ -206,6 +209,24 @@ class PSServer(Holds, WriteBehind):
             raise StaleLayoutError(
                 f"server {self.address}#{self.index}: array {array!r} was dropped and "
                 "created again since the caller read its metadata"
+            )
+
+    def check_fence(self, fence: list[Any] | None, array: str) -> None:
+        """Refuse a write of a training run a rollback abandoned.
+
+        ``fence`` is the writer's ``[job, epoch]`` (``None``: not a training task's
+        write).  Once the scheduler has fenced ``job`` at a newer epoch here (the
+        rollback's first step, before its restore), such a write would land on the
+        restored state: :class:`RolledBackError` instead, nothing applied.
+        """
+        if fence is None or not self.fences:
+            return
+        job, epoch = str(fence[0]), int(fence[1])
+        now = self.fences.get(job)
+        if now is not None and epoch < now:
+            raise RolledBackError(
+                f"fence: a write to array {array!r} by run {epoch} of job {job!r} is refused: "
+                f"the job rolled back to a snapshot and runs as run {now} since"
             )
 
     def write_block(

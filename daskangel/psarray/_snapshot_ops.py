@@ -14,6 +14,10 @@ A snapshot of clock ``t`` is taken in three steps the scheduler plugin drives:
 thread and then installs them under the lock, creating blocks that do not exist
 on this server (recovery onto a new server) or replacing those that do.
 
+A rollback first ``fence`` s the job on every server: from then on writes of the
+runs it abandons (their ``[job, epoch]`` older than the fence) are refused, so a
+push still in flight (or being resent) never lands on the restored state.
+
 Example
 -------
 The scheduler plugin calls, for one server::
@@ -194,3 +198,10 @@ def _restore_commit(server: PSServer, token: str) -> int:
 @server_op("restore_abort")
 def _restore_abort(server: PSServer, token: str) -> None:
     server.staged.pop(token, None)
+
+
+@server_op("fence")
+def _fence(server: PSServer, job: str, epoch: int) -> None:
+    """Refuse from now on every write of ``job`` from a run older than ``epoch``
+    (``PSServer.check_fence``); a fence only ever moves forward."""
+    server.fences[str(job)] = max(int(epoch), server.fences.get(str(job), int(epoch)))

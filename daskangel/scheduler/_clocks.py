@@ -140,7 +140,7 @@ class ClockService:
         info = s.info[task]
         info.update(worker=worker, status="running", last=time.time())
         s.note_start(task)
-        return {"clock": s.table.clocks[task], "min": s.table.min_clock}
+        return {"clock": s.table.clocks[task], "min": s.table.min_clock, "epoch": s.epoch}
 
     def task_done(self, job: str, task: int, stats: dict[str, Any] | None = None) -> None:
         s = self.job(job)
@@ -329,9 +329,12 @@ class ClockService:
         s.floor_events.clear()
         s.group_events.clear()
 
-    def rewind(self, job: str, clock: int) -> None:
-        """Every task of ``job`` restarts at ``clock`` (after a rollback restore)."""
+    def rewind(self, job: str, clock: int, epoch: int | None = None) -> None:
+        """Every task of ``job`` restarts at ``clock`` (after a rollback restore), in
+        the run ``epoch`` (the one the servers were fenced at)."""
         s = self.job(job)
+        if epoch is not None:
+            s.epoch = int(epoch)
         s.table = ClockTable(s.table.n, list(s.table.group_of), [clock] * s.table.n)
         s.status = "running"
         s.error = None

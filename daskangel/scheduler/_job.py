@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -63,6 +64,16 @@ def reports_abort(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+# run numbers, increasing over every job of this scheduler: a job's tasks run under
+# one until a rollback starts them again under the next (``Job.epoch``)
+_RUNS = itertools.count(1)
+
+
+def next_run() -> int:
+    """A run number above every one handed out before (``Job.epoch``)."""
+    return next(_RUNS)
+
+
 class Job:
     """Scheduler-side state of one training job."""
 
@@ -86,6 +97,9 @@ class Job:
         self.ctx = ctx
         self.epochs = epochs
         self.status = "running"  # running | failed | aborted | done
+        # the run its tasks belong to; a rollback moves to a new one and fences the
+        # writes of the old (``SnapshotService.rollback``, ``PSServer.check_fence``)
+        self.epoch = next_run()
         self.error: dict[str, Any] | None = None
         self.started = time.time()
         self.finished: float | None = None

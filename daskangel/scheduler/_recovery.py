@@ -11,7 +11,11 @@ restores every array of the context and rewinds the job's clocks.
 
 State (on the service):
 
-* ``_recovering: {asyncio.Task}`` running recoveries, each named after its context.
+* ``_recovering: {asyncio.Task}`` running recoveries, each named after its context;
+* ``fences: {ctx_id: {job: run}}`` the run each rolled-back job restarted in: every
+  server of the context refuses the writes of the job's older runs (a rollback
+  fences the servers before it restores anything; a joining worker's servers
+  are fenced as they come).
 
 .. warning::
    ``recovery="continue"`` rebuilds only the lost blocks, from the newest snapshot:
@@ -28,6 +32,7 @@ Example
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import SnapshotError
+from ._job import next_run
 from ._placement import place_blocks
 
 if TYPE_CHECKING:
@@ -61,12 +67,15 @@ class RecoveryMixin:
     clocks: Any
     lifecycle: Any
     _recovering: set[asyncio.Task[Any]]
+    fences: dict[str, dict[str, int]]  # {ctx_id: {job: run}} runs of rolled-back jobs
 
     if TYPE_CHECKING:  # provided by SnapshotService and RestoreMixin
 
         def _lock(self, ctx: str) -> asyncio.Lock: ...
 
         def _level(self) -> int: ...
+
+        async def _call(self, ctx: str, server: ServerId, op: str, **kwargs: Any) -> Any: ...
 
         restore: Callable[..., Awaitable[dict[str, Any]]]  # SnapshotService.restore
 
@@ -116,11 +125,33 @@ class RecoveryMixin:
             self.kick(ctx)
 
     def add_worker(self, worker: str) -> None:
-        """A worker joined (the registry already gave it servers): contexts whose
-        lost blocks wait for a server, or whose rebuild failed, try again."""
+        """A worker joined (the registry already gave it servers): they get the fences
+        of their contexts' rolled-back jobs; contexts whose lost blocks wait for a
+        server, or whose rebuild failed, try again."""
+        for ctx in self.fences:
+            new = [(str(s[0]), int(s[1])) for s in self.registry.ctx_servers.get(ctx, [])]
+            new = [s for s in new if s[0] == worker]
+            if new:
+                task = asyncio.ensure_future(self._fence(ctx, new))
+                self._recovering.add(task)
+                task.add_done_callback(self._recovering.discard)
         for ctx in list(self.policies):
             if self._lost(ctx) and ctx in self.latest:
                 self.kick(ctx)
+
+    async def _fence(self, ctx: str, servers: list[ServerId]) -> None:
+        """Tell ``servers`` the context's fences (``{job: run}``): each refuses the
+        writes of runs a rollback abandoned.  A server that does not answer within
+        ``daskangel.client.connect-timeout`` is being lost (its blocks are rebuilt)."""
+        fences = self.fences.get(ctx, {})
+        calls = [
+            self._call(ctx, s, "fence", job=j, epoch=e) for s in servers for j, e in fences.items()
+        ]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.gather(*calls, return_exceptions=True),
+                config.get_seconds("daskangel.client.connect-timeout"),
+            )
 
     def _lost(self, ctx: str) -> list[str]:
         return [n for n, m in self.registry.arrays.items() if m["ctx"] == ctx and m.get("lost")]
@@ -292,6 +323,12 @@ class RecoveryMixin:
         if self.latest.get(ctx) is None or policy is None:
             raise SnapshotError(f"rollback: context {ctx!r} has no snapshot to roll back to")
         self._newest(ctx, job)  # refused now, before anything is restored
+        # a new run for the job; from here on the servers refuse the old run's writes,
+        # so none still in flight (or being resent to a rebuilt block) lands on the
+        # restored state
+        epoch = next_run()
+        self.fences.setdefault(ctx, {})[job] = epoch
+        await self._fence(ctx, [(str(s[0]), int(s[1])) for s in self.registry.ctx_servers[ctx]])
         forced = dataclasses.replace(policy, recovery="rollback")
         # the snapshot is chosen once the recovery holds the context's snapshot lock
         task = asyncio.ensure_future(self._recover(ctx, forced, job))
@@ -305,6 +342,6 @@ class RecoveryMixin:
         if still or snap is None:
             raise SnapshotError(f"rollback: arrays {still} could not be rebuilt")
         clock = int(snap["clock"])
-        self.clocks.rewind(job, clock)
+        self.clocks.rewind(job, clock, epoch)
         self.cuts[ctx] = {"pending": None, "last": clock, "job": job}
         return {"clock": clock, "version": snap["version"]}

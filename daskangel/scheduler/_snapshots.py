@@ -89,6 +89,7 @@ class SnapshotService(ClockSnapshotMixin, RestoreMixin, RecoveryMixin):
         self._locks: dict[str, asyncio.Lock] = {}
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._recovering: set[asyncio.Task[Any]] = set()
+        self.fences: dict[str, dict[str, int]] = {}  # {ctx: {job: run}} (_recovery: fences)
         # {ctx_id: {"pending": clock of a begun cut or None, "last": last snapshot clock,
         #           "job": job id}} clock-driven snapshots of training jobs
         self.cuts: dict[str, dict[str, Any]] = {}

@@ -44,7 +44,7 @@ from ..errors import (
 )
 from ..psarray import PSAgent
 from ..psarray._binding import Binding
-from ..psarray._taskclock import set_task_clock
+from ..psarray._taskclock import set_task_clock, set_task_fence
 from ..scheduler._clock_rule import read_floor
 from ._group import GroupChannel
 from ._spec import TaskSpec
@@ -85,7 +85,11 @@ class TaskContext(GroupChannel):
         r = self._call("daskangel_task_start", job=spec.job, task=spec.task, worker=self.worker)
         self._clock = int(r["clock"])
         self._start_clock = self._clock
+        # the job's run this task belongs to (rollbacks so far): its writes carry it,
+        # and once a rollback abandons the run the servers refuse them
+        self.epoch = int(r.get("epoch", 0))
         set_task_clock(self._clock)
+        set_task_fence(spec.job, self.epoch)
         agent.observe_min(spec.job, r["min"])
         self._t0 = time.time()
         self._waited = 0.0

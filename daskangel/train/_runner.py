@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import JobAbortedError, TaskMovedError
 from ..psarray import agent_of
 from ..psarray._binding import get_binding
-from ..psarray._taskclock import set_task_clock
+from ..psarray._taskclock import set_task_clock, set_task_fence
 from ._context import TaskContext
 from ._spec import TaskSpec
 
@@ -65,6 +65,7 @@ def run_task(
             ctx._fail(text, tb)
         out.update(status="error", error=text, traceback=tb, exception=_picklable(e))
     set_task_clock(None)
+    set_task_fence(None)
     if ctx is not None:
         out["history"] = ctx.history
     return out

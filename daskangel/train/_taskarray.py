@@ -32,6 +32,7 @@ class _Task(Protocol):
     _binding: Binding
     _agent: PSAgent
     _key: tuple[str, int]
+    epoch: int
 
     @property
     def job(self) -> str: ...
@@ -132,5 +133,13 @@ class TaskArray:
         ``options`` as :meth:`PSArray.increment`'s."""
         c = self._ctx
         c._agent.increment(
-            self.name, values, rows, cols, job=c.job, clock=c.iteration, task=c._key, **options
+            self.name,
+            values,
+            rows,
+            cols,
+            job=c.job,
+            clock=c.iteration,
+            task=c._key,
+            epoch=c.epoch,
+            **options,
         )
