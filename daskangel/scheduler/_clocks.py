@@ -142,8 +142,12 @@ class ClockService:
         s.note_start(task)
         return {"clock": s.table.clocks[task], "min": s.table.min_clock, "epoch": s.epoch}
 
-    def task_done(self, job: str, task: int, stats: dict[str, Any] | None = None) -> None:
+    def task_done(
+        self, job: str, task: int, stats: dict[str, Any] | None = None, epoch: int | None = None
+    ) -> None:
         s = self.job(job)
+        if epoch is not None and int(epoch) < s.epoch:
+            return  # a task of a run the job rolled back from: its end changes nothing
         s.table.finish(task)
         s.moving.pop(task, None)
         info = s.info[task]
@@ -155,13 +159,16 @@ class ClockService:
         if s.status == "running" and len(s.table.done) == s.table.n:
             s.stop("done")
 
-    def fail(self, job: str, task: int | None, error: str, traceback: str = "") -> bool:
+    def fail(
+        self, job: str, task: int | None, error: str, traceback: str = "", epoch: int | None = None
+    ) -> bool:
         """A task failed: stop the job and wake every waiter.  True for the first error.
 
-        During a rollback, failures of tasks being stopped are expected and ignored.
+        During a rollback, failures of tasks being stopped are expected and ignored, and
+        so are those of tasks of a run the job rolled back from (``epoch`` older).
         """
         s = self.job(job)
-        if s.status == "rollback":
+        if s.status == "rollback" or (epoch is not None and int(epoch) < s.epoch):
             return False
         if task is not None:
             s.info[task]["status"] = "failed"
@@ -187,14 +194,21 @@ class ClockService:
 
     @reports_abort
     async def tick(
-        self, job: str, task: int, clock: int, stats: dict[str, Any] | None = None
+        self,
+        job: str,
+        task: int,
+        clock: int,
+        stats: dict[str, Any] | None = None,
+        epoch: int | None = None,
     ) -> dict[str, Any]:
         """Task ``task`` completed ``clock``; say whether it may run at the next one.
 
         At a snapshot boundary the snapshot service starts its cut before this
-        answers, so the task's writes of the new clock are after the cut.
+        answers, so the task's writes of the new clock are after the cut.  A task of
+        a run the job rolled back from (``epoch`` older) is told to stop instead.
         """
         s = self.job(job)
+        s.check_run(epoch)
         s.check_alive()
         new = s.table.tick(task, clock)
         s.note_tick(task)
@@ -216,14 +230,17 @@ class ClockService:
         return {"clock": new, "min": s.table.min_clock, "ready": ready}
 
     @reports_abort
-    async def wait(self, job: str, task: int, floor: int | None = None) -> dict[str, Any]:
+    async def wait(
+        self, job: str, task: int, floor: int | None = None, epoch: int | None = None
+    ) -> dict[str, Any]:
         """Wait until ``task`` may run at its clock, or until the slowest reaches ``floor``.
 
         Without ``floor`` this is the job's rule (protocol across groups, lockstep
         within the task's group); with ``floor`` it waits for a read under a
-        per-array protocol.
+        per-array protocol.  A task of a run the job rolled back from is told to stop.
         """
         s = self.job(job)
+        s.check_run(epoch)
         s.check_alive()
         s.table.check_task(task)
         start = time.perf_counter()

@@ -130,6 +130,15 @@ class Job:
         # callbacks run with the job id when the job stops (wake group waiters, ...)
         self.on_stop: list[Callable[[str], None]] = on_stop if on_stop is not None else []
 
+    def check_run(self, epoch: int | None) -> None:
+        """Refuse a call from a task of a run a rollback abandoned (``epoch``: the run
+        it started in; ``None``: a caller that does not say)."""
+        if epoch is not None and int(epoch) < self.epoch:
+            raise JobAbortedError(
+                f"job {self.id!r}: run {epoch} was abandoned by a rollback (the job runs as "
+                f"run {self.epoch} since); its tasks end"
+            )
+
     def check_alive(self) -> None:
         if self.status == "rollback":
             raise JobAbortedError(

@@ -209,8 +209,9 @@ class TaskContext(GroupChannel):
         floor = read_floor(self._clock, self.staleness(name))
         if floor is not None and floor > self._agent.known_min.get(self.job, -(2**62)):
             r = self._wait_call(
-                "daskangel_clock_wait", job=self.job, task=self.task_id, floor=floor
-            )
+                "daskangel_clock_wait", job=self.job, task=self.task_id, floor=floor,
+                epoch=self.epoch,
+            )  # fmt: skip
             self._agent.observe_min(self.job, r["min"])
             self._waited += float(r["waited"])
         return floor
@@ -231,6 +232,7 @@ class TaskContext(GroupChannel):
             task=self.task_id,
             clock=self._clock,
             stats=self._stats(),
+            epoch=self.epoch,  # a task of a run a rollback abandoned is told to stop
         )
         self._agent.observe_min(self.job, r["min"])
         waited = 0.0
@@ -239,7 +241,9 @@ class TaskContext(GroupChannel):
             self._record(done, waited)
             raise TaskMovedError(f"task {self.task_id} moves to another worker: {r['moved']}")
         if not r["ready"]:
-            w = self._wait_call("daskangel_clock_wait", job=self.job, task=self.task_id)
+            w = self._wait_call(
+                "daskangel_clock_wait", job=self.job, task=self.task_id, epoch=self.epoch
+            )
             self._agent.observe_min(self.job, w["min"])
             waited = float(w["waited"])
             self._waited += waited
@@ -308,7 +312,13 @@ class TaskContext(GroupChannel):
         self._agent.flush()
         if self._metrics:
             self._record(self._clock, 0.0)
-        self._call("daskangel_task_done", job=self.job, task=self.task_id, stats=self._stats())
+        self._call(
+            "daskangel_task_done",
+            job=self.job,
+            task=self.task_id,
+            stats=self._stats(),
+            epoch=self.epoch,
+        )
 
     def _fail(self, error: str, traceback: str) -> None:
         with contextlib.suppress(SyncError):
@@ -318,4 +328,5 @@ class TaskContext(GroupChannel):
                 task=self.task_id,
                 error=error,
                 traceback=traceback,
+                epoch=self.epoch,
             )

@@ -182,3 +182,28 @@ async def test_unknown_job_and_status_rows(c, s):
     assert rows["j/1"]["clock"] == 1 and rows["j/1"]["ahead"] == 1
     assert rows["j/1"]["bytes_out"] == 80 and rows["j/1"]["latency_ms"] == pytest.approx(1.0)
     assert not (await c.scheduler.daskangel_status(ctx="other"))["tasks"]
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_calls_of_a_run_the_job_rolled_back_from_change_nothing(c, s):
+    """After a rollback (``rewind`` into a new run) a task of the abandoned run that
+    is still alive is told to stop at its tick or wait, and its end or failure is
+    ignored: only the restarted run moves the clocks."""
+    plugin = await _setup(c, s)
+    await c.scheduler.daskangel_job_register(job="j", n_tasks=2, groups=[0, 1], staleness=0)
+    old = (await c.scheduler.daskangel_task_start(job="j", task=0, worker="w"))["epoch"]
+    await c.scheduler.daskangel_clock_tick(job="j", task=0, clock=0, epoch=old)
+    job = plugin.clocks.jobs["j"]
+    new = old + 100
+    plugin.clocks.rewind("j", 0, new)
+    start = await c.scheduler.daskangel_task_start(job="j", task=0, worker="w")
+    assert start == {"clock": 0, "min": 0, "epoch": new}
+    stale = await c.scheduler.daskangel_clock_tick(job="j", task=0, clock=0, epoch=old)
+    assert "aborted" in stale and f"run {old} was abandoned" in stale["aborted"]
+    assert "aborted" in await c.scheduler.daskangel_clock_wait(job="j", task=0, epoch=old)
+    await c.scheduler.daskangel_task_done(job="j", task=1, epoch=old)
+    assert not await c.scheduler.daskangel_job_fail(job="j", task=1, error="x", epoch=old)
+    assert list(job.table.clocks) == [0, 0] and not job.table.done
+    assert job.status == "running"
+    t = await c.scheduler.daskangel_clock_tick(job="j", task=0, clock=0, epoch=new)
+    assert t["clock"] == 1

@@ -1,0 +1,66 @@
+"""A PS server fenced for a job refuses the writes of that job's older runs
+(``PSServer.check_fence``, the ``fence`` op): whole, with ``RolledBackError``,
+also when the write is a resend of a tag it never saw."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daskangel.errors import JobAbortedError, RolledBackError
+from daskangel.psarray._initspec import InitSpec
+from daskangel.psarray._server import PSServer
+
+
+def _server() -> PSServer:
+    s = PSServer("local", 0)
+    s.dispatch("create", array="w", blocks=[
+        {"block": b, "kind": "dense", "shape": (1, 2), "dtype": "int64",
+         "init": InitSpec().to_dict(), "row0": 0, "col0": 2 * b, "n_cols": 2}
+        for b in (0, 1)
+    ])  # fmt: skip
+    return s
+
+
+def _add(s: PSServer, fence: list | None, seq: int, op: str = "update") -> object:
+    parts = [
+        {"block": b, "rows": None, "cols": np.array([0, 1]), "values": np.ones((1, 2), "int64")}
+        for b in (0, 1)
+    ]
+    return s.dispatch(op, array="w", add=True, parts=parts, tag=["writer", seq], fence=fence)
+
+
+def _values(s: PSServer) -> list[int]:
+    got = s.dispatch(
+        "get", array="w", parts=[{"block": b, "rows": None, "cols": None} for b in (0, 1)]
+    )
+    return [int(v) for g in got for v in g.ravel()]
+
+
+@pytest.mark.timeout(30)
+def test_fenced_server_refuses_older_runs_of_the_job_only() -> None:
+    s = _server()
+    assert _add(s, ["j", 1], 0) is True  # no fence yet: every run writes
+    s.dispatch("fence", job="j", epoch=2)
+    with pytest.raises(RolledBackError, match=r"run 1 of job 'j'.*run 2") as e:
+        _add(s, ["j", 1], 1)
+    assert isinstance(e.value, JobAbortedError)  # the stale task ends as "aborted"
+    assert _values(s) == [1, 1, 1, 1]  # nothing of the refused write was applied
+    assert _add(s, ["j", 2], 2) is True  # the new run
+    assert _add(s, ["other", 1], 3) is True  # another job's run
+    assert _add(s, None, 4) is True  # not a training task's write
+    assert _values(s) == [4, 4, 4, 4]
+    s.dispatch("fence", job="j", epoch=1)  # a fence never moves back
+    with pytest.raises(RolledBackError):
+        _add(s, ["j", 1], 5)
+
+
+@pytest.mark.timeout(30)
+def test_fill_of_an_abandoned_run_is_refused() -> None:
+    s = _server()
+    s.dispatch("fence", job="j", epoch=3)
+    with pytest.raises(RolledBackError):
+        s.dispatch("fill", array="w", parts=[{"block": 0}, {"block": 1}], value=7, fence=["j", 2])
+    assert _values(s) == [0, 0, 0, 0]
+    s.dispatch("fill", array="w", parts=[{"block": 0}, {"block": 1}], value=7, fence=["j", 3])
+    assert _values(s) == [7, 7, 7, 7]
