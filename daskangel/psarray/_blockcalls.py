@@ -27,7 +27,7 @@ from .._wire import check_wire_config
 from ..errors import BlockMovingError, ServerLostError, StaleLayoutError
 from ._meta import ArrayMeta, ServerId
 
-__all__ = ["BlockCalls"]
+__all__ = ["BlockCalls", "fast_path_held"]
 
 
 class BlockCalls:
@@ -292,3 +292,17 @@ def _into(
         sizes.append(size)
         targets.append(target)
     return (sizes, targets) if any(t is not None for t in targets) else None
+
+
+def fast_path_held(results: list[Any]) -> bool:
+    """Whether a fast-path request (a row get or push written straight to the
+    servers, watched by :meth:`BlockCalls._watched`) answered: ``False`` when the
+    general path must answer instead (the layout changed or a server is gone:
+    :meth:`BlockCalls.call_blocks` refreshes, waits and resends with the same
+    tag); any other failure is raised."""
+    for r in results:
+        if isinstance(r, (StaleLayoutError, OSError, CommClosedError)):
+            return False
+        if isinstance(r, BaseException):
+            raise r
+    return True

@@ -33,14 +33,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
-from distributed.comm.core import CommClosedError
 
 from .. import config
 from .._recv import send_all_recv_into, send_recv_into
 from .._wire import raise_if_error
-from ..errors import StaleLayoutError
 from . import _rowkernels as RK
 from ._binding import Binding
+from ._blockcalls import fast_path_held
 from ._meta import ArrayMeta, ServerId
 from ._routing import check_size
 from ._rowplan import RowPlan, RowSpec, lean_msg, plan_rows, row_spec, unsorted_rows
@@ -77,16 +76,6 @@ def _part(got: Any, m: ArrayMeta, n: int) -> np.ndarray:
     return got.reshape(n, m.shape[1])  # type: ignore[no-any-return]
 
 
-def _ok(results: list[Any]) -> bool:
-    """False when the general path must answer (layout changed, server gone)."""
-    for r in results:
-        if isinstance(r, (StaleLayoutError, OSError, CommClosedError)):
-            return False
-        if isinstance(r, BaseException):
-            raise r
-    return True
-
-
 async def _fetch_small(
     b: Binding, name: str, m: ArrayMeta, plan: RowPlan, out: np.ndarray, calls: list[Any]
 ) -> bool:
@@ -101,7 +90,7 @@ async def _fetch_small(
         for (_, _, _, (start, stop)), got in zip(plan.requests, replies, strict=True):
             RK.put_rows(out, plan.order[start:stop], _part(got, m, stop - start))
 
-    return _ok(await b._watched(name, m, [r[0] for r in plan.requests], [go()]))
+    return fast_path_held(await b._watched(name, m, [r[0] for r in plan.requests], [go()]))
 
 
 async def _fetch(
@@ -155,7 +144,7 @@ async def _fetch(
             handoff((plan.order[start:stop], part))
 
     servers = [r[0] for r in plan.requests]
-    return _ok(await b._watched(name, m, servers, [one(*r) for r in plan.requests]))
+    return fast_path_held(await b._watched(name, m, servers, [one(*r) for r in plan.requests]))
 
 
 def _start(

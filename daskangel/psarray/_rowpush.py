@@ -34,14 +34,13 @@ import asyncio
 import concurrent.futures
 from typing import Any
 
-from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
 
 from .. import config
 from .._recv import send_all_recv_into
 from .._wire import raise_if_error, split_follow
-from ..errors import StaleLayoutError
 from ._binding import Binding
+from ._blockcalls import fast_path_held
 from ._meta import ArrayMeta, ServerId
 
 __all__ = ["PUSH_HANDLER", "push_rows"]
@@ -122,12 +121,7 @@ async def _send(
         for reply in replies:
             raise_if_error(reply)
 
-    for r in await b._watched(name, m, servers, [go()]):
-        if isinstance(r, (StaleLayoutError, OSError, CommClosedError)):
-            return False
-        if isinstance(r, BaseException):
-            raise r
-    return True
+    return fast_path_held(await b._watched(name, m, servers, [go()]))
 
 
 async def _run(
