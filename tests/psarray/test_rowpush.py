@@ -89,6 +89,11 @@ def _push(name: str, seed: int, rounds: int, cfg: dict[str, Any] | None = None) 
             arr.increment(_csr(seed * 100 + r, 2_500, r % 2 == 1))
 
 
+def _set_lean(on: bool) -> None:
+    """(``client.run``) The lean push path on or off for this whole process."""
+    dask.config.set({"daskangel.client.lean-push": on})
+
+
 def _ops(a: angel.PSArray) -> dict[str, int]:
     """Calls of each server op on the array's servers so far (``ps.status()``'s
     counters)."""
@@ -138,14 +143,22 @@ def test_lean_and_general_pushes_mixed_sum_exactly(ps: angel.PSContext, client: 
     rounds = 3
     off = {"daskangel.client.lean-push": False}
     before = _ops(arr)
-    futs = [
-        client.submit(_push, "mixed", s, rounds, off if s % 2 else None, workers=[w], pure=False)
-        for s, w in zip([1, 2, 3, 4], workers * 2, strict=True)
-    ]
-    _push("mixed", 5, rounds)  # the client: both servers by lean requests
-    _push("mixed", 6, rounds, off)
-    for f in futs:
-        f.result()
+    # dask's config is one per process: tasks 1 and 3 (general path) share the first
+    # worker, switched off for the whole process (a `dask.config.set` inside one of
+    # two concurrent tasks is undone for both when the first one ends, and the
+    # other's last pushes went lean: 13 lean requests now and then instead of 12)
+    client.run(_set_lean, False, workers=[workers[0]])
+    try:
+        futs = [
+            client.submit(_push, "mixed", s, rounds, workers=[w], pure=False)
+            for s, w in zip([1, 2, 3, 4], workers * 2, strict=True)
+        ]
+        _push("mixed", 5, rounds)  # the client: both servers by lean requests
+        _push("mixed", 6, rounds, off)
+        for f in futs:
+            f.result()
+    finally:
+        client.run(_set_lean, True, workers=[workers[0]])
     want = np.zeros(SHAPE, np.int64)
     for s in (1, 2, 3, 4, 5, 6):
         for r in range(rounds):
