@@ -309,7 +309,9 @@ class PSArray:
 
         names = [self.name] + [_name_of(o) for o in others]
         b = self._binding
-        return PSFuture(b.submit(run_psf, b, func, names, atomic, current_clock()), lambda r: r)
+        return PSFuture(
+            b.submit(run_psf, b, func, names, atomic, current_clock(), current_fence()), lambda r: r
+        )
 
     def psf(self, func: Any, *others: PSArray, atomic: bool = True) -> Any:
         """Run the PS function ``func`` on this array's servers (and ``others``').
@@ -329,7 +331,7 @@ class PSArray:
 
         names = [self.name] + [_name_of(o) for o in others]
         b = self._binding
-        return b.run(run_psf, b, func, names, atomic, current_clock())
+        return b.run(run_psf, b, func, names, atomic, current_clock(), current_fence())
 
     # -- dask -------------------------------------------------------------------
 

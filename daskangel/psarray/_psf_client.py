@@ -131,7 +131,12 @@ def _check_output(name: str, result: Any, want: Any) -> None:
 
 
 async def run_psf(
-    binding: Binding, func: Any, names: list[str], atomic: bool = True, clock: int | None = None
+    binding: Binding,
+    func: Any,
+    names: list[str],
+    atomic: bool = True,
+    clock: int | None = None,
+    fence: list[Any] | None = None,
 ) -> Any:
     """Run ``func`` over the arrays ``names`` (co-partitioned); see the module docstring."""
     kind = getattr(func, "psf_kind", None)
@@ -184,6 +189,8 @@ async def run_psf(
     extra["writes"] = writes
     extra["written"] = [names[i] for i in writes]
     extra["clock"] = clock  # the writing task's clock, for snapshot cuts
+    if fence is not None:  # the writing task's run: refused once a rollback abandoned it
+        extra["fence"] = fence
     servers = sorted({metas[0].servers[b] for b in parts})
     if len(servers) == 1 or not atomic:
         extra["tag"] = binding.next_tag()

@@ -229,11 +229,15 @@ def _psf_update(
     written: list[str],
     tag: list[Any] | None = None,
     clock: int | None = None,
+    fence: list[Any] | None = None,
 ) -> list[bool]:
     """Run an update psf on this server's blocks: compute all, then commit all.
 
-    ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts.
+    ``clock`` is the writer's clock (``None`` outside training), for snapshot cuts;
+    ``fence`` its run (``[job, epoch]``): a run a rollback abandoned is refused
+    (:meth:`PSServer.check_fence`), also when this is a resend.
     """
+    server.check_fence(fence, array)
     todo = unapplied(server, tag, array, parts)
     if not todo:
         return [True] * len(parts)
@@ -259,8 +263,11 @@ def _psf_prepare(
     txn: str,
     txn_wait: bool = True,
     clock: int | None = None,
+    fence: list[Any] | None = None,
 ) -> list[bool]:
-    """Phase one: compute and stage every part, hold the written blocks for ``txn``."""
+    """Phase one: compute and stage every part, hold the written blocks for ``txn``;
+    a run a rollback abandoned (``fence``) is refused before anything is held."""
+    server.check_fence(fence, array)
     if txn in server.txns:  # a resent prepare
         return [True] * len(parts)
     keys = [(a, int(p["block"])) for a in written for p in parts]

@@ -10,6 +10,7 @@ import pytest
 from daskangel.errors import JobAbortedError, RolledBackError
 from daskangel.psarray._initspec import InitSpec
 from daskangel.psarray._server import PSServer
+from tests.psarray.test_psf_server import make_server, psf_kwargs, values
 
 
 def _server() -> PSServer:
@@ -64,3 +65,21 @@ def test_fill_of_an_abandoned_run_is_refused() -> None:
     assert _values(s) == [0, 0, 0, 0]
     s.dispatch("fill", array="w", parts=[{"block": 0}, {"block": 1}], value=7, fence=["j", 3])
     assert _values(s) == [7, 7, 7, 7]
+
+
+@pytest.mark.timeout(30)
+def test_psf_updates_of_an_abandoned_run_are_refused_before_anything_is_held() -> None:
+    """A server-side update (an optimiser step, any update psf), single-phase or the
+    prepare of two-phase, of a run a rollback abandoned: refused, nothing applied,
+    no block held for its transaction; the new run's step goes through."""
+    s = make_server()
+    s.dispatch("fence", job="j", epoch=2)
+    before = values(s).copy()
+    with pytest.raises(RolledBackError):
+        s.dispatch("psf_update", **psf_kwargs(tag=["writer", 0], fence=["j", 1]))
+    with pytest.raises(RolledBackError):
+        s.dispatch("psf_prepare", **psf_kwargs(txn="t-old", fence=["j", 1]))
+    assert "t-old" not in s.txns  # nothing reserved for the refused prepare
+    np.testing.assert_array_equal(values(s), before)
+    s.dispatch("psf_update", **psf_kwargs(tag=["writer", 1], fence=["j", 2]))
+    assert not np.array_equal(values(s), before)
