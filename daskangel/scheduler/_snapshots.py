@@ -158,9 +158,11 @@ class SnapshotService(ClockSnapshotMixin, RestoreMixin, RecoveryMixin):
                 logger.log(self._level(), "daskangel: periodic snapshot of %s failed: %s", ctx, e)
 
     def forget(self, ctx: str) -> None:
-        """The context closed: stop its timer, keep its files."""
+        """The context closed: stop its timer, keep its files, drop its fences (its
+        servers are gone: a joining worker has nothing of it to fence)."""
         self.policies.pop(ctx, None)
         self.latest.pop(ctx, None)
+        self.fences.pop(ctx, None)
         timer = self._timers.pop(ctx, None)
         if timer is not None:
             timer.cancel()

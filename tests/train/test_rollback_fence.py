@@ -98,3 +98,6 @@ def test_push_of_the_abandoned_run_never_lands_after_the_restore(tmp_path: Path)
         assert res.rollbacks == 1, res
         # each clock adds 1 per task to both entries; the abandoned push (+100) is fenced
         np.testing.assert_array_equal(y.get(), [2 * CLOCKS, 2 * CLOCKS])
+        snapshots = cluster.scheduler.plugins["daskangel"].snapshots  # type: ignore[union-attr]
+        assert ps.id in snapshots.fences  # the job's run, for servers that join later
+    assert ps.id not in snapshots.fences  # the closed context's fences are dropped
