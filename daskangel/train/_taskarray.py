@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol, Unpack
 
-from ..psarray import KeySet, PSAgent, PSArray
+from ..psarray import KeySet, PSAgent, PSArray, PSFuture
 from ..psarray._array import WriteOptions
 from ..psarray._binding import Binding
 
@@ -143,3 +143,16 @@ class TaskArray:
             epoch=c.epoch,
             **options,
         )
+
+    def increment_now(
+        self, values: Any, rows: Any = None, cols: Any = None, *, casting: str | None = None
+    ) -> PSFuture:
+        """An increment sent now, past the update buffer; ``result()`` once applied.
+
+        Fenced by this task's clock and run as :meth:`increment` is, and counted as
+        its push; ``ctx.clock()`` does not wait for it (wait on the future first).
+        For a whole dense vector pushed once a clock (merging it into the buffer
+        costs more than sending it).
+        """
+        c = self._ctx
+        return c._agent.increment_now(self.name, values, rows, cols, task=c._key, casting=casting)

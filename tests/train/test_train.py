@@ -284,3 +284,25 @@ def test_train_shows_and_checks_the_trainer_options() -> None:
     assert params["epochs"].kind is inspect.Parameter.KEYWORD_ONLY
     with pytest.raises(TypeError, match="bogus"):
         angel.train(None, print, None, bogus=1)
+
+
+def _now_step(ctx, part):
+    a = ctx.array("w_now")
+    a.increment_now(np.arange(6.0)).result()
+    seen = np.asarray(a.plain.get())  # no clock yet: applied once its future is done
+    ctx.clock()
+    return seen
+
+
+@pytest.mark.timeout(120)
+def test_increment_now_is_applied_at_once_and_counted_as_the_tasks_push(ps):
+    """``TaskArray.increment_now`` skips the update buffer: the servers hold the change
+    when its future is done, before the task's clock, and the task counters count it."""
+    w = ps.zeros("w_now", shape=(6,), dtype="float64")
+    res = angel.train(ps, _now_step, [0, 1], progress=False)
+    for r in res.results:  # its own change, and the other task's if that came first
+        assert np.array_equal(r, np.arange(6.0)) or np.array_equal(r, 2 * np.arange(6.0)), r
+    np.testing.assert_array_equal(w.get(), 2 * np.arange(6.0))
+    st = ps.status(max_age=0)
+    tasks = st[st["kind"] == "task"]
+    assert list(tasks["bytes_in"]) == [6 * 8, 6 * 8]

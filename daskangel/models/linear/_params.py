@@ -35,6 +35,7 @@ from .._core._params import (
     epoch_fields,
 )
 from .._core._params import train_rows as _train_rows
+from ._exchange import dense_fraction
 from ._inplace import in_place_order
 from ._minibatch import sgd_fuse, sgd_group, sgd_prefetch, sgd_pull_group
 from ._solvers import _per_round
@@ -52,6 +53,7 @@ def check_params(self: Any) -> None:
         raise InvalidArgumentError(f"solver: expected one of {SOLVERS}, got {self.solver!r}")
     _hot_keys()  # a bad config value is refused before any array is made
     in_place_order(0)  # (likewise)
+    dense_fraction()
     for name in ("max_iter", "n_iter_no_change", "memory"):
         if hasattr(self, name):
             check_int(self, name)
@@ -169,6 +171,7 @@ def make_plan(self: Any, data: Prepared, n_features: int, K: int, epochs: int) -
             in_place_block=block,
             in_place_streams=streams,
             read_barrier=as_sync(self.sync).staleness == 0,
+            dense_keys=dense_fraction(),
         )
     if solver in ("sgd", "ftrl"):
         plan = _replace(

@@ -18,6 +18,7 @@ under BSP / SSP and a resubmitted task resumes at its epoch and round.
   servers end the round holding the average of the local models.  With
   ``adaptive=True`` the local steps are per-feature AdaGrad (:mod:`._adaptive`)
   and the squared-gradient sums are pulled, and their change pushed, alike.
+  A task whose keys are most of the vector pushes it whole (:mod:`._exchange`).
 
 Under SSP / ASP, ``ma-sgd`` pulls its base past the clock cache (the servers'
 newest weights): its push is the change of its local model against that base,
@@ -60,6 +61,7 @@ from .._core._order import round_share as _round_share
 from .._core._order import rows_per_round
 from .._core._rounds import check_finite_step
 from .._core._rows import pull, push
+from ._exchange import DensePush, dense_on
 from ._inplace import InPlaceData, prepare_in_place
 from ._kernels import SQ_HINGE, SQUARED
 from ._minibatch import MinibatchRounds
@@ -156,6 +158,10 @@ class SGDTask:
         K = p.n_outputs
         w = ctx.array(p.weights)
         tm["prep_rows"] = time.perf_counter() - t_0
+        # ma-sgd's pushes as whole vectors when its keys cover most of one
+        dense = bool(K == 1 and p.solver == "ma-sgd") and dense_on(
+            p.dense_keys, d.keys, p.n_features + 1, sparse=w.meta.sparse
+        )
         # the server-side key set of the full pulls: ma-sgd's every round; 'sgd' /
         # 'ftrl' pull per minibatch and need it only for an epoch's evaluation
         want_ks = bool(K == 1 and p.prune and d.keys.size) and p.solver == "ma-sgd"
@@ -179,7 +185,7 @@ class SGDTask:
         capped = p.solver == "ma-sgd" and p.kind in (SQUARED, SQ_HINGE)  # (a pass over the rows)
         cap = step_cap(p, d.max_sq_norm()) if capped else float("inf")
         try:
-            return self._rounds(ctx, part, d, mon, w, base, ks, acc, acc_ks, pool, cap, tm)
+            return self._rounds(ctx, part, d, mon, w, base, ks, acc, acc_ks, pool, cap, dense, tm)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
@@ -197,6 +203,7 @@ class SGDTask:
         acc_ks: Future[Any] | None,
         pool: ThreadPoolExecutor | None,
         cap: float,
+        dense: bool,
         tm: dict[str, float],
     ) -> dict[str, Any]:
         """The task's rounds from its clock on (see the module docstring)."""
@@ -204,6 +211,9 @@ class SGDTask:
         K = p.n_outputs
         want_ks = bool(K == 1 and p.prune and d.keys.size)
         acc_base = acc.plain if acc is not None and mon.staleness != 0 else acc
+        n = p.n_features + 1
+        push_w = DensePush(w, d.keys, d.pos, n) if dense else None
+        push_g = DensePush(acc, d.keys, d.pos, n) if dense and acc is not None else None
 
         def pull_acc() -> np.ndarray:
             aks = acc_ks.result() if acc_ks is not None else None
@@ -292,9 +302,16 @@ class SGDTask:
                     check_finite_step(loss, W, epoch, eta)
                     dW = (W - W0) * share
                 t_2 = time.perf_counter()
-                push(w, d.keys, dW, K, d.pos)
-                if dG is not None:
-                    push(acc, d.keys, dG, K, d.pos)
+                if push_w is not None:  # whole vectors, sent now: applied before the clock
+                    sent = [push_w.send(dW)]
+                    if dG is not None and push_g is not None:
+                        sent.append(push_g.send(dG))
+                    for f in sent:
+                        f.result()
+                else:
+                    push(w, d.keys, dW, K, d.pos)
+                    if dG is not None:
+                        push(acc, d.keys, dG, K, d.pos)
                 tm["pull"] += t_1 - t_0
                 tm["sgd"] += t_2 - t_1
                 tm["push"] += time.perf_counter() - t_2

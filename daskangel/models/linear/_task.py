@@ -99,6 +99,7 @@ class Plan:
     fuse: int = 1  # ... minibatches' steps (and the pulls ahead) a step-pull message
     relative_tol: bool = True  # early stopping: an improvement by tol * |best| (see should_stop)
     zero_start: bool = False  # the weights (and sums) were made as zeros for this fit
+    dense_keys: float = 0.0  # 'ma-sgd': whole-vector pushes from this share of the keys (_exchange)
 
     @property
     def clocks_per_round(self) -> int:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import daskangel as angel
 from daskangel import models
 from daskangel.data._batch import CSRBatch
+from daskangel.errors import InvalidArgumentError
 from daskangel.models.linear._inplace import in_place_rows
 from daskangel.models.linear._kernels import HINGE, LOGISTIC, SQUARED
 from daskangel.models.linear._task import Plan, split_rows
@@ -213,3 +214,45 @@ def test_fresh_bsp_fit_pulls_nothing_before_its_first_pass(client: Client) -> No
         assert len(warm) == len(fresh) and set(warm.values()) == {2 * 21 * 8}, warm
         assert not np.array_equal(est.coef_, first)
         est.close()
+
+
+def _pushed(ps: Any) -> list[int]:
+    st = ps.status(max_age=0)
+    return sorted(int(b) for b in st[st.kind == "task"].bytes_in)
+
+
+def test_dense_pushes_send_the_whole_vector_and_land_the_same_model(client: Client) -> None:
+    """A ma-sgd task whose keys are at least ``daskangel.models.dense-push`` of the vector
+    pushes the whole vector past the update buffer: the task counters see 8 bytes a
+    feature (31 with the intercept here, 10 features unused) for each array a round
+    where keyed pushes send 8 bytes a used key (21), and the model is the same (the
+    servers add the same values: zeros outside the task's keys)."""
+    X, y, _ = planted(n=600, d=20)
+    X = np.hstack([X, np.zeros((X.shape[0], 10))])  # 20 used features of 30
+    fits = {}
+    for frac in (0.5, 0.0):
+        with dask.config.set({"daskangel.models.dense-push": frac}), angel.PSContext(client) as ps:
+            est = models.LogisticRegression(
+                max_iter=2, early_stopping=False, ps=ps, random_state=0
+            ).fit(X, y)
+            fits[frac] = (est.coef_.copy(), est.intercept_.copy(), _pushed(ps))
+            est.close()
+    # 2 arrays (weights, AdaGrad's sums) x 2 rounds a task, 10 keys more each (the
+    # counters also hold the epochs' metrics rows, the same in both fits)
+    more = [a - b for a, b in zip(fits[0.5][2], fits[0.0][2], strict=True)]
+    assert more and more == [2 * 2 * 10 * 8] * len(more), (fits[0.5][2], fits[0.0][2])
+    # (the servers sum the two tasks' pushes in arrival order: rounding at 1e-16)
+    np.testing.assert_allclose(fits[0.5][0], fits[0.0][0], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(fits[0.5][1], fits[0.0][1], rtol=1e-12, atol=1e-15)
+
+
+def test_bad_dense_push_config_is_refused_with_its_key(client: Client) -> None:
+    X, y, _ = planted(n=100, d=4)
+    for bad in (1.5, -0.1, "half", True):
+        with (
+            dask.config.set({"daskangel.models.dense-push": bad}),
+            pytest.raises(
+                InvalidArgumentError, match=r"daskangel\.models\.dense-push: expected a fraction"
+            ),
+        ):
+            models.LogisticRegression().fit(X, y)
