@@ -43,6 +43,9 @@ class Prepared:
     deadline: float
     keys: tuple[tuple[str, int], ...]
     staged: Any
+    # the preparing task's run ``[job, epoch]`` (None: not a training task's write):
+    # a rollback's fence aborts the transactions of the runs it abandons
+    fence: tuple[str, int] | None = None
 
 
 def written_keys(kwargs: dict[str, Any]) -> list[tuple[str, int]]:
@@ -67,12 +70,20 @@ class Holds:
         self.txns: dict[str, Prepared] = {}
         self._cond: asyncio.Condition | None = None
 
-    def reserve(self, txn: str, keys: list[tuple[str, int]], staged: Any, timeout: float) -> None:
+    def reserve(
+        self,
+        txn: str,
+        keys: list[tuple[str, int]],
+        staged: Any,
+        timeout: float,
+        fence: list[Any] | None = None,
+    ) -> None:
         """Hold ``keys`` for transaction ``txn`` with its staged changes.
 
         Raises :class:`BlockBusyError` (and holds nothing) if another transaction
         holds one of them.  Writes to held blocks wait until :meth:`release`, or
         until ``timeout`` seconds pass, after which the transaction is dropped.
+        ``fence``: the preparing task's run (:meth:`release_runs_before`).
         """
         self.expire()
         busy = [k for k in keys if self.reserved.get(k, txn) != txn]
@@ -82,7 +93,8 @@ class Holds:
                 f"block {b} of array {a!r} is held by another psf update in progress "
                 f"(txn {self.reserved[busy[0]]}) on server {self.address}#{self.index}"
             )
-        self.txns[txn] = Prepared(time.monotonic() + timeout, tuple(keys), staged)
+        run = None if fence is None else (str(fence[0]), int(fence[1]))
+        self.txns[txn] = Prepared(time.monotonic() + timeout, tuple(keys), staged, run)
         for k in keys:
             self.reserved[k] = txn
 
@@ -94,6 +106,28 @@ class Holds:
                 if self.reserved.get(k) == txn:
                     del self.reserved[k]
         return p
+
+    def release_runs_before(self, job: str, epoch: int) -> list[str]:
+        """Abort every prepared transaction of ``job`` from a run older than ``epoch``
+        (a rollback's fence): their holds go and their staged changes are dropped,
+        so the restarted run never waits for a commit that must not come."""
+        old = [
+            t
+            for t, p in self.txns.items()
+            if p.fence is not None and p.fence[0] == job and p.fence[1] < epoch
+        ]
+        for t in old:
+            self.release(t)
+        return old
+
+    def release_blocks(self, keys: set[tuple[str, int]]) -> list[str]:
+        """Abort every prepared transaction holding one of ``keys`` (blocks replaced
+        by a restore: what it staged was computed on the replaced block, and its
+        commit would be refused)."""
+        gone = sorted({self.reserved[k] for k in keys if k in self.reserved})
+        for t in gone:
+            self.release(t)
+        return gone
 
     def expire(self, now: float | None = None) -> None:
         """Drop prepared transactions whose commit did not come in time."""

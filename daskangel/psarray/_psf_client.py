@@ -234,7 +234,10 @@ async def _two_phase(
         except BaseException:
             await _abort(binding, name, bare, txn)
             raise
-    await binding.call_blocks(name, "psf_commit", bare, {}, {"txn": txn})
+    # the run rides on the commit too: a rollback's fence aborted the transaction
+    # of an abandoned run, whose late commit is then refused (RolledBackError)
+    run = {"fence": extra["fence"]} if "fence" in extra else {}
+    await binding.call_blocks(name, "psf_commit", bare, {}, {"txn": txn, **run})
     return partials
 
 

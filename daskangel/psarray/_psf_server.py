@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import config
-from ..errors import PSFError, PSFNotAllowedError
+from ..errors import PSFError, PSFNotAllowedError, RolledBackError
 from ._dataops import record_tag, seen_tag, unapplied
 from ._partition import Partition
 from ._server import PSServer, server_op
@@ -272,7 +272,7 @@ def _psf_prepare(
         return [True] * len(parts)
     keys = [(a, int(p["block"])) for a in written for p in parts]
     timeout = config.get_seconds("daskangel.ops.prepare-timeout")
-    server.reserve(txn, keys, None, timeout)  # raises BlockBusyError before any work
+    server.reserve(txn, keys, None, timeout, fence)  # raises BlockBusyError before any work
     try:
         results, staged = _run(server, "update", spec, arrays, geometry, parts, writes, clock)
     except BaseException:
@@ -283,8 +283,25 @@ def _psf_prepare(
 
 
 @server_op("psf_commit")
-def _psf_commit(server: PSServer, array: str, parts: list[dict[str, Any]], txn: str) -> list[bool]:
-    """Phase two: apply the staged changes of ``txn`` and free its blocks."""
+def _psf_commit(
+    server: PSServer,
+    array: str,
+    parts: list[dict[str, Any]],
+    txn: str,
+    fence: list[Any] | None = None,
+) -> list[bool]:
+    """Phase two: apply the staged changes of ``txn`` and free its blocks.
+
+    ``fence``: the committing task's run.  A rollback's fence aborted the prepared
+    transactions of the runs it abandons (``fence`` op); a commit of such a run
+    arriving late is refused with :class:`~daskangel.errors.RolledBackError`, and
+    its hold, if it is still there, goes with it.
+    """
+    try:
+        server.check_fence(fence, array)
+    except RolledBackError:
+        server.release(txn)
+        raise
     p = server.release(txn)
     if p is None:
         if seen_tag(server, [txn, 0]):
@@ -301,7 +318,14 @@ def _psf_commit(server: PSServer, array: str, parts: list[dict[str, Any]], txn: 
 
 
 @server_op("psf_abort")
-def _psf_abort(server: PSServer, array: str, parts: list[dict[str, Any]], txn: str) -> list[bool]:
-    """Drop the staged changes of ``txn`` (nothing happens if it never prepared here)."""
+def _psf_abort(
+    server: PSServer,
+    array: str,
+    parts: list[dict[str, Any]],
+    txn: str,
+    fence: list[Any] | None = None,
+) -> list[bool]:
+    """Drop the staged changes of ``txn`` (nothing happens if it never prepared here,
+    or a rollback's fence aborted it already: ``fence`` is not checked)."""
     server.release(txn)
     return [True] * len(parts)

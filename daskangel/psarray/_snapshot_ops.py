@@ -186,8 +186,14 @@ async def _restore_stage(
 
 @server_op("restore_commit")
 def _restore_commit(server: PSServer, token: str) -> int:
-    """Install staged blocks (creating or replacing them) in one step."""
+    """Install staged blocks (creating or replacing them) in one step.
+
+    A prepared two-phase transaction holding a replaced block is aborted: what it
+    staged was computed on the old block (its commit would be refused), and its
+    hold would keep writes to the restored block waiting until it expires.
+    """
     staged = server.staged.pop(token, [])
+    server.release_blocks({key for key, _ in staged})
     for key, b in staged:
         server.blocks[key] = b
         server.moving.pop(key, None)
@@ -203,5 +209,8 @@ def _restore_abort(server: PSServer, token: str) -> None:
 @server_op("fence")
 def _fence(server: PSServer, job: str, epoch: int) -> None:
     """Refuse from now on every write of ``job`` from a run older than ``epoch``
-    (``PSServer.check_fence``); a fence only ever moves forward."""
+    (``PSServer.check_fence``); a fence only ever moves forward.  The prepared
+    two-phase transactions of those runs are aborted (holds and staged changes
+    dropped): their commit must not come, and nobody of the new run waits for it."""
     server.fences[str(job)] = max(int(epoch), server.fences.get(str(job), int(epoch)))
+    server.release_runs_before(str(job), server.fences[str(job)])

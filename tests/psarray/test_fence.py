@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daskangel.errors import JobAbortedError, RolledBackError
+from daskangel.errors import JobAbortedError, PSFError, RolledBackError
 from daskangel.psarray._initspec import InitSpec
 from daskangel.psarray._server import PSServer
-from tests.psarray.test_psf_server import make_server, psf_kwargs, values
+from tests.psarray.test_psf_server import inc_kwargs, make_server, psf_kwargs, values
 
 
 def _server() -> PSServer:
@@ -83,3 +83,63 @@ def test_psf_updates_of_an_abandoned_run_are_refused_before_anything_is_held() -
     np.testing.assert_array_equal(values(s), before)
     s.dispatch("psf_update", **psf_kwargs(tag=["writer", 1], fence=["j", 2]))
     assert not np.array_equal(values(s), before)
+
+
+@pytest.mark.timeout(30)
+def test_fence_aborts_the_prepared_transactions_of_the_abandoned_run() -> None:
+    """A two-phase psf update prepared by a run a rollback then abandons: the fence
+    drops its holds and staged changes (nobody of the new run waits for its commit),
+    the late commit is refused with ``RolledBackError`` and applies nothing, an abort
+    is harmless; another job's and an untagged transaction keep theirs."""
+    s = make_server()
+    before = values(s).copy()
+    s.dispatch("psf_prepare", **psf_kwargs(txn="t-old", fence=["j", 1]))
+    assert set(s.reserved.values()) == {"t-old"}
+    s.dispatch("fence", job="j", epoch=2)
+    assert s.txns == {} and s.reserved == {}  # nothing left to block the new run
+    assert s.blocked_until("update", inc_kwargs(1.0)) is None
+    with pytest.raises(RolledBackError, match="run 1 of job 'j'"):
+        s.dispatch("psf_commit", array="w", parts=[{"block": 0}], txn="t-old", fence=["j", 1])
+    np.testing.assert_array_equal(values(s), before)
+    assert s.dispatch("psf_abort", array="w", parts=[{"block": 0}], txn="t-old",
+                      fence=["j", 1]) == [True]  # fmt: skip
+    # a transaction of another job, and one made outside training, are not touched
+    s.dispatch("psf_prepare", **psf_kwargs(txn="t-other", fence=["k", 1]))
+    s.dispatch("fence", job="j", epoch=3)
+    assert set(s.txns) == {"t-other"}
+    s.dispatch("psf_commit", array="w", parts=[{"block": 0}], txn="t-other", fence=["k", 1])
+    s.dispatch("psf_prepare", **psf_kwargs(txn="t-none"))
+    s.dispatch("fence", job="j", epoch=4)
+    assert set(s.txns) == {"t-none"}
+    s.dispatch("psf_commit", array="w", parts=[{"block": 0}], txn="t-none")
+    assert not np.array_equal(values(s), before)
+
+
+@pytest.mark.timeout(30)
+def test_a_commit_of_the_abandoned_run_racing_the_fence_is_refused_and_frees_its_hold() -> None:
+    """A commit that reached the server before the fence op does (its transaction still
+    prepared) but after the run was fenced elsewhere: refused, hold released."""
+    s = make_server()
+    before = values(s).copy()
+    s.dispatch("psf_prepare", **psf_kwargs(txn="t", fence=["j", 1]))
+    s.fences["j"] = 2  # fenced, the transaction not yet aborted
+    with pytest.raises(RolledBackError):
+        s.dispatch("psf_commit", array="w", parts=[{"block": 0}], txn="t", fence=["j", 1])
+    assert s.txns == {} and s.reserved == {}
+    np.testing.assert_array_equal(values(s), before)
+
+
+@pytest.mark.timeout(30)
+def test_restoring_a_held_block_aborts_the_transaction_holding_it() -> None:
+    """A restore replacing a block a prepared transaction holds (its staged changes
+    were computed on the old block, its commit would be refused): the hold goes with
+    the old block, so writes to the restored block do not wait for it to expire."""
+    s = make_server()
+    s.dispatch("psf_prepare", **psf_kwargs(txn="t"))
+    fresh = s.block("w", 1).copy()
+    s.staged["tok"] = [(("w", 1), fresh)]
+    assert s.dispatch("restore_commit", token="tok") == 1
+    assert s.txns == {} and s.reserved == {}
+    assert s.block("w", 1) is fresh
+    with pytest.raises(PSFError, match="unknown"):
+        s.dispatch("psf_commit", array="w", parts=[{"block": 0}], txn="t")
