@@ -19,6 +19,8 @@ Example
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -161,16 +163,33 @@ def check_feature_names(est: Any, X: Any, reset: bool) -> None:
         )
 
 
+# {(dataset id, partition keys): sorted labels}: a persisted Dataset's rows never change
+_CLASSES: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+_CLASSES_KEPT = 16
+_classes_lock = threading.Lock()
+
+
 def dataset_classes(ds: Dataset) -> np.ndarray:
-    """Sorted distinct labels of a persisted Dataset (computed on its workers)."""
+    """Sorted distinct labels of a persisted Dataset (computed on its workers once: a
+    round trip to every partition, ~20 ms of each fit on a 2-worker cluster)."""
 
     def labels(p: Any) -> np.ndarray:
         return np.unique(p.csr().labels)
 
+    key = (ds.id, *(getattr(p, "key", id(p)) for p in ds.partitions))
+    with _classes_lock:
+        hit = _CLASSES.get(key)
+        if hit is not None:
+            _CLASSES.move_to_end(key)
+            return hit.copy()
     parts = ds.client.gather(ds.map_partitions(labels)) if ds.partitions else []  # type: ignore[union-attr]
-    if not parts:
-        return np.zeros(0)
-    return np.unique(np.concatenate(parts)).astype(np.float64)
+    out = np.unique(np.concatenate(parts)).astype(np.float64) if parts else np.zeros(0)
+    if ds.partitions:
+        with _classes_lock:
+            _CLASSES[key] = out.copy()
+            while len(_CLASSES) > _CLASSES_KEPT:
+                _CLASSES.popitem(last=False)
+    return out
 
 
 def as_dataset(

@@ -168,13 +168,17 @@ class SGDTask:
         acc = ctx.array(p.accum) if p.adaptive else None  # AdaGrad's sums, pulled alike
         # AdaGrad's sums are pulled by a second thread while this one pulls the weights
         # and evaluates them: the two pulls' round trips and the validation pass overlap
-        pool = ThreadPoolExecutor(1, "daskangel-acc") if acc is not None else None
-        # the sums' key set (pulled by tag too: sending the keys each epoch was 8 bytes
-        # a key) is registered by that thread while this one registers the weights'
-        acc_ks = None
-        if acc is not None and pool is not None and want_ks:
-            acc_ks = pool.submit(acc.key_set, d.keys)
-        ks = w.key_set(d.keys) if want_ks else None
+        pool = ThreadPoolExecutor(1, "daskangel-acc") if acc is not None or want_ks else None
+        # the key sets (the sums' pulled by tag too: sending the keys each epoch was 8
+        # bytes a key) are registered by that thread while this one makes the first
+        # epoch's order; a fresh fit under BSP pulls nothing before its second epoch
+        # (Plan.zero_start), so they overlap its first pass
+        ks: Future[Any] | None = None
+        acc_ks: Future[Any] | None = None
+        if pool is not None and want_ks:
+            ks = pool.submit(w.key_set, d.keys)
+            if acc is not None:
+                acc_ks = pool.submit(acc.key_set, d.keys)
         mon = Monitor(ctx, p, d)
         # ma-sgd pushes its local model's change against the weights it pulled, so
         # that base must be the servers' newest: from the clock cache (up to
@@ -198,7 +202,7 @@ class SGDTask:
         mon: Monitor,
         w: Any,
         base: Any,
-        ks: Any,
+        ks_f: Future[Any] | None,
         acc: Any,
         acc_ks: Future[Any] | None,
         pool: ThreadPoolExecutor | None,
@@ -214,6 +218,8 @@ class SGDTask:
         n = p.n_features + 1
         push_w = DensePush(w, d.keys, d.pos, n) if dense else None
         push_g = DensePush(acc, d.keys, d.pos, n) if dense and acc is not None else None
+
+        ks = None  # the weights' key set, once needed
 
         def pull_acc() -> np.ndarray:
             aks = acc_ks.result() if acc_ks is not None else None
@@ -245,10 +251,10 @@ class SGDTask:
                 loss_sum, loss_n = 0.0, 0
                 if epoch > 0:
                     t_0 = time.perf_counter()
-                    if pool is not None and order[:per].size:  # (this round's sums: see below)
+                    if acc is not None and pool is not None and order[:per].size:  # (see below)
                         g_fut = pool.submit(pull_acc)
                     if want_ks and ks is None:
-                        ks = w.key_set(d.keys)
+                        ks = ks_f.result() if ks_f is not None else w.key_set(d.keys)
                     W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
                     t_1 = time.perf_counter()
                     fresh = mon.staleness == 0 or base is not w
@@ -272,8 +278,10 @@ class SGDTask:
                     W0 = np.zeros((d.keys.shape[0], K))
                     G0 = np.zeros_like(W0) if acc is not None else None
                 elif W0 is None:
-                    if pool is not None:
+                    if pool is not None and acc is not None:
                         g_fut = pool.submit(pull_acc)
+                    if want_ks and ks is None:
+                        ks = ks_f.result() if ks_f is not None else w.key_set(d.keys)
                     W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
                 if acc is not None and G0 is None:  # (before the barrier too: a faster
                     # task's push of this round's sums would otherwise be read by a slower one)
