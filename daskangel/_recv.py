@@ -34,8 +34,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from distributed.protocol import to_serialize
 
-__all__ = ["landed", "match_frames", "read_into_targets", "send_recv_into", "tcp_internals"]
+__all__ = [
+    "landed", "match_frames", "raw_stream", "read_into_targets", "send_recv_into", "tcp_internals",
+]  # fmt: skip
 
 #: The pieces of ``distributed.comm.tcp`` this module reads with, and the
 #: parameters each must take (checked once; see :func:`tcp_internals`).
@@ -234,10 +237,21 @@ async def send_recv_into(
     return response
 
 
+def raw_stream(comm: Any) -> Any:
+    """``comm``'s tornado stream when bytes may be written to it or read from it
+    outside Dask's messages (a TCP or TLS comm; see :func:`send_all_recv_into`),
+    else None."""
+    tcp = tcp_internals()
+    if tcp is None or not isinstance(comm, tcp.TCP):
+        return None
+    return getattr(comm, "stream", None)
+
+
 async def send_all_recv_into(
     pool: Any,
     calls: list[tuple[str, str, dict[str, Any], list[int], list[np.ndarray | None]]],
     follows: list[dict[str, Any]] | None = None,
+    raw: list[list[np.ndarray]] | None = None,
 ) -> list[Any]:
     """Several :func:`send_recv_into` calls ``(address, op, msg, sizes, targets)``
     made in one coroutine: every request is written first, then the replies are
@@ -250,7 +264,12 @@ async def send_all_recv_into(
     up its sender until the replies before it are read.  Any failure aborts
     every comm of the batch (a reply may still be in flight on it).  ``follows``:
     a message written right after each request (as :func:`send_recv_into`'s
-    ``follow``; a sparse row increment's packed frame)."""
+    ``follow``; a sparse row increment's packed frame).  ``raw``: frames written
+    right after each request as bare bytes on a TCP comm's stream (the request's
+    ``follow`` then says ``"raw": True`` and the handler reads exactly those
+    bytes), or as a follow message ``{"values": frames}`` on any other comm: no
+    Dask serialisation of either end (~24 us to frame a 260 KB array and ~19 us
+    to unframe it, measured on the 2-core benchmark VM)."""
     comms: list[tuple[str, Any]] = []
     try:
         for address, _, _, _, _ in calls:
@@ -258,9 +277,18 @@ async def send_all_recv_into(
             comm.allow_offload = False  # as in send_recv_into: no sizing, no thread hop
             comms.append((address, comm))
         for i, ((_, comm), (_, op, msg, _, _)) in enumerate(zip(comms, calls, strict=True)):
+            stream = raw_stream(comm) if raw is not None else None
+            if stream is not None:
+                msg = {**msg, "follow": {**msg["follow"], "raw": True}}
             await comm.write({**msg, "op": op, "reply": True}, on_error="raise")
             if follows is not None:
                 await comm.write(follows[i], on_error="raise")
+            elif raw is not None and stream is None:
+                values = [to_serialize(f) for f in raw[i]]
+                await comm.write({"values": values}, on_error="raise")
+            elif raw is not None and stream is not None:
+                for f in raw[i]:  # (tornado holds each until written: not reused before)
+                    stream.write(memoryview(f).cast("B"))  # type: ignore[arg-type]
         out = [
             await read_into_targets(comm, sizes, targets)
             for (_, comm), (_, _, _, sizes, targets) in zip(comms, calls, strict=True)

@@ -35,7 +35,7 @@ from ._plan import assemble, direct_targets, plan_get, plan_update, sort_rows
 from ._psfuture import PSFuture, done_future, in_order
 from ._routing import check_values
 from ._rowget import get_rows, get_rows_async, unsorted_rows
-from ._rowpush import push_rows
+from ._rowpush import push_csr, push_rows
 from ._taskclock import current_clock, current_fence
 
 if TYPE_CHECKING:
@@ -239,18 +239,18 @@ class PSArray:
         casting: str | None = None,
         on_nonfinite: str | None = None,
     ) -> concurrent.futures.Future[Any] | None:
-        parts, cost = plan_update(self.meta, values, rows, cols, casting, on_nonfinite, add)
-        if not parts:
-            return None
         b = self._binding
         extra = {"add": add, "tag": b.next_tag(), "clock": current_clock(),
                  "fence": current_fence()}  # fmt: skip
+        if rows is None and cols is None and casting is None and on_nonfinite is None:
+            fut = push_csr(b, self.name, self.meta, values, extra)  # a CSR, packed unplanned
+            if fut is not None:
+                return fut
+        parts, cost = plan_update(self.meta, values, rows, cols, casting, on_nonfinite, add)
+        if not parts:
+            return None
         fut = push_rows(b, self.name, self.meta, parts, cost, extra)
-        return (
-            fut
-            if fut is not None
-            else b.submit(b.call_blocks, self.name, "update", parts, cost, extra)
-        )
+        return fut or b.submit(b.call_blocks, self.name, "update", parts, cost, extra)
 
     def increment_async(
         self,

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from .._recv import read_into_targets
+from .._recv import raw_stream, read_into_targets
 from ..errors import InvalidArgumentError
 
 __all__ = ["ReceivePool", "cut_fields", "pooled", "read_follow"]
@@ -167,6 +167,8 @@ async def read_follow(comm: Any, follow: Any, pool: ReceivePool) -> list[np.ndar
     not say how many bytes to expect: the caller must then drop the comm.
     """
     sizes = _frame_sizes(follow)
+    if follow.get("raw"):
+        return await _read_raw(comm, sizes, pool)
     # small frames are read as usual: only frames of at least direct-read-bytes are
     # matched by size, so no header frame can be taken for one
     limit = config.get_bytes("daskangel.client.direct-read-bytes")
@@ -180,6 +182,26 @@ async def read_follow(comm: Any, follow: Any, pool: ReceivePool) -> list[np.ndar
             f"follow: expected a message of {len(sizes)} arrays, got {type(msg).__name__}"
         )
     return list(values)
+
+
+async def _read_raw(comm: Any, sizes: list[int], pool: ReceivePool) -> list[np.ndarray]:
+    """Frames written as bare bytes after the request (``follow["raw"]``, a TCP
+    comm: :func:`daskangel._recv.send_all_recv_into`), read straight into
+    ``pool``'s buffers."""
+    stream = raw_stream(comm)
+    if stream is None:
+        raise InvalidArgumentError("follow: raw frames need a TCP comm")
+    bufs = pool.take(sizes)
+    try:
+        for buf in bufs:
+            view = memoryview(buf)  # type: ignore[arg-type]
+            got = 0
+            while got < buf.nbytes:
+                got += await stream.read_into(view[got : got + (1 << 30)])
+    except BaseException:
+        comm.abort()  # out of step with its messages
+        raise
+    return bufs
 
 
 def cut_fields(frames: list[Any], fields: Any) -> list[tuple[int, str, np.ndarray]]:

@@ -12,14 +12,16 @@ get does, :mod:`._rowget`):
 * the caller's thread packs each server's parts into one follow frame
   (:func:`daskangel._wire.split_follow`, narrowing as planned) and makes each
   request: plain values only, nothing left to wrap;
-* one coroutine writes every request and its frame, then reads the replies
+* one coroutine writes every request and its frame (bare bytes after the
+  request on a TCP comm, ``daskangel.client.raw-follow``), then reads the replies
   (:func:`daskangel._recv.send_all_recv_into`), watched as any call is for a lost
   server or the call timeout, and sets the caller's future from the loop;
 * each server's ``daskangel_push`` handler reads the frame into a reused buffer
   and runs the ordinary ``update`` op (tags, snapshot cuts, holds, write-behind
   and eager-refresh notes unchanged: :meth:`~._endpoints.PSWorkerPlugin.handle_push`).
 
-Blocks on this process's own servers are written by a direct call meanwhile (no
+A plain CSR increment of the array's dtype is packed without planning
+(:func:`push_csr`, :mod:`._csrpack`).  Blocks on this process's own servers are written by a direct call meanwhile (no
 comm).  Anything unusual (a lost, moved or moving block, an unreachable server,
 the actors transport, a request under
 ``daskangel.client.follow-bytes``, ``daskangel.client.lean-push`` off) goes the
@@ -41,9 +43,10 @@ from .._recv import send_all_recv_into
 from .._wire import raise_if_error, split_follow
 from ._binding import Binding
 from ._blockcalls import fast_path_held
+from ._csrpack import pack_csr
 from ._meta import ArrayMeta, ServerId
 
-__all__ = ["PUSH_HANDLER", "push_rows"]
+__all__ = ["PUSH_HANDLER", "push_csr", "push_rows"]
 
 PUSH_HANDLER = "daskangel_push"
 
@@ -104,8 +107,11 @@ async def _send(
 
     async def go() -> None:
         pool = b._pool or await b.pool()
-        follows = [{"values": [to_serialize(f) for f in frames]} for _, frames in calls]
-        sent = send_all_recv_into(pool, [c for c, _ in calls], follows)
+        if config.get("daskangel.client.raw-follow"):
+            sent = send_all_recv_into(pool, [c for c, _ in calls], raw=[f for _, f in calls])
+        else:
+            follows = [{"values": [to_serialize(f) for f in frames]} for _, frames in calls]
+            sent = send_all_recv_into(pool, [c for c, _ in calls], follows)
         if local:
             here = [
                 b.call(s, "update", c, "handlers", None, array=name, parts=p, **extra, **uid)
@@ -155,8 +161,44 @@ def push_rows(
     if planned is None:
         return None
     servers, calls, local = planned
+    return _start(b, name, m, servers, calls, local, (name, "update", parts, cost, extra))
+
+
+def push_csr(
+    b: Binding, name: str, m: ArrayMeta, values: Any, extra: dict[str, Any]
+) -> concurrent.futures.Future[None] | None:
+    """Start a write of a ``scipy.sparse`` CSR matrix ``values`` packed in one pass
+    (:func:`._csrpack.pack_csr`: no planning, no copy a field); None when it must
+    be planned (:func:`push_rows` or the general path take it then)."""
+    if (
+        m.transport != "handlers"
+        or not config.get("daskangel.client.lean-push")
+        or not config.get("daskangel.client.pack-csr")
+    ):
+        return None
+    here = b.local_worker.address if b.local_worker is not None else None
+    packed = pack_csr(m, values, here, b.send_buffer)
+    if packed is None:
+        return None
+    calls: list[Call] = []
+    parts: dict[int, dict[str, Any]] = {}
+    cost: dict[int, int] = {}
+    for s, p, follow, frame, c, arrays, costs in packed:
+        msg = {"server": s.index, "array": name, "parts": p, "follow": follow, "cost": c, **extra}
+        if m.uid:
+            msg["uid"] = m.uid
+        calls.append(((s.address, PUSH_HANDLER, msg, [], []), [frame]))
+        parts.update(arrays)  # the general path's parts: views of the frames
+        cost.update(costs)
+    servers = [s for s, *_ in packed]
+    return _start(b, name, m, servers, calls, [], (name, "update", parts, cost, extra))
+
+
+def _start(
+    b: Binding, name: str, m: ArrayMeta, servers: list[ServerId], calls: list[Call],
+    local: list[Local], general: tuple[Any, ...],
+) -> concurrent.futures.Future[None]:  # fmt: skip
     fut: concurrent.futures.Future[None] = concurrent.futures.Future()
-    general = (name, "update", parts, cost, extra)
     coro = _run(b, name, m, servers, calls, local, general, fut)
     b.loop.asyncio_loop.call_soon_threadsafe(_launch, coro)
     return fut

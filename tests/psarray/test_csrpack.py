@@ -1,0 +1,216 @@
+"""A CSR increment packed in one pass (``psarray/_csrpack.py``) and its frame sent as
+bare bytes after the request (``_recv.send_all_recv_into(raw=...)``): the kernels
+against numpy, then on a process cluster (2 workers) exact sums from concurrent
+pushers, integer values widened when they do not fit the first guess, every
+refusal leaving the blocks unchanged, a fenced run refused, with the raw frames and
+with follow messages.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import daskangel as angel
+from daskangel._compat import workers_info
+from daskangel.errors import NonFiniteError, PSIndexError, RolledBackError
+from daskangel.psarray._csrpack import count_rows, pack_block, pack_block_float
+from daskangel.psarray._taskclock import set_task_fence
+
+pytestmark = pytest.mark.timeout(240)
+
+
+# -- the kernels alone -------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 4), min_size=1, max_size=120),
+    st.lists(st.integers(0, 120), max_size=6),
+    st.sampled_from([np.int32, np.int64]),
+)
+def test_count_rows_counts_each_ranges_touched_rows(
+    lens: list[int], cuts: list[int], itype: type
+) -> None:
+    """Against numpy: the touched rows of every row range (empty ranges too) and the
+    shortest / longest row, whatever ``indptr``'s integer type."""
+    n = len(lens)
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(itype)
+    bounds = np.unique(np.array([0, n, *[min(c, n) for c in cuts]], np.int64))
+    counts, lo, hi = count_rows(indptr, bounds)
+    ln = np.diff(indptr.astype(np.int64))
+    want = [int((ln[bounds[g] : bounds[g + 1]] != 0).sum()) for g in range(bounds.size - 1)]
+    assert counts.tolist() == want
+    assert (lo, hi) == (min(0, int(ln.min())), max(0, int(ln.max())))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 5), min_size=2, max_size=80),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["i1", "i2", "i4", "f4", "f8"]),
+    st.sampled_from(["u1", "u2", "i4"]),
+)
+def test_pack_block_copies_one_blocks_rows_narrowed(
+    lens: list[int], seed: int, val_t: str, col_t: str
+) -> None:
+    """One block (rows ``[r0, r1)``) against numpy: local rows and counts of its
+    touched rows, its columns and values cast to the wire types, their extents
+    (integers) or finiteness (floats, a NaN or inf found wherever it is)."""
+    n = len(lens)
+    rng = np.random.default_rng(seed)
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    r0, r1 = sorted(int(x) for x in rng.integers(0, n + 1, 2))
+    k0, k1 = int(indptr[r0]), int(indptr[r1])
+    if k0 == k1:
+        return  # a block without entries is never packed
+    cols = rng.integers(0, 200, int(indptr[-1])).astype(np.int32)
+    floating = val_t[0] == "f"
+    data = (
+        rng.standard_normal(cols.size) if floating else rng.integers(-100, 100, cols.size)
+    ).astype(np.float32 if floating else np.int32)
+    if floating and rng.random() < 0.5:
+        data[int(rng.integers(k0, k1))] = [np.nan, np.inf, -np.inf][int(rng.integers(0, 3))]
+    ln = np.diff(indptr)[r0:r1]
+    touched = np.flatnonzero(ln)
+    out = [
+        np.empty(touched.size, "u2"), np.empty(touched.size, "u2"),
+        np.empty(k1 - k0, col_t), np.empty(k1 - k0, val_t),
+    ]  # fmt: skip
+    if floating:
+        c_lo, c_hi, ok = pack_block_float(indptr, cols, data, r0, r1, *out)
+        assert ok == bool(np.isfinite(data[k0:k1]).all())
+    else:
+        c_lo, c_hi, v_lo, v_hi = pack_block(indptr, cols, data, r0, r1, *out)
+        assert (v_lo, v_hi) == (data[k0:k1].min(), data[k0:k1].max())
+    assert (c_lo, c_hi) == (cols[k0:k1].min(), cols[k0:k1].max())
+    np.testing.assert_array_equal(out[0], touched)
+    np.testing.assert_array_equal(out[1], ln[touched])
+    np.testing.assert_array_equal(out[2], cols[k0:k1].astype(col_t))
+    np.testing.assert_array_equal(out[3], data[k0:k1].astype(val_t))
+
+
+# -- on a process cluster ----------------------------------------------------------
+
+SHAPE = (3_000, 200)
+NNZ = 40  # a 2,500-row push: ~400 KB a server, above follow-bytes
+
+
+def _csr(seed: int, dtype: str, lo: int = 1, hi: int = 4) -> sp.csr_matrix:
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(SHAPE[0], 2_500, replace=False))
+    indptr = np.zeros(SHAPE[0] + 1, np.int64)
+    indptr[rows + 1] = NNZ
+    cols = rng.integers(0, SHAPE[1], 2_500 * NNZ)  # repeats within rows: summed
+    vals = rng.integers(lo, hi, cols.size).astype(dtype)
+    return sp.csr_matrix((vals, cols, np.cumsum(indptr)), shape=SHAPE)
+
+
+def _pushes(a: angel.PSArray) -> int:
+    """The lean ``push`` requests the array's servers counted so far."""
+    return sum(int(s["ops"].get("push", [0])[0]) for s in a._binding.run(a._stats))
+
+
+def _push(name: str, seeds: list[int], dtype: str) -> None:
+    arr = angel.PSArray(name)
+    for s in seeds:
+        arr.increment(_csr(s, dtype))
+
+
+@pytest.fixture(scope="module")
+def ps(client: Client) -> Any:
+    with angel.PSContext(client) as ctx:
+        yield ctx
+
+
+@pytest.mark.parametrize("raw", [True, False])
+def test_packed_pushes_from_threads_and_tasks_sum_exactly(
+    ps: angel.PSContext, client: Client, raw: bool
+) -> None:
+    """Three client threads (packed in one pass, a lean request a server) and two
+    tasks (each with a server in its own process: planned) push at once: exact
+    sums, and two lean requests for each of the client's pushes."""
+    name = f"packed-{raw}"
+    arr = ps.zeros(name, SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
+    workers = sorted(workers_info(client))
+    before = _pushes(arr)
+    with dask.config.set({"daskangel.client.raw-follow": raw}):
+        futs = [
+            client.submit(_push, name, [10 + i, 20 + i], "int32", workers=[w], pure=False)
+            for i, w in enumerate(workers)
+        ]
+        with concurrent.futures.ThreadPoolExecutor(3) as ex:
+            list(ex.map(lambda t: _push(name, [30 + t, 40 + t], "int32"), range(3)))
+        for f in futs:
+            f.result()
+    seeds = [10, 20, 11, 21, 30, 40, 31, 41, 32, 42]
+    want = sum(_csr(s, "int32").toarray().astype(np.int64) for s in seeds)
+    np.testing.assert_array_equal(arr.get(), np.asarray(want).astype(np.int32))
+    assert _pushes(arr) - before >= 6 * 2  # the client's six pushes, both servers each
+
+
+def test_integer_values_are_widened_when_they_do_not_fit(ps: angel.PSContext) -> None:
+    """Counts that fit int8, then values needing int16, then int32 (the first guess
+    widened and the pass made again), into int32 and int64 arrays: exact."""
+    for dtype in ("int32", "int64"):
+        arr = ps.zeros(f"wide-{dtype}", SHAPE, dtype=dtype, block_shape=(400, SHAPE[1]))
+        want = np.zeros(SHAPE, np.int64)
+        for seed, (lo, hi) in enumerate([(-1, 2), (-300, 300), (0, 200), (-(2**20), 2**20)]):
+            X = _csr(seed, dtype, lo, hi)
+            arr.increment(X)
+            want += X.toarray()
+        np.testing.assert_array_equal(arr.get(), want.astype(dtype))
+
+
+def test_refused_packed_pushes_change_nothing(ps: angel.PSContext) -> None:
+    """A NaN, an infinity, a column out of range: refused with the planner's own
+    errors (the one-pass packing hands such input back), both servers' blocks
+    unchanged; a float64 matrix into float32 goes the planned way and is refused."""
+    fv = ps.zeros("refused", SHAPE, dtype="float32", block_shape=(400, SHAPE[1]))
+    X = _csr(3, "float32")
+    fv.increment(X)
+    before = fv.get()
+    for bad, err in [(np.nan, NonFiniteError), (np.inf, NonFiniteError)]:
+        Y = X.copy()
+        Y.data[-7] = bad
+        with pytest.raises(err):
+            fv.increment(Y)
+    Y = X.copy()
+    Y.indices[5] = SHAPE[1]
+    with pytest.raises(PSIndexError, match="column 200 out of range"):
+        fv.increment(Y)
+    np.testing.assert_array_equal(fv.get(), before)
+    fv.increment(X.astype(np.float64), casting="same_kind")  # planned: cast then sent
+    np.testing.assert_array_equal(fv.get(), before + X.toarray())
+
+
+def _fence(job: str, epoch: int, dask_worker: Any = None) -> bool:
+    for srv in dask_worker.plugins["daskangel-ps"].servers.values():
+        srv.dispatch("fence", job=job, epoch=epoch)
+    return True
+
+
+def test_packed_push_of_an_abandoned_run_is_refused(ps: angel.PSContext, client: Client) -> None:
+    """With every server fenced at run 2 of a job, a packed push of its run 1 is
+    refused (RolledBackError) and changes nothing; run 2's push applies."""
+    arr = ps.zeros("fenced", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
+    X = _csr(4, "int32")
+    client.run(_fence, "job-x", 2)
+    try:
+        set_task_fence("job-x", 1)
+        with pytest.raises(RolledBackError):
+            arr.increment(X)
+        np.testing.assert_array_equal(arr.get(), np.zeros(SHAPE, np.int32))
+        set_task_fence("job-x", 2)
+        arr.increment(X)
+    finally:
+        set_task_fence(None)
+    np.testing.assert_array_equal(arr.get(), X.toarray())
