@@ -74,15 +74,18 @@ class TaskArray:
     def __repr__(self) -> str:
         return f"TaskArray<{self.name!r}, task {self._ctx.task_id}, clock {self._ctx.iteration}>"
 
-    def get(self, rows: Any = None, cols: Any = None, *, own_writes: bool = False) -> Any:
+    def get(
+        self, rows: Any = None, cols: Any = None, *, own_writes: bool = False, cache: bool = True
+    ) -> Any:
         """Pull like :meth:`PSArray.get`; ``cols`` may be a :class:`KeySet`.
 
         ``own_writes=True``: the read holds every update this task pushed at its
-        earlier clocks (read-my-writes), see :meth:`get_iter`.
+        earlier clocks (read-my-writes), see :meth:`get_iter`.  ``cache=False``: past
+        the worker's pull cache, one request a block (after the same wait).
         """
         c = self._ctx
         floor = self._floor(own_writes)
-        return c._agent.get(self.name, rows, cols, job=c.job, floor=floor, task=c._key)
+        return c._agent.get(self.name, rows, cols, job=c.job, floor=floor, task=c._key, cache=cache)
 
     def get_iter(
         self,

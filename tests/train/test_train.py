@@ -291,20 +291,23 @@ def _now_step(ctx, part):
     a.increment_now(np.arange(6.0)).result()
     seen = np.asarray(a.plain.get())  # no clock yet: applied once its future is done
     ctx.clock()
-    return seen
+    return seen, np.asarray(a.get(cache=False))
 
 
 @pytest.mark.timeout(120)
 def test_increment_now_is_applied_at_once_and_counted_as_the_tasks_push(ps):
     """``TaskArray.increment_now`` skips the update buffer: the servers hold the change
-    when its future is done, before the task's clock, and the task counters count it."""
+    when its future is done, before the task's clock, and the task counters count it;
+    ``get(cache=False)`` reads past the pull cache, counted as the task's pull."""
     w = ps.zeros("w_now", shape=(6,), dtype="float64")
     res = angel.train(ps, _now_step, [0, 1], progress=False)
     own = np.arange(6.0)
-    for r in res.results:  # its own change, and the other task's where that came first
+    for r, after in res.results:  # its own change, and the other's where that came first
         # (each server applies its blocks' part of a push on its own)
         assert np.all((r == own) | (r == 2 * own)), r
+        np.testing.assert_array_equal(after, 2 * own)  # BSP: both pushed before the clock
     np.testing.assert_array_equal(w.get(), 2 * np.arange(6.0))
     st = ps.status(max_age=0)
     tasks = st[st["kind"] == "task"]
     assert list(tasks["bytes_in"]) == [6 * 8, 6 * 8]
+    assert list(tasks["bytes_out"]) == [6 * 8, 6 * 8]

@@ -12,7 +12,10 @@ no key lists, no merge, and the servers add whole blocks.  On the Zipf set
 (733,000 of 1,000,001 keys, 2 tasks on 2 cores, the weights' and the sums'
 pushes of a round) 11-13 ms of a worker's CPU against 39-42 ms through the
 update buffer.  The servers add the same values: zeros outside the task's
-keys.
+keys.  Such a task also pulls the weights whole (:func:`pull_dense`: the servers
+copy blocks out, the task gathers its keys; 6-12 ms against 13-20 ms by key set
+alone), while AdaGrad's sums, pulled beside them on the task's second thread, stay
+pruned by key set (both whole were no cheaper, and sometimes 2x slower).
 
 Example
 -------
@@ -31,7 +34,7 @@ from ... import config
 from ...errors import InvalidArgumentError
 from ...psarray import PSFuture
 
-__all__ = ["DensePush", "dense_fraction", "dense_on"]
+__all__ = ["DensePush", "dense_fraction", "dense_on", "pull_dense"]
 
 
 def dense_fraction() -> float:
@@ -46,6 +49,15 @@ def dense_fraction() -> float:
 def dense_on(fraction: float, keys: np.ndarray, n: int, *, sparse: bool) -> bool:
     """Whether a task with ``keys`` of an ``n``-long vector pushes it whole."""
     return fraction > 0.0 and not sparse and n > 0 and keys.shape[0] >= fraction * n
+
+
+def pull_dense(arr: Any, keys: np.ndarray, pos: np.ndarray | None) -> np.ndarray:
+    """The vector ``arr`` (a task's array) pulled whole past the pull cache, at ``keys``
+    (in slot order with ``pos``), as the float64 ``(n_keys, 1)`` of
+    :func:`.._core._rows.pull`."""
+    v = arr.get(cache=False)
+    at = keys if pos is None else keys[pos]
+    return np.take(np.asarray(v, np.float64), at).reshape(-1, 1)
 
 
 class DensePush:

@@ -18,7 +18,8 @@ under BSP / SSP and a resubmitted task resumes at its epoch and round.
   servers end the round holding the average of the local models.  With
   ``adaptive=True`` the local steps are per-feature AdaGrad (:mod:`._adaptive`)
   and the squared-gradient sums are pulled, and their change pushed, alike.
-  A task whose keys are most of the vector pushes it whole (:mod:`._exchange`).
+  A task whose keys are most of the vector pushes it, and pulls the weights, whole
+  (:mod:`._exchange`).
 
 Under SSP / ASP, ``ma-sgd`` pulls its base past the clock cache (the servers'
 newest weights): its push is the change of its local model against that base,
@@ -61,7 +62,7 @@ from .._core._order import round_share as _round_share
 from .._core._order import rows_per_round
 from .._core._rounds import check_finite_step
 from .._core._rows import pull, push
-from ._exchange import DensePush, dense_on
+from ._exchange import DensePush, dense_on, pull_dense
 from ._inplace import InPlaceData, prepare_in_place
 from ._kernels import SQ_HINGE, SQUARED
 from ._minibatch import MinibatchRounds
@@ -176,7 +177,8 @@ class SGDTask:
         ks: Future[Any] | None = None
         acc_ks: Future[Any] | None = None
         if pool is not None and want_ks:
-            ks = pool.submit(w.key_set, d.keys)
+            if not dense:  # (pulled whole under BSP; else registered when first needed)
+                ks = pool.submit(w.key_set, d.keys)
             if acc is not None:
                 acc_ks = pool.submit(acc.key_set, d.keys)
         mon = Monitor(ctx, p, d)
@@ -221,6 +223,14 @@ class SGDTask:
 
         ks = None  # the weights' key set, once needed
 
+        def pull_w() -> np.ndarray:
+            nonlocal ks
+            if dense and base is w and p.prune:  # whole (under BSP: the servers' newest)
+                return pull_dense(w, d.keys, d.pos)
+            if want_ks and ks is None:
+                ks = ks_f.result() if ks_f is not None else w.key_set(d.keys)
+            return pull(base, d.keys, K, ks, not p.prune, d.pos)
+
         def pull_acc() -> np.ndarray:
             aks = acc_ks.result() if acc_ks is not None else None
             return pull(acc_base, d.keys, K, aks, not p.prune, d.pos)
@@ -253,9 +263,7 @@ class SGDTask:
                     t_0 = time.perf_counter()
                     if acc is not None and pool is not None and order[:per].size:  # (see below)
                         g_fut = pool.submit(pull_acc)
-                    if want_ks and ks is None:
-                        ks = ks_f.result() if ks_f is not None else w.key_set(d.keys)
-                    W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
+                    W0 = pull_w()
                     t_1 = time.perf_counter()
                     fresh = mon.staleness == 0 or base is not w
                     mon.evaluate(epoch - 1, W0 if fresh else mon.latest(d.keys))
@@ -280,9 +288,7 @@ class SGDTask:
                 elif W0 is None:
                     if pool is not None and acc is not None:
                         g_fut = pool.submit(pull_acc)
-                    if want_ks and ks is None:
-                        ks = ks_f.result() if ks_f is not None else w.key_set(d.keys)
-                    W0 = pull(base, d.keys, K, ks, not p.prune, d.pos)
+                    W0 = pull_w()
                 if acc is not None and G0 is None:  # (before the barrier too: a faster
                     # task's push of this round's sums would otherwise be read by a slower one)
                     G0 = g_fut.result() if g_fut is not None else pull_acc()
