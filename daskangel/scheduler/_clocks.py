@@ -49,7 +49,8 @@ class ClockService:
         self.scheduler = scheduler
         # {job_id: Job}, oldest first (finished jobs are kept for status)
         self.jobs: OrderedDict[str, Job] = OrderedDict()
-        # callbacks run with a job id when that job stops (other services hook in)
+        # callbacks run with a job id when that job stops or a rollback stops its
+        # tasks (other services hook in: the group service wakes its waiters)
         self.stop_listeners: list[Callable[[str], None]] = []
         # the snapshot service, told of every tick (clock-driven consistent snapshots)
         self.snapshots: Any = None
@@ -345,6 +346,12 @@ class ClockService:
             ev.set()
         s.floor_events.clear()
         s.group_events.clear()
+        # tasks waiting at a group barrier or for a command end too (the group
+        # service forgets the job's rounds): before, they waited for members that
+        # were gone until the driver gave up on them (daskangel.train.stop-timeout),
+        # and their arrivals were left to count in the restarted run's barriers
+        for cb in self.stop_listeners:
+            cb(job)
 
     def rewind(self, job: str, clock: int, epoch: int | None = None) -> None:
         """Every task of ``job`` restarts at ``clock`` (after a rollback restore), in

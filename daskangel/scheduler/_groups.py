@@ -8,7 +8,12 @@ the scheduler, next to the clocks; waiting is an ``await`` on an event, never a
 blocked loop, and a stopped job wakes every waiter with ``JobAbortedError``.
 
 Rounds are numbered by ``seq``; each member counts its own calls, so all members
-agree on ``seq`` as long as they follow the same protocol.  A *job barrier*
+agree on ``seq`` as long as they follow the same protocol.  Every call carries
+the caller's run (``epoch``, see ``Job.epoch``): a rollback wakes every waiter
+(they end as aborted) and forgets every round, and a task of the run it abandoned
+that is still alive is refused (``{"aborted": ...}``), so it can neither count as
+a member of a barrier of the restarted run, nor post, take or acknowledge one of
+its commands.  A *job barrier*
 (``daskangel_job_barrier``) spans every task of a job, across groups: e.g. "every
 task has read this clock's model" before anyone pushes its writes of the clock.
 
@@ -59,7 +64,7 @@ class GroupService:
         self.clocks = clocks
         # {(job, group, kind, seq): _Round}; kind is "mail" or "barrier"
         self.rounds: dict[tuple[str, int, str, int], _Round] = {}
-        clocks.stop_listeners.append(self._wake_all)
+        clocks.stop_listeners.append(self._wake_all)  # also run by a rollback request
         scheduler.handlers.update(
             {
                 "daskangel_group_barrier": self.barrier,
@@ -71,8 +76,9 @@ class GroupService:
             }
         )
 
-    def _job(self, job: str, group: int) -> Job:
+    def _job(self, job: str, group: int, epoch: int | None) -> Job:
         s = self.clocks.job(job)
+        s.check_run(epoch)
         s.check_alive()
         if group not in s.table.members:
             raise SyncError(f"group: job {job!r} has no group {group}")
@@ -96,26 +102,32 @@ class GroupService:
         return len(s.table.members[group])
 
     @reports_abort
-    async def barrier(self, job: str, group: int, seq: int, rank: int) -> dict[str, Any]:
+    async def barrier(
+        self, job: str, group: int, seq: int, rank: int, epoch: int | None = None
+    ) -> dict[str, Any]:
         """Return once every member of ``group`` has called the barrier ``seq``."""
-        s = self._job(job, group)
+        s = self._job(job, group, epoch)
         r = self._round(job, group, "barrier", seq)
         r.arrived.add(rank)
         if len(r.arrived) >= self._size(s, group):
             r.event_acks.set()
             self.rounds.pop((job, group, "barrier", seq), None)
         await r.event_acks.wait()
+        s.check_run(epoch)
         s.check_alive()
         return {}
 
     @reports_abort
-    async def job_barrier(self, job: str, seq: int, task: int) -> dict[str, Any]:
+    async def job_barrier(
+        self, job: str, seq: int, task: int, epoch: int | None = None
+    ) -> dict[str, Any]:
         """Return once every task of ``job`` (all groups) has called the job barrier ``seq``.
 
         Tasks that already finished the job are not waited for.  A task entering the
         same barrier twice (a retried call, a restarted task) counts once.
         """
         s = self.clocks.job(job)
+        s.check_run(epoch)
         s.check_alive()
         s.table.check_task(task)
         r = self._round(job, -1, "job", seq)
@@ -124,13 +136,16 @@ class GroupService:
             r.event_acks.set()
             self.rounds.pop((job, -1, "job", seq), None)
         await r.event_acks.wait()
+        s.check_run(epoch)
         s.check_alive()
         return {}
 
     @reports_abort
-    def send(self, job: str, group: int, seq: int, commands: list[Any]) -> dict[str, Any]:
+    def send(
+        self, job: str, group: int, seq: int, commands: list[Any], epoch: int | None = None
+    ) -> dict[str, Any]:
         """The leader posts one command per rank for round ``seq``."""
-        s = self._job(job, group)
+        s = self._job(job, group, epoch)
         size = self._size(s, group)
         if len(commands) != size:
             raise SyncError(f"commands: group {group} has {size} members, got {len(commands)}")
@@ -141,19 +156,30 @@ class GroupService:
         return {}
 
     @reports_abort
-    async def recv(self, job: str, group: int, seq: int, rank: int) -> dict[str, Any]:
+    async def recv(
+        self, job: str, group: int, seq: int, rank: int, epoch: int | None = None
+    ) -> dict[str, Any]:
         """A member waits for its command of round ``seq``."""
-        s = self._job(job, group)
+        s = self._job(job, group, epoch)
         r = self._round(job, group, "mail", seq)
         await r.event_cmd.wait()
+        s.check_run(epoch)
         s.check_alive()
         assert r.commands is not None
         return {"payload": r.commands[rank]}
 
     @reports_abort
-    def ack(self, job: str, group: int, seq: int, rank: int, payload: Any = None) -> dict[str, Any]:
+    def ack(
+        self,
+        job: str,
+        group: int,
+        seq: int,
+        rank: int,
+        payload: Any = None,
+        epoch: int | None = None,
+    ) -> dict[str, Any]:
         """A member reports round ``seq`` done."""
-        s = self._job(job, group)
+        s = self._job(job, group, epoch)
         r = self._round(job, group, "mail", seq)
         r.acks[rank] = payload
         if len(r.acks) >= self._size(s, group):
@@ -161,11 +187,14 @@ class GroupService:
         return {}
 
     @reports_abort
-    async def acks(self, job: str, group: int, seq: int) -> dict[str, Any]:
+    async def acks(
+        self, job: str, group: int, seq: int, epoch: int | None = None
+    ) -> dict[str, Any]:
         """The leader waits for every member's acknowledgement of round ``seq``."""
-        s = self._job(job, group)
+        s = self._job(job, group, epoch)
         r = self._round(job, group, "mail", seq)
         await r.event_acks.wait()
+        s.check_run(epoch)
         s.check_alive()
         self.rounds.pop((job, group, "mail", seq), None)
         return {"acks": [r.acks[i] for i in range(self._size(s, group))]}

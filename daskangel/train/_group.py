@@ -53,6 +53,7 @@ class GroupChannel:
 
     spec: TaskSpec
     _binding: Any
+    epoch: int  # the job's run this task belongs to (TaskContext)
 
     def __init__(self) -> None:
         self._barrier_seq = 0  # barriers passed
@@ -69,7 +70,9 @@ class GroupChannel:
         raise NotImplementedError
 
     def _where(self) -> dict[str, Any]:
-        return {"job": self.spec.job, "group": self.spec.group}
+        # the run: once a rollback abandons it, the scheduler refuses this task's
+        # group calls (it must not count in, or command, the restarted run's rounds)
+        return {"job": self.spec.job, "group": self.spec.group, "epoch": self.epoch}
 
     def barrier(self) -> None:
         """Return once every member of this task's group has reached this barrier."""
@@ -89,7 +92,7 @@ class GroupChannel:
         same sequence.
         """
         b = self._binding
-        kw = {"job": self.spec.job, "seq": int(seq), "task": self.spec.task}
+        kw = {"job": self.spec.job, "seq": int(seq), "task": self.spec.task, "epoch": self.epoch}
         pending = PendingBarrier(self, b.submit(lambda: b.scheduler.daskangel_job_barrier(**kw)))
         if wait:
             pending.wait()
