@@ -1,7 +1,7 @@
 """A rollback aborts the two-phase psf updates of the run it abandons (real processes).
 
 A task runs a multi-server psf update (``psf_prepare`` on every server, then
-``psf_commit``) and its worker dies between the two: the surviving server keeps
+``psf_commit``) at its second clock and its worker dies between the two: the surviving server keeps
 the block held for a commit that never comes.  Before the fix the hold outlived
 the rollback's restore, and every write of the restarted run to that block
 waited for it to expire (``daskangel.ops.prepare-timeout``, 60 s by default,
@@ -64,8 +64,8 @@ def _step(victim: str, prefix: str, fifo: str) -> Callable[[Any, Any], list[str]
         held: list[str] = []
         if not first:  # the restarted run, before any write of it: is a block held?
             held = sorted({t for h in get_client().run(_holds).values() for t in h})
-        for _ in ctx.epochs(CLOCKS):
-            if first and ctx.worker == victim:
+        for c in ctx.epochs(CLOCKS):
+            if first and c == 1 and ctx.worker == victim:
                 Event(f"{prefix}-dying").set()
                 y.plain.psf(AddOneDieOn(fifo=fifo, die_on=1))  # never returns
             y.increment(np.array([1, 1], "int64"))
