@@ -1,4 +1,4 @@
-"""A CSR increment packed straight into each server's follow frame, in one pass.
+"""A CSR (or COO) increment packed straight into each server's follow frame, in one pass.
 
 The lean push (:mod:`._rowpush`) first planned a ``scipy.sparse`` CSR write
 (:func:`._csrplan.plan_csr`: a finiteness pass over the values, a range pass
@@ -38,7 +38,7 @@ from numba import njit
 
 from .. import config
 from .._wire import _ALIGN
-from ._csrplan import narrow_int
+from ._csrplan import coo_rows, narrow_int
 from ._meta import ArrayMeta, ServerId
 from ._routing import check_size
 
@@ -144,12 +144,18 @@ def pack_csr(
         or m.ndim != 2
         or m.layout.n_col_blocks != 1
         or type(values).__module__.split(".")[0] != "scipy"
-        or getattr(values, "format", None) != "csr"
+        or getattr(values, "format", None) not in ("csr", "coo")
         or values.shape != m.shape
         or m.dtype.kind not in "iuf"
     ):
         return None
-    indptr, cols, data = values.indptr, values.indices, values.data
+    if values.format == "coo":
+        got = _coo_as_csr(m, values)
+        if got is None:
+            return None
+        indptr, cols, data = got
+    else:
+        indptr, cols, data = values.indptr, values.indices, values.data
     if (
         not isinstance(indptr, np.ndarray) or indptr.shape != (m.shape[0] + 1,)
         or indptr.dtype.kind not in "iu" or cols.dtype.kind not in "iu"
@@ -188,6 +194,22 @@ def pack_csr(
             m, indptr, cols, data, bounds, counts, groups, (col_t, len_t, val_t), narrow, alloc
         )
     return out if isinstance(out, list) else None
+
+
+def _coo_as_csr(m: ArrayMeta, values: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A COO write sorted into compressed rows (:func:`._csrplan.coo_rows`, as the
+    planner does), or None: the planner takes it (another dtype, too few entries
+    for the sort's slot a row, a coordinate out of range: it names the entry)."""
+    rows, cols, data = values.row, values.col, values.data
+    if (
+        not isinstance(data, np.ndarray) or data.dtype != m.dtype
+        or rows.dtype.kind not in "iu" or cols.dtype.kind not in "iu"
+        or m.shape[0] > float(config.get("daskangel.client.coo-rows-per-entry")) * data.shape[0]
+    ):  # fmt: skip
+        return None
+    check_size("values", data.nbytes + cols.nbytes + rows.nbytes)
+    indptr, cols32, ordered, bad = coo_rows(rows, cols, data, m.shape[0], m.shape[1])
+    return None if bad >= 0 else (indptr, cols32, ordered)
 
 
 def _pack(

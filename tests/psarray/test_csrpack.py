@@ -214,3 +214,32 @@ def test_packed_push_of_an_abandoned_run_is_refused(ps: angel.PSContext, client:
     finally:
         set_task_fence(None)
     np.testing.assert_array_equal(arr.get(), X.toarray())
+
+
+def test_packed_coo_pushes_sum_exactly_and_bad_coordinates_change_nothing(
+    ps: angel.PSContext,
+) -> None:
+    """Unsorted COO increments with repeated coordinates (LDA's sweeps), sorted into
+    rows and packed in one pass from three client threads at once: exact sums, a
+    lean request a server each; a row or column out of range refused by the
+    planner's own error, nothing written."""
+    arr = ps.zeros("coo", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
+    coos = []
+    for seed in range(6):
+        X = _csr(50 + seed, "int32").tocoo()
+        perm = np.random.default_rng(seed).permutation(X.nnz)
+        coos.append(sp.coo_matrix((X.data[perm], (X.row[perm], X.col[perm])), shape=SHAPE))
+    before = _pushes(arr)
+    with concurrent.futures.ThreadPoolExecutor(3) as ex:
+        list(ex.map(arr.increment, coos))
+    want = sum(c.toarray().astype(np.int64) for c in coos)
+    np.testing.assert_array_equal(arr.get(), np.asarray(want).astype(np.int32))
+    assert _pushes(arr) - before == 6 * 2
+    got = arr.get()
+    for r, c in [(SHAPE[0], 3), (5, SHAPE[1]), (-1, 3)]:
+        bad = coos[0].copy()
+        bad.row, bad.col = bad.row.copy(), bad.col.copy()
+        bad.row[7], bad.col[7] = r, c
+        with pytest.raises(PSIndexError):
+            arr.increment(bad)
+    np.testing.assert_array_equal(arr.get(), got)
