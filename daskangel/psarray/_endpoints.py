@@ -198,16 +198,22 @@ class PSWorkerPlugin(WorkerPlugin):
         cost: int = 0,
         uid: str | None = None,
         fence: list[Any] | None = None,
+        **unknown: Any,
     ) -> Any:
         """The ``daskangel_push`` handler: a compressed-row write (:mod:`._rowpush`),
-        its arrays in the follow message.  The ordinary ``update`` op runs it
-        (tags, holds, snapshot cuts, write-behind), without the general handler's
-        walks of the request and reply for arrays to unwrap, wrap and count."""
+        its arrays in the follow message (or bare bytes after it: ``follow["raw"]``).
+        The ordinary ``update`` op runs it (tags, holds, snapshot cuts,
+        write-behind), without the general handler's walks of the request and reply
+        for arrays to unwrap, wrap and count.  A field it does not know is refused
+        only after the frame was read (bare bytes left unread would be taken for
+        the comm's next message)."""
         if comm is not None:
             comm.allow_offload = False
         bad = await self._follow(comm, follow, parts)
         if bad is not None:
             return bad
+        if unknown:
+            return error_reply(InvalidArgumentError(f"push: unknown fields {sorted(unknown)}"))
         srv = self.server(int(server))
         srv.op_stats["push"][0] += 1  # updates that came this way (applied or refused)
         try:

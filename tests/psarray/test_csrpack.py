@@ -21,8 +21,10 @@ from hypothesis import strategies as st
 
 import daskangel as angel
 from daskangel._compat import workers_info
-from daskangel.errors import NonFiniteError, PSIndexError, RolledBackError
-from daskangel.psarray._csrpack import count_rows, pack_block, pack_block_float
+from daskangel._recv import send_all_recv_into
+from daskangel._wire import raise_if_error
+from daskangel.errors import InvalidArgumentError, NonFiniteError, PSIndexError, RolledBackError
+from daskangel.psarray._csrpack import count_rows, pack_block, pack_block_float, pack_csr
 from daskangel.psarray._taskclock import set_task_fence
 
 pytestmark = pytest.mark.timeout(240)
@@ -243,3 +245,33 @@ def test_packed_coo_pushes_sum_exactly_and_bad_coordinates_change_nothing(
         with pytest.raises(PSIndexError):
             arr.increment(bad)
     np.testing.assert_array_equal(arr.get(), got)
+
+
+def test_raw_push_with_an_unknown_field_is_refused_and_its_comm_stays_in_step(
+    ps: angel.PSContext,
+) -> None:
+    """A lean request whose frame follows as bare bytes but carries a field the
+    handler does not know: refused (InvalidArgumentError) after the bytes were
+    read, nothing written; the next pushes on the same pooled comms apply."""
+    arr = ps.zeros("unknown", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
+    X = _csr(8, "int32")
+    b = arr._binding
+    packed = pack_csr(arr.meta, X, None, b.send_buffer)
+    assert packed is not None
+    s, parts, follow, frame = packed[0][:4]
+    msg = {"server": s.index, "array": "unknown", "parts": parts, "follow": follow,
+           "tag": b.next_tag(), "uid": arr.meta.uid, "surprise": 1}  # fmt: skip
+
+    async def send() -> list[Any]:
+        pool = await b.pool()
+        return await send_all_recv_into(
+            pool, [(s.address, "daskangel_push", msg, [], [])], raw=[[frame]]
+        )
+
+    (reply,) = b.run(send)
+    with pytest.raises(InvalidArgumentError, match="surprise"):
+        raise_if_error(reply)
+    np.testing.assert_array_equal(arr.get(), np.zeros(SHAPE, np.int32))
+    arr.increment(X)
+    arr.increment(X)
+    np.testing.assert_array_equal(arr.get(), 2 * X.toarray())
