@@ -86,3 +86,20 @@ async def test_a_rollback_wakes_group_waiters_and_the_abandoned_run_is_not_count
     assert not jb.done()
     await c.scheduler.daskangel_job_barrier(job="j", seq=5, task=0, epoch=new)
     assert await asyncio.wait_for(jb, 10) == {}
+
+
+@pytest.mark.timeout(60)
+@gen_cluster(client=True, nthreads=[])
+async def test_task_start_hands_out_the_run_and_is_refused_during_a_rollback(c, s):
+    """``task_start`` carries no run because it is what gives a task its run: while
+    the job rolls back it is refused, after the rewind it hands out the new run."""
+    plugin = await _setup(c, s)
+    await c.scheduler.daskangel_job_register(job="j", n_tasks=2, groups=[0, 0], staleness=0)
+    old = (await c.scheduler.daskangel_task_start(job="j", task=0, worker="w"))["epoch"]
+    plugin.clocks.request_rollback("j", "worker left")
+    r = await c.scheduler.daskangel_task_start(job="j", task=1, worker="w")
+    assert "rolling back" in r["aborted"]
+    new = next_run()
+    plugin.clocks.rewind("j", 0, new)
+    assert (await c.scheduler.daskangel_task_start(job="j", task=1, worker="w"))["epoch"] == new
+    assert new > old
