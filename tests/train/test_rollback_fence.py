@@ -22,13 +22,13 @@ from typing import Any
 import dask
 import numpy as np
 import pytest
-from distributed import Client, Event
+from distributed import Event
 
 import daskangel as angel
 from daskangel.errors import JobAbortedError, ServerLostError
 from daskangel.train import seceded
-from tests.conftest import make_cluster
 from tests.scheduler.test_recovery import FAST
+from tests.train._rollback import rollback_setup
 
 CLOCKS = 3
 
@@ -81,15 +81,12 @@ def _step(victim: str, prefix: str) -> Callable[[Any, Any], int]:
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_push_of_the_abandoned_run_never_lands_after_the_restore(tmp_path: Path) -> None:
-    with (
-        dask.config.set({**FAST, "daskangel.train.stop-timeout": "1s"}),
-        make_cluster(n_workers=2, threads=2) as cluster,
-        Client(cluster) as c,
-        angel.PSContext(
-            c, snapshot=str(tmp_path / "snap"), snapshot_every=1, recovery="rollback"
-        ) as ps,
+    with rollback_setup(tmp_path, {**FAST, "daskangel.train.stop-timeout": "1s"}) as (
+        cluster,
+        c,
+        ps,
+        y,
     ):
-        y = ps.zeros("y", (2,), "int64", block_shape=(1,))
         victim = y.blocks[1].server.address
         assert y.blocks[0].server.address != victim  # one block on each worker
         c.run(_retry_long)

@@ -19,15 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import dask
 import numpy as np
 import pytest
-from distributed import Client, Event, get_client
+from distributed import Event, get_client
 
 import daskangel as angel
 from daskangel.errors import JobAbortedError
-from tests.conftest import make_cluster
 from tests.scheduler.test_recovery import FAST
+from tests.train._rollback import rollback_setup
 
 CLOCKS = 3
 # the driver gives up on a stopped task that does not end after 5 s; a clock wait
@@ -77,15 +76,7 @@ def _arrived_at(client: Any, job: str) -> list[int]:
 def test_a_rollback_ends_a_member_waiting_at_a_barrier_and_restarts_clean(
     tmp_path: Path,
 ) -> None:
-    with (
-        dask.config.set(CONFIG),
-        make_cluster(n_workers=2, threads=2) as cluster,
-        Client(cluster) as c,
-        angel.PSContext(
-            c, snapshot=str(tmp_path / "snap"), snapshot_every=1, recovery="rollback"
-        ) as ps,
-    ):
-        y = ps.zeros("y", (2,), "int64", block_shape=(1,))
+    with rollback_setup(tmp_path, CONFIG) as (_, c, ps, y):
         res = angel.train(ps, _step(tmp_path.name), [None], groups=1, group_size=2,
                           sync=angel.BSP(), epochs=CLOCKS, progress=False)  # fmt: skip
         assert res.rollbacks == 1, res

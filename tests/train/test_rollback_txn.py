@@ -18,15 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import dask
 import numpy as np
 import pytest
-from distributed import Client, Event, get_client
+from distributed import Event, get_client
 
 import daskangel as angel
 from daskangel import ops
-from tests.conftest import make_cluster
 from tests.scheduler.test_recovery import FAST
+from tests.train._rollback import rollback_setup
 
 CLOCKS = 2
 # the driver gives up on the stopped tasks at once; a hold expires only after 90 s
@@ -82,15 +81,7 @@ def test_a_prepared_transaction_of_the_abandoned_run_does_not_stall_the_new_one(
 ) -> None:
     fifo = str(tmp_path / "staged")
     os.mkfifo(fifo)
-    with (
-        dask.config.set(CONFIG),
-        make_cluster(n_workers=2, threads=2) as cluster,
-        Client(cluster) as c,
-        angel.PSContext(
-            c, snapshot=str(tmp_path / "snap"), snapshot_every=1, recovery="rollback"
-        ) as ps,
-    ):
-        y = ps.zeros("y", (2,), "int64", block_shape=(1,))
+    with rollback_setup(tmp_path, CONFIG) as (_, c, ps, y):
         victim = y.blocks[1].server.address
         assert y.blocks[0].server.address != victim  # one block on each worker: two-phase
         res = angel.train(ps, _step(victim, tmp_path.name, fifo), [None, None],
