@@ -38,7 +38,7 @@ import numpy as np
 from distributed.comm.core import CommClosedError
 
 from .. import config
-from ..errors import PSIndexError, ServerLostError, ShapeMismatchError
+from ..errors import PSIndexError, RolledBackError, ServerLostError, ShapeMismatchError
 from ._array import PSArray
 from ._binding import Binding
 from ._budgeted import BudgetedSender
@@ -213,7 +213,10 @@ class UpdatePusher:
         with self._cv:
             self.inflight.pop(fut, None)
             e = fut.exception()
-            if e is not None and self.error is None:
+            # a push refused by a rollback's fence belongs to the abandoned run (its
+            # task is told to stop at its next tick): the error is kept for no one,
+            # as the next task of this worker to flush would be the restarted run's
+            if e is not None and self.error is None and not isinstance(e, RolledBackError):
                 self.error = e
             self._cv.notify_all()
 
