@@ -291,6 +291,34 @@ def test_update_buffer_pushes_by_itself_past_the_threshold(ps):
     np.testing.assert_array_equal(W.get(), np.ones((200, 32), "float32"))
 
 
+def _fence_servers(job: str, epoch: int, dask_worker=None) -> bool:
+    for srv in dask_worker.plugins["daskangel-ps"].servers.values():
+        srv.dispatch("fence", job=job, epoch=epoch)
+    return True
+
+
+@pytest.mark.timeout(60)
+def test_a_push_refused_by_a_rollback_fence_does_not_fail_the_next_runs_flush(ps, client):
+    """The push error is shared by the tasks of a worker (one UpdatePusher an agent).
+    A background push of the run a rollback abandoned, refused by the servers' fence,
+    must not be handed to the restarted run's task at its next increment or flush:
+    before 3abf277 that task ended 'aborted' and its BSP partner waited for it for
+    ever.  The refused push applies nothing; the new run's push applies."""
+    v = ps.zeros("v_fenced_push", shape=(4,), dtype="int64", block_shape=(2,))
+    client.run(_fence_servers, "job-fenced-push", 2)
+    agent = get_agent(ps.client)
+    p = agent.pusher
+    with dask.config.set({"daskangel.agent.flush-bytes": "1B"}):  # push at once, behind
+        before = p.stats["auto_flushes"]
+        agent.increment(v.name, np.ones(4, "int64"), job="job-fenced-push", clock=0, epoch=1)
+        assert p.stats["auto_flushes"] == before + 1
+    with p._cv:  # the refused push has ended (its error, if kept, is set by then)
+        assert p._cv.wait_for(lambda: not p.inflight, timeout=30)
+    agent.increment(v.name, np.full(4, 5, "int64"), job="job-fenced-push", clock=0, epoch=2)
+    agent.flush()  # the restarted run's flush: no stale error
+    np.testing.assert_array_equal(v.get(), [5, 5, 5, 5])
+
+
 def test_dense_and_sparse_wire_formats_apply_the_same(ps):
     v = ps.zeros("v_fmt", shape=(4000,), dtype="float64", block_shape=(1000,))
     agent = get_agent(ps.client)
