@@ -247,7 +247,7 @@ class ClockService:
         start = time.perf_counter()
         timeout = config.get_seconds("daskangel.clock.wait-timeout")
         try:
-            await asyncio.wait_for(self._wait(s, task, floor), timeout)
+            await asyncio.wait_for(self._wait(s, task, floor, epoch), timeout)
         except TimeoutError:
             t = s.table
             slow = sorted((c, i) for i, c in enumerate(t.clocks) if i not in t.done)[:5]
@@ -261,23 +261,34 @@ class ClockService:
         info["waits"] += 1
         return {"min": s.table.min_clock, "waited": waited}
 
-    async def _wait(self, s: Job, task: int, floor: int | None) -> None:
+    async def _wait(self, s: Job, task: int, floor: int | None, epoch: int | None) -> None:
+        # The job is checked right before every wait, in the same step of the event
+        # loop as the event is made: ``asyncio.wait_for`` runs this as a task of its own
+        # (Python 3.11), so a stop (a failure, an abort, a rollback) could come between
+        # the handler's own checks and this task's first step; it set the events that
+        # existed, not the one made here after, and the task waited for ever
+        # (``wait-timeout``, 1 h) until the driver cancelled it at ``stop-timeout``.
         t = s.table
         if floor is not None:
-            while not t.floor_met(floor):
-                await self._event(s.floor_events, floor).wait()
+            while True:
+                s.check_run(epoch)
                 s.check_alive()
-            return
+                if t.floor_met(floor):
+                    return
+                await self._event(s.floor_events, floor).wait()
         clock = t.clocks[task]
         g = t.group_of[task]
-        while not t.ready(task, s.staleness):
+        while True:
+            s.check_run(epoch)
+            s.check_alive()
+            if t.ready(task, s.staleness):
+                break
             gm = t.group_min(g)
             if gm is not None and gm < clock:
                 await self._event(s.group_events, (g, clock)).wait()
             else:
                 assert s.staleness is not None
                 await self._event(s.floor_events, clock - s.staleness).wait()
-            s.check_alive()
         t.note_release(clock)
 
     @staticmethod

@@ -120,6 +120,40 @@ async def test_failure_wakes_every_waiter_with_abort(c, s):
     assert table["status"] == "failed" and table["error"]["traceback"] == "tb"
 
 
+async def _stop(plugin, how, job):
+    if how == "fail":
+        plugin.clocks.fail(job, 1, "ValueError: x")
+    elif how == "abort":
+        plugin.clocks.abort(job, "enough")
+    else:
+        plugin.clocks.request_rollback(job, "a worker left")
+
+
+@pytest.mark.parametrize("how", ["fail", "abort", "rollback"])
+@gen_cluster(client=True, nthreads=[])
+async def test_a_stop_between_the_waits_checks_and_its_event_still_wakes_it(c, s, how):
+    """The stop may land at any step of a starting wait: after the handler's checks,
+    before the waiting task (``asyncio.wait_for`` runs it as a task of its own) made
+    its event.  Such a waiter waited for ever (``wait-timeout``): the flake of
+    ``test_first_error_names_the_task_with_its_traceback_and_stops_the_rest``, whose
+    driver cancelled the task at ``stop-timeout``."""
+    plugin = await _setup(c, s)
+    for steps in range(6):  # stop after 0, 1, ... event loop steps of the waiter
+        for floor in (None, 3):
+            job = f"j{steps}-{floor}"
+            await c.scheduler.daskangel_job_register(job=job, n_tasks=2, groups=[0, 1], staleness=0)
+            await c.scheduler.daskangel_clock_tick(job=job, task=0, clock=0)
+            waiter = asyncio.ensure_future(
+                s.handlers["daskangel_clock_wait"](job=job, task=0, floor=floor)
+            )
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            await _stop(plugin, how, job)
+            await _until(waiter.done)
+            assert "aborted" in waiter.result(), (steps, floor)
+            assert not plugin.clocks.jobs[job].floor_events  # nothing left waiting
+
+
 @gen_cluster(client=True, nthreads=[])
 async def test_mailboxes_and_barrier(c, s):
     plugin = await _setup(c, s)
