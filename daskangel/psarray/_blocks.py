@@ -33,6 +33,8 @@ from ._initspec import InitSpec
 from ._packed import PACK_SHIFT, unpack_reduce
 from ._recvpool import pooled
 from ._scratch import scratch
+from ._sortedstore import merge_missing, merge_present
+from ._storepool import store_arrays
 
 __all__ = ["DenseBlock", "SparseBlock", "make_block"]
 
@@ -272,11 +274,22 @@ class SparseBlock:
         return self._lookup(keys, store_missing=True).reshape(nr, -1)
 
     def _merge(self, keys: np.ndarray, vals: np.ndarray, add: bool) -> None:
-        growth = float(config.get("daskangel.server.sparse-growth"))
+        """Merge sorted unique ``keys``; a store that must grow takes pooled memory
+        (:mod:`._storepool`: no page faults when a freed store's chunk fits)."""
         missing = scratch("missing", keys.shape[0], np.int64)
-        self.keys, self.vals, self.n = K.merge_update(
-            self.keys, self.vals, self.n, keys, vals, add, self.default, growth, missing
-        )
+        n_missing = merge_present(self.keys, self.vals, self.n, keys, vals, add, missing)
+        if n_missing == 0:
+            return
+        total = self.n + n_missing
+        out_keys, out_vals = self.keys, self.vals
+        if total > self.keys.shape[0]:
+            growth = float(config.get("daskangel.server.sparse-growth"))
+            out_keys, out_vals = store_arrays(max(int(total * growth), total + 16), self.dtype)
+        self.n = merge_missing(
+            self.keys, self.vals, self.n, keys, vals, add, self.default, missing, n_missing,
+            out_keys, out_vals,
+        )  # fmt: skip
+        self.keys, self.vals = out_keys, out_vals
 
     def _apply(self, keys: np.ndarray, values: np.ndarray, add: bool) -> None:
         keys, values = K.sort_pairs(keys, values.astype(self.dtype, copy=False).ravel())

@@ -49,30 +49,40 @@ PACK_SHIFT = 32  # a packed entry is ``local_key << 32 | 32 value bits``
 
 @njit(nogil=True, cache=True)
 def count_by_bounds(idx, bounds):  # type: ignore[no-untyped-def]
-    """The range ``g`` of each index (``bounds[g] <= idx < bounds[g + 1]``) and the
-    count of each range: ``(gid, counts)``."""
+    """The count of indices in each range ``[bounds[g], bounds[g + 1])``.
+
+    One branch-free pass per inner bound counting ``idx >= bound`` (SIMD: ~0.1 ms
+    per bound for 1 M indices), not a histogram: ``counts[g] += 1`` entry by entry
+    is a chain of loads and stores through the same few counters (~1 ns an entry).
+    """
     n = idx.shape[0]
     n_groups = bounds.shape[0] - 1
-    counts = np.zeros(n_groups, np.int64)
-    gid = np.empty(n, np.int32)
-    for i in range(n):
+    counts = np.empty(n_groups, np.int64)
+    prev = n  # indices >= bounds[g]
+    for g in range(n_groups):
+        nxt = 0
+        if g + 1 < n_groups:
+            t = bounds[g + 1]
+            for i in range(n):
+                nxt += idx[i] >= t
+        counts[g] = prev - nxt
+        prev = nxt
+    return counts
+
+
+@njit(nogil=True, cache=True)
+def scatter_packed(idx, bits, bounds, offsets, packed):  # type: ignore[no-untyped-def]
+    """``packed[offsets[g]++] = (idx - bounds[g]) << 32 | bits`` for each entry, with
+    ``g`` its range (found again here: cheaper than reading a stored group id)."""
+    fill = offsets.copy()
+    n_groups = bounds.shape[0] - 1
+    for i in range(idx.shape[0]):
         v = idx[i]
         g = 0
         for b in range(1, n_groups):  # branch-free for the few ranges of a row
             g += bounds[b] <= v
-        gid[i] = g
-        counts[g] += 1
-    return gid, counts
-
-
-@njit(nogil=True, cache=True)
-def scatter_packed(idx, bits, bounds, gid, offsets, packed):  # type: ignore[no-untyped-def]
-    """``packed[offsets[g]++] = (idx - bounds[g]) << 32 | bits`` for each entry."""
-    fill = offsets.copy()
-    for i in range(idx.shape[0]):
-        g = gid[i]
         k = fill[g]
-        packed[k] = ((idx[i] - bounds[g]) << 32) | np.int64(bits[i])
+        packed[k] = ((v - bounds[g]) << 32) | np.int64(bits[i])
         fill[g] = k + 1
 
 
@@ -84,27 +94,24 @@ def pack_by_bounds(
     ``idx`` (int64, validated) falls into ranges ``[bounds[g], bounds[g + 1])``;
     ``bits`` are the values' 32 bits (a ``uint32`` view of float32 / int32).
     Returns ``(starts, packed)``: ``packed[starts[g]:starts[g + 1]]`` holds
-    ``(idx - bounds[g]) << 32 | bits`` of group ``g``, in request order.  One pass
-    to count and one to scatter; the values are never gathered separately.
-    ``split`` runs each pass on the two halves in two threads (a parallel
-    counting sort: each half scatters into its own slots of every group).
+    ``(idx - bounds[g]) << 32 | bits`` of group ``g``, in request order.  A
+    counting pass and one to scatter; the values are never gathered separately.
+    ``split`` scatters the two halves in two threads (a parallel counting sort:
+    each half writes its own slots of every group).
     """
     n = idx.shape[0]
     packed = np.empty(n, np.int64)
     starts = np.zeros(bounds.shape[0], np.int64)
     if not split:
-        gid, counts = count_by_bounds(idx, bounds)
-        np.cumsum(counts, out=starts[1:])
-        scatter_packed(idx, bits, bounds, gid, starts[:-1], packed)
+        np.cumsum(count_by_bounds(idx, bounds), out=starts[1:])
+        scatter_packed(idx, bits, bounds, starts[:-1], packed)
         return starts, packed
     h = n // 2
-    pool = helper()
-    first = pool.submit(count_by_bounds, idx[:h], bounds)
-    gid1, counts1 = count_by_bounds(idx[h:], bounds)
-    gid0, counts0 = first.result()
+    counts0 = count_by_bounds(idx[:h], bounds)
+    counts1 = count_by_bounds(idx[h:], bounds)
     np.cumsum(counts0 + counts1, out=starts[1:])
-    done = pool.submit(scatter_packed, idx[:h], bits[:h], bounds, gid0, starts[:-1], packed)
-    scatter_packed(idx[h:], bits[h:], bounds, gid1, starts[:-1] + counts0, packed)
+    done = helper().submit(scatter_packed, idx[:h], bits[:h], bounds, starts[:-1], packed)
+    scatter_packed(idx[h:], bits[h:], bounds, starts[:-1] + counts0, packed)
     done.result()
     return starts, packed
 

@@ -24,6 +24,8 @@ __all__ = [
     "is_sorted",
     "is_strictly_sorted",
     "lower_bound",
+    "merge_missing",
+    "merge_present",
     "merge_update",
     "reduce_sorted",
     "sort_pairs",
@@ -154,42 +156,37 @@ def sparse_lookup(store_keys, store_vals, n, q, out, found):  # type: ignore[no-
 
 
 @njit(nogil=True, cache=True)
-def merge_update(store_keys, store_vals, n, new_keys, new_vals, add, init, growth, missing):  # type: ignore[no-untyped-def]
-    """Apply sorted unique ``new_keys``/``new_vals`` to a sorted store.
-
-    Existing keys are added to (``add``) or overwritten; missing keys are inserted
-    with value ``init + v`` (add) or ``v`` (set).  ``missing`` is scratch space of at
-    least ``len(new_keys)`` int64s.  Returns ``(keys, vals, n)``; the arrays are the
-    same objects unless the store had to grow (then the store and the new keys are
-    merged straight into the grown arrays).
-    """
+def merge_present(store_keys, store_vals, n, new_keys, new_vals, add, missing):  # type: ignore[no-untyped-def]
+    """First half of :func:`merge_update`: apply the sorted unique ``new_keys`` found
+    in ``store_keys[:n]`` (add or overwrite) and list the positions of the others in
+    ``missing``; returns how many are missing."""
     m = new_keys.shape[0]
-    n_missing = 0
     if n == 0:
         for i in range(m):
             missing[i] = i
-        n_missing = m
-    else:
-        pos = 0
-        for i in range(m):
-            pos = gallop_find(store_keys, n, new_keys[i], pos)
-            if pos < n and store_keys[pos] == new_keys[i]:
-                if add:
-                    store_vals[pos] += new_vals[i]
-                else:
-                    store_vals[pos] = new_vals[i]
+        return m
+    n_missing = 0
+    pos = 0
+    for i in range(m):
+        pos = gallop_find(store_keys, n, new_keys[i], pos)
+        if pos < n and store_keys[pos] == new_keys[i]:
+            if add:
+                store_vals[pos] += new_vals[i]
             else:
-                missing[n_missing] = i
-                n_missing += 1
-    if n_missing == 0:
-        return store_keys, store_vals, n
+                store_vals[pos] = new_vals[i]
+        else:
+            missing[n_missing] = i
+            n_missing += 1
+    return n_missing
+
+
+@njit(nogil=True, cache=True)
+def merge_missing(store_keys, store_vals, n, new_keys, new_vals, add, init, missing, n_missing, out_keys, out_vals):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Second half of :func:`merge_update`: insert the ``n_missing`` keys listed in
+    ``missing`` (value ``init + v`` to add, else ``v``), merging backwards into
+    ``out_keys`` / ``out_vals`` (the store itself when it has room, else arrays of
+    at least ``n + n_missing`` entries); returns the new length."""
     total = n + n_missing
-    out_keys, out_vals = store_keys, store_vals
-    if total > store_keys.shape[0]:
-        cap = max(int(total * growth), total + 16)
-        out_keys = np.empty(cap, store_keys.dtype)
-        out_vals = np.empty(cap, store_vals.dtype)
-    # merge backwards (in place when the store did not grow)
     i = n - 1
     j = n_missing - 1
     w = total - 1
@@ -212,4 +209,31 @@ def merge_update(store_keys, store_vals, n, new_keys, new_vals, add, init, growt
             out_keys[i] = store_keys[i]
             out_vals[i] = store_vals[i]
             i -= 1
+    return total
+
+
+@njit(nogil=True, cache=True)
+def merge_update(store_keys, store_vals, n, new_keys, new_vals, add, init, growth, missing):  # type: ignore[no-untyped-def]
+    """Apply sorted unique ``new_keys``/``new_vals`` to a sorted store.
+
+    Existing keys are added to (``add``) or overwritten; missing keys are inserted
+    with value ``init + v`` (add) or ``v`` (set).  ``missing`` is scratch space of at
+    least ``len(new_keys)`` int64s.  Returns ``(keys, vals, n)``; the arrays are the
+    same objects unless the store had to grow (then the store and the new keys are
+    merged straight into the grown arrays).  (The server's blocks run the two
+    halves themselves, growing into pooled memory: :mod:`._storepool`.)
+    """
+    n_missing = merge_present(store_keys, store_vals, n, new_keys, new_vals, add, missing)
+    if n_missing == 0:
+        return store_keys, store_vals, n
+    total = n + n_missing
+    out_keys, out_vals = store_keys, store_vals
+    if total > store_keys.shape[0]:
+        cap = max(int(total * growth), total + 16)
+        out_keys = np.empty(cap, store_keys.dtype)
+        out_vals = np.empty(cap, store_vals.dtype)
+    total = merge_missing(
+        store_keys, store_vals, n, new_keys, new_vals, add, init, missing, n_missing,
+        out_keys, out_vals,
+    )  # fmt: skip
     return out_keys, out_vals, total

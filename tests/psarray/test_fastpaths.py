@@ -43,14 +43,15 @@ TRANSPORTS = ["handlers", "actors"]
     st.lists(st.integers(0, 999), max_size=300),
     st.lists(st.integers(1, 998), max_size=4, unique=True),
     st.sampled_from(["float32", "int32"]),
+    st.booleans(),
 )
 def test_pack_by_bounds_groups_and_packs_like_numpy(
-    cols: list[int], cuts: list[int], dtype: str
+    cols: list[int], cuts: list[int], dtype: str, split: bool
 ) -> None:
     idx = np.array(cols, dtype=np.int64)
     bounds = np.array([0, *sorted(cuts), 1000], dtype=np.int64)
     vals = (np.arange(idx.shape[0]) - 7).astype(dtype)
-    starts, packed = P.pack_by_bounds(idx, vals.view(np.uint32), bounds)
+    starts, packed = P.pack_by_bounds(idx, vals.view(np.uint32), bounds, split)
     for g in range(bounds.shape[0] - 1):
         mine = (idx >= bounds[g]) & (idx < bounds[g + 1])
         got = packed[starts[g] : starts[g + 1]]
