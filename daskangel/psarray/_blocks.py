@@ -34,7 +34,7 @@ from ._packed import PACK_SHIFT, unpack_reduce
 from ._recvpool import pooled
 from ._scratch import scratch
 from ._sortedstore import merge_missing, merge_present
-from ._storepool import store_arrays
+from ._storepool import packed_store, store_arrays
 
 __all__ = ["DenseBlock", "SparseBlock", "make_block"]
 
@@ -304,6 +304,12 @@ class SparseBlock:
         """
         if not packed.flags.writeable:
             packed = packed.copy()
+        if self.n == 0 and self.init is None:  # unpacked straight into a new store
+            self.keys, self.vals, self.n = packed_store(
+                packed, self.dtype, row * self.shape[1], self.default
+            )
+            self.version += 1
+            return
         keys, values = unpack_reduce(packed, self.dtype, row * self.shape[1])
         self._apply_unique(keys, values, True)
 

@@ -190,13 +190,18 @@ def sort_by_key(packed: np.ndarray, other: np.ndarray | None = None) -> np.ndarr
 
 
 def unpack_reduce(
-    packed: np.ndarray, dtype: np.dtype, offset: int = 0
+    packed: np.ndarray,
+    dtype: np.dtype,
+    offset: int = 0,
+    into: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sort packed entries by key (reordering ``packed``); return unique ascending
     ``keys + offset`` and the sum of the values of each key (one pass after the sort).
 
     The results live in ``packed`` and in a scratch buffer of this thread
-    (:mod:`._scratch`, no fresh pages): use them before the next call here.
+    (:mod:`._scratch`, no fresh pages): use them before the next call here.  With
+    ``into = (keys, vals)`` (each at least ``len(packed)`` long) they are written
+    there instead, and views of their first entries returned.
     """
     if dtype not in (np.float32, np.int32):
         raise InvalidTypeError(f"packed values: expected float32 or int32, got {dtype}")
@@ -214,6 +219,9 @@ def unpack_reduce(
         values = (done & 0xFFFFFFFF).astype(np.uint32).view(dtype)
     # the keys overwrite the sorted entries as they are read; the sums go to the
     # other buffer (free once sorted)
+    if into is not None:
+        k = _unpack_reduce(done, values, offset, into[0], into[1])
+        return into[0][:k], into[1][:k]
     vals = np.empty(n, dtype) if free is None else free.view(np.uint32)[:n].view(dtype)
     k = _unpack_reduce(done, values, offset, done, vals)
     return done[:k], vals[:k]

@@ -39,12 +39,14 @@ from typing import Any
 import numpy as np
 
 from .. import config
+from ._packed import unpack_reduce
 
-__all__ = ["pool_stats", "store_arrays"]
+__all__ = ["packed_store", "pool_stats", "store_arrays"]
 
 _lock = threading.RLock()  # a chunk's __del__ may run while this thread holds it
 _free: OrderedDict[int, np.ndarray] = OrderedDict()  # id -> free uint8 buffer, oldest first
 _stats = {"reused": 0, "fresh": 0, "free_bytes": 0}
+_SLACK = 2  # a store may get a chunk up to this many times its need, and no larger
 
 
 class _Chunk:
@@ -78,11 +80,13 @@ def _give(mem: np.ndarray) -> None:
 
 
 def _take(nbytes: int) -> np.ndarray | None:
-    """The smallest free buffer of ``nbytes`` to ``2 * nbytes`` bytes, or None."""
+    """The smallest free buffer of ``nbytes`` to ``_SLACK * nbytes`` bytes, or None."""
     with _lock:
         best = None
         for key, mem in _free.items():
-            if nbytes <= mem.nbytes <= 2 * nbytes and (best is None or mem.nbytes < best[1].nbytes):
+            if nbytes <= mem.nbytes <= _SLACK * nbytes and (
+                best is None or mem.nbytes < best[1].nbytes
+            ):
                 best = (key, mem)
         if best is None:
             return None
@@ -121,3 +125,23 @@ def pool_stats() -> dict[str, Any]:
     """This process's store chunks: ``reused`` / ``fresh`` handed out, ``free_bytes``."""
     with _lock:
         return dict(_stats)
+
+
+def packed_store(
+    packed: np.ndarray, dtype: np.dtype, offset: int, default: Any
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """A new store holding packed entries (``_packed``; reordered here): sorted and
+    their duplicates summed straight into pooled arrays, each key's value
+    ``default`` plus its sum as a merge into an empty store inserts it (no merge,
+    no copy).  Returns ``(keys, vals, n)``."""
+    m = packed.shape[0]
+    growth = float(config.get("daskangel.server.sparse-growth"))
+    keys, vals = store_arrays(max(int(m * growth), m + 16), dtype)
+    k = int(unpack_reduce(packed, dtype, offset, (keys, vals))[0].shape[0])
+    if default != 0:
+        vals[:k] += default
+    if k * _SLACK < m:  # many duplicates: a store sized for the keys, not the entries
+        small_k, small_v = store_arrays(max(int(k * growth), k + 16), dtype)
+        small_k[:k], small_v[:k] = keys[:k], vals[:k]
+        keys, vals = small_k, small_v
+    return keys, vals, k

@@ -77,6 +77,7 @@ class SparseStoreMachine(RuleBasedStateMachine):
         self._cfg.__enter__()
         self.blocks = [SparseBlock((1, self.WIDTH), F32) for _ in range(2)]
         self.models: list[dict[int, float]] = [{}, {}]
+        self.defaults = [0.0, 0.0]  # what a key not stored yet reads (after a fill)
         self.copies: list[tuple[SparseBlock, dict[int, float]]] = []
 
     def teardown(self) -> None:
@@ -96,7 +97,7 @@ class SparseStoreMachine(RuleBasedStateMachine):
         vals = rng.integers(-3, 4, n).tolist()
         self.blocks[b].update_packed(0, _packed(cols, vals, F32, self.WIDTH))
         for c, v in zip(cols, vals, strict=True):
-            self.models[b][c] = self.models[b].get(c, 0.0) + v
+            self.models[b][c] = self.models[b].get(c, self.defaults[b]) + v
 
     @rule(b=st.integers(0, 1), cols=st.lists(st.integers(0, 2**20 - 1), max_size=300))
     def set_values(self, b: int, cols: list[int]) -> None:
@@ -106,6 +107,20 @@ class SparseStoreMachine(RuleBasedStateMachine):
         for col, val in zip(cols, v.tolist(), strict=True):
             self.models[b][col] = val
 
+    @rule(b=st.integers(0, 1), n=st.integers(1, 5_000), seed=st.integers(0, 2**31 - 1))
+    def increment_few_keys(self, b: int, n: int, seed: int) -> None:
+        """Many entries, few keys (a new store is cut down to the keys' size)."""
+        rng = np.random.default_rng(seed)
+        cols = rng.integers(0, 40, n).tolist()
+        vals = rng.integers(-3, 4, n).tolist()
+        fresh = self.blocks[b].n == 0
+        self.blocks[b].update_packed(0, _packed(cols, vals, F32, self.WIDTH))
+        for c, v in zip(cols, vals, strict=True):
+            self.models[b][c] = self.models[b].get(c, self.defaults[b]) + v
+        k = len(set(cols))
+        if fresh and 2 * k < n:  # at most a chunk twice what 1.25x growth asks for
+            assert self.blocks[b].keys.shape[0] <= 2 * max(int(k * 1.25), k + 16)
+
     @rule(b=st.integers(0, 1))
     def copy(self, b: int) -> None:
         if len(self.copies) > 3:
@@ -114,15 +129,15 @@ class SparseStoreMachine(RuleBasedStateMachine):
 
     @rule(b=st.integers(0, 1), value=st.sampled_from([0.0, 2.0]))
     def fill(self, b: int, value: float) -> None:
-        self.blocks[b].fill(value)
+        self.blocks[b].fill(value)  # every key reads `value`; an add starts from it
         self.models[b] = {}
-        if value != 0.0:  # every key reads `value` now: model it as a fresh block
-            self.blocks[b].fill(0.0)
+        self.defaults[b] = value
 
     @rule(b=st.integers(0, 1))
     def drop_and_recreate(self, b: int) -> None:
         self.blocks[b] = SparseBlock((1, self.WIDTH), F32)
         self.models[b] = {}
+        self.defaults[b] = 0.0
 
     @invariant()
     def stores_match_the_models(self) -> None:
