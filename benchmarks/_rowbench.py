@@ -24,7 +24,8 @@ counts) and MF-like (50,000 x 50 float32 item factors), auto-partitioned.
 * **sparse row increments** (:mod:`_rowinc`): ``PSArray.increment`` of a
   ``scipy.sparse`` CSR of 10,000 random rows x 20 nonzeros, against raw RPCs of
   the update's compact content (8 bytes a key) and of the bytes it really sends
-  (narrowed), the wide wire, and a floor with the servers' scatter.
+  (narrowed), the wide wire, and two floors with the servers' scatter: done in the
+  servers by bare handlers (both at once), and serially in the task (the old one).
 
 Each figure is the median of ``repeat`` rounds, daskangel and raw timed in turns
 (``paired_median_times``); a get or pipelined figure takes more rounds, as many
@@ -68,15 +69,24 @@ def _server_of(arr: angel.PSArray) -> tuple[np.ndarray, list[str]]:
     return owner, addrs
 
 
-def _raw(addrs: list[str], op: str, shares: list[Any], ids: list[bytes] | None = None) -> None:
+def _raw(addrs: list[str], op: str, shares: list[Any], ids: list[Any] | None = None) -> None:
     """One bare RPC per server from this task, concurrently (``ids``: bytes each
-    source request carries, as a get's row ids; the handler drops them)."""
+    source request carries, as a get's row ids; the handler drops them; for
+    ``scatter``: each share's ``(layout, shape, dtype)``, see ``RawPlugin``)."""
     w = get_worker()
 
     async def go() -> None:
         calls = []
         for i, (a, s) in enumerate(zip(addrs, shares, strict=True)):
-            if op == "source" and ids is not None:
+            if op == "scatter":
+                assert ids is not None
+                lay, shape, dtype = ids[i]
+                calls.append(
+                    w.rpc(a).bench_scatter(
+                        data=to_serialize(s), layout=lay, shape=shape, dtype=dtype
+                    )
+                )
+            elif op == "source" and ids is not None:
                 calls.append(w.rpc(a).bench_source(nbytes=int(s), ids=ids[i]))
             elif op == "source":
                 calls.append(w.rpc(a).bench_source(nbytes=int(s)))

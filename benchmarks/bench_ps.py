@@ -58,15 +58,34 @@ SPARSE_ROUNDS_PER_REPEAT = 3  # timed sparse-increment rounds per --repeat (one 
 
 
 class RawPlugin(WorkerPlugin):
-    """Bare handlers: receive bytes and drop them, or send cached bytes."""
+    """Bare handlers: receive bytes and drop them, or send cached bytes; and the
+    row section's server floor (``bench_scatter``, :mod:`_rowinc`): receive a
+    share of compressed rows and scatter it into an array of the matrix's shape
+    held by the handler (zeroed, so only the rows written are ever touched)."""
 
     name = "bench-raw"
 
     def setup(self, worker: Any) -> None:
         cache: dict[int, np.ndarray] = {}
+        targets: dict[tuple[Any, ...], np.ndarray] = {}
 
         def sink(data: Any = None) -> None:
             return None
+
+        def scatter(data: Any = None, layout: Any = (), shape: Any = (), dtype: str = "") -> None:
+            # data: the fields of ``layout`` ([name, dtype, count], ...) one after another
+            from daskangel.psarray._scatter import scatter_csr
+
+            key = (*shape, dtype)
+            if key not in targets:
+                targets[key] = np.zeros(tuple(shape), dtype)
+            buf = np.frombuffer(data, np.uint8)
+            f: dict[str, np.ndarray] = {}
+            at = 0
+            for name, dt, n in layout:
+                f[name] = buf[at : at + n * np.dtype(dt).itemsize].view(dt)
+                at += f[name].nbytes
+            scatter_csr(targets[key], f["rows"], f["lens"], f["cols"], f["values"], True)
 
         def source(nbytes: int = 0, ids: Any = None) -> Any:
             # ids: the row ids a random-row get must send (_rowbench), carried and dropped
@@ -76,6 +95,7 @@ class RawPlugin(WorkerPlugin):
 
         worker.handlers["bench_sink"] = sink
         worker.handlers["bench_source"] = source
+        worker.handlers["bench_scatter"] = scatter
 
 
 class RawActor:
