@@ -78,11 +78,13 @@ _COMMON_DOC = """
         solvers stop on a relative decrease below ``tol`` (pass a small one,
         e.g. ``1e-6``, for a tight fit).  ``LogisticRegression`` and
         ``SoftmaxRegression`` default to ``tol='auto', n_iter_no_change=1``:
-        the epoch solvers stop at the first epoch that gains less than 0.1 %
-        of the validation loss (``tol`` 1e-3; Keras' ``patience=0``;
-        scikit-learn's ``SGDClassifier`` stops on an absolute 1e-3, 0.2-0.3 %
-        of a typical log-loss), quasi-Newton on a decrease below 1e-4; the
-        other models ``tol=1e-4, n_iter_no_change=3``.
+        the epoch solvers stop at the first epoch that gains less than 0.5 %
+        of the validation loss (``tol`` 5e-3, ``daskangel.models.auto-tol.epochs``;
+        Keras' ``patience=0``; scikit-learn's ``SGDClassifier`` stops on an
+        absolute 1e-3, 0.17-1.7 % of the log-losses of the benchmark sets),
+        quasi-Newton on a decrease below 1e-4
+        (``daskangel.models.auto-tol.quasi-newton``); the other models
+        ``tol=1e-4, n_iter_no_change=3``.
     optimizer
         Server-side rule of ``'sgd'``: ``'sgd'``, ``'momentum'``, ``'adagrad'``, ``'adam'``.
     average
