@@ -34,7 +34,7 @@ from ._packed import PACK_SHIFT, unpack_reduce
 from ._recvpool import pooled
 from ._scratch import scratch
 from ._sortedstore import merge_missing, merge_present
-from ._storepool import packed_store, store_arrays
+from ._storepool import packed_merge, packed_store, store_arrays
 
 __all__ = ["DenseBlock", "SparseBlock", "make_block"]
 
@@ -296,21 +296,21 @@ class SparseBlock:
         self._apply_sorted(keys, values, add)
 
     def update_packed(self, row: int, packed: np.ndarray) -> None:
-        """Add values packed with their columns (``_packed.pack_by_bounds``) to ``row``.
-
-        ``packed`` (which this sorts in place) holds ``col << 32 | value bits`` of a
-        4-byte dtype: one numpy sort of int64s orders the columns and carries the
-        values along, 2-3x faster than sorting keys and values as pairs.
-        """
+        """Add values packed with their columns (``_packed.pack_by_bounds``) to ``row``:
+        ``packed`` (reordered here) holds ``col << 32 | value bits`` of a 4-byte dtype,
+        whose radix sort by key carries the values along (:mod:`._storepool`)."""
         if not packed.flags.writeable:
             packed = packed.copy()
-        if self.n == 0 and self.init is None:  # unpacked straight into a new store
-            self.keys, self.vals, self.n = packed_store(
-                packed, self.dtype, row * self.shape[1], self.default
+        at = row * self.shape[1]
+        if self.init is None:  # no unpacked copy: into a new store or merged in one pass
+            self.keys, self.vals, self.n = (
+                packed_merge(self.keys, self.vals, self.n, packed, at, self.default)
+                if self.n
+                else packed_store(packed, self.dtype, at, self.default)
             )
             self.version += 1
             return
-        keys, values = unpack_reduce(packed, self.dtype, row * self.shape[1])
+        keys, values = unpack_reduce(packed, self.dtype, at)
         self._apply_unique(keys, values, True)
 
     def _apply_sorted(self, keys: np.ndarray, values: np.ndarray, add: bool) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "pack_by_bounds",
     "plan_packed",
     "sort_by_key",
+    "sorted_values",
     "unpack_reduce",
 ]
 
@@ -189,6 +190,23 @@ def sort_by_key(packed: np.ndarray, other: np.ndarray | None = None) -> np.ndarr
     return _radix_by_key(packed, other)  # type: ignore[no-any-return]
 
 
+def sorted_values(packed: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``(entries, values)``: the packed entries sorted by key (in ``packed`` or in
+    this thread's ``"radix"`` scratch buffer; ``packed`` is reordered) and a view of
+    their low 32 bits as ``dtype`` (float32 or int32)."""
+    if dtype not in (np.float32, np.int32):
+        raise InvalidTypeError(f"packed values: expected float32 or int32, got {dtype}")
+    n = packed.shape[0]
+    if n < 4096:
+        packed.sort()
+        done = packed
+    else:
+        done = _radix_by_key(packed, scratch("radix", n, np.int64))
+    if sys.byteorder == "little":  # the low 32 bits of each entry, read in place
+        return done, done.view(np.uint32)[0::2].view(dtype)
+    return done, (done & 0xFFFFFFFF).astype(np.uint32).view(dtype)  # pragma: no cover
+
+
 def unpack_reduce(
     packed: np.ndarray,
     dtype: np.dtype,
@@ -203,20 +221,9 @@ def unpack_reduce(
     ``into = (keys, vals)`` (each at least ``len(packed)`` long) they are written
     there instead, and views of their first entries returned.
     """
-    if dtype not in (np.float32, np.int32):
-        raise InvalidTypeError(f"packed values: expected float32 or int32, got {dtype}")
+    done, values = sorted_values(packed, dtype)
     n = packed.shape[0]
-    if n < 4096:
-        packed.sort()
-        done, free = packed, None
-    else:
-        other = scratch("radix", n, np.int64)
-        done = _radix_by_key(packed, other)
-        free = packed if done is other else other
-    if sys.byteorder == "little":  # the low 32 bits of each entry, read in place
-        values = done.view(np.uint32)[0::2].view(dtype)
-    else:  # pragma: no cover - no big-endian machine here
-        values = (done & 0xFFFFFFFF).astype(np.uint32).view(dtype)
+    free = None if n < 4096 else (packed if done is not packed else scratch("radix", n, np.int64))
     # the keys overwrite the sorted entries as they are read; the sums go to the
     # other buffer (free once sorted)
     if into is not None:

@@ -24,7 +24,9 @@ __all__ = [
     "is_sorted",
     "is_strictly_sorted",
     "lower_bound",
+    "merge_listed",
     "merge_missing",
+    "merge_packed_present",
     "merge_present",
     "merge_update",
     "reduce_sorted",
@@ -237,3 +239,59 @@ def merge_update(store_keys, store_vals, n, new_keys, new_vals, add, init, growt
         out_keys, out_vals,
     )  # fmt: skip
     return out_keys, out_vals, total
+
+
+@njit(nogil=True, cache=True)
+def merge_packed_present(done, values, offset, store_keys, store_vals, n, miss_keys, miss_vals):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Add sorted packed entries (``key << 32 | value bits``, their values in
+    ``values``) to the keys ``key + offset`` of the store ``store_keys[:n]`` in one
+    pass: each run of equal keys is summed (in order, as ``_packed.unpack_reduce``
+    sums it), found by a galloping merge and added in place, or listed with its sum
+    in ``miss_keys`` / ``miss_vals``; returns how many are listed.  (No unpacked
+    copy of the keys and sums is written and read back.)"""
+    m = done.shape[0]
+    pos = 0
+    nm = 0
+    i = 0
+    while i < m:
+        k = done[i] >> 32
+        v = values[i]
+        i += 1
+        while i < m and (done[i] >> 32) == k:
+            v += values[i]
+            i += 1
+        key = k + offset
+        pos = gallop_find(store_keys, n, key, pos)
+        if pos < n and store_keys[pos] == key:
+            store_vals[pos] += v
+        else:
+            miss_keys[nm] = key
+            miss_vals[nm] = v
+            nm += 1
+    return nm
+
+
+@njit(nogil=True, cache=True)
+def merge_listed(store_keys, store_vals, n, new_keys, new_vals, nm, init, out_keys, out_vals):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Insert sorted keys absent from the store, ``new_keys[:nm]`` with values
+    ``init + new_vals``, merging backwards into ``out_keys`` / ``out_vals`` (the
+    store itself when it has room); returns the new length."""
+    i = n - 1
+    j = nm - 1
+    w = n + nm - 1
+    while j >= 0:
+        if i >= 0 and store_keys[i] > new_keys[j]:
+            out_keys[w] = store_keys[i]
+            out_vals[w] = store_vals[i]
+            i -= 1
+        else:
+            out_keys[w] = new_keys[j]
+            out_vals[w] = init + new_vals[j]
+            j -= 1
+        w -= 1
+    if out_keys is not store_keys:
+        while i >= 0:
+            out_keys[i] = store_keys[i]
+            out_vals[i] = store_vals[i]
+            i -= 1
+    return n + nm

@@ -39,9 +39,11 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ._packed import unpack_reduce
+from ._packed import sorted_values, unpack_reduce
+from ._scratch import scratch
+from ._sortedstore import merge_listed, merge_packed_present
 
-__all__ = ["packed_store", "pool_stats", "store_arrays"]
+__all__ = ["packed_merge", "packed_store", "pool_stats", "store_arrays"]
 
 _lock = threading.RLock()  # a chunk's __del__ may run while this thread holds it
 _free: OrderedDict[int, np.ndarray] = OrderedDict()  # id -> free uint8 buffer, oldest first
@@ -145,3 +147,31 @@ def packed_store(
         small_k[:k], small_v[:k] = keys[:k], vals[:k]
         keys, vals = small_k, small_v
     return keys, vals, k
+
+
+def packed_merge(
+    keys: np.ndarray,
+    vals: np.ndarray,
+    n: int,
+    packed: np.ndarray,
+    offset: int,
+    default: Any,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Add packed entries (reordered here) to the store ``keys[:n]`` / ``vals[:n]``:
+    sorted, then one pass sums each key's entries and adds them in place or lists
+    the missing keys (:func:`._sortedstore.merge_packed_present`), which are merged
+    in from the back (``default`` plus their sum), into pooled memory if the store
+    must grow.  Returns the store's ``(keys, vals, n)``."""
+    done, values = sorted_values(packed, vals.dtype)
+    m = done.shape[0]
+    miss_k = scratch("missing", m, np.int64)
+    miss_v = scratch("missing-values", m, vals.dtype)
+    nm = merge_packed_present(done, values, offset, keys, vals, n, miss_k, miss_v)
+    if nm == 0:
+        return keys, vals, n
+    out_k, out_v = keys, vals
+    if n + nm > keys.shape[0]:
+        growth = float(config.get("daskangel.server.sparse-growth"))
+        out_k, out_v = store_arrays(max(int((n + nm) * growth), n + nm + 16), vals.dtype)
+    total = merge_listed(keys, vals, n, miss_k, miss_v, nm, vals.dtype.type(default), out_k, out_v)
+    return out_k, out_v, int(total)
