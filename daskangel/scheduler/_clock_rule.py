@@ -43,12 +43,14 @@ from ..errors import InvalidArgumentError
 __all__ = [
     "ASP",
     "BSP",
+    "SEQ_BITS",
     "SSP",
     "ClockTable",
     "Sync",
     "as_sync",
     "may_proceed",
     "read_floor",
+    "seq_clock",
 ]
 
 
@@ -112,6 +114,18 @@ def as_sync(value: Any, name: str = "sync") -> Sync:
         f"{name}: expected BSP(), SSP(staleness=s), ASP(), 'bsp', 'asp', 'ssp:<s>' "
         f"or a staleness >= 0, got {value!r}"
     )
+
+
+# A group call's round number (barrier, leader command) from a task is
+# ``(clock << SEQ_BITS) | k``: the k-th round of the task's clock.  Rounds are
+# ordered by clock first, and a member restarted at its clock counts them again
+# from that clock's first (``recovery="continue"``).
+SEQ_BITS = 32
+
+
+def seq_clock(seq: int) -> int:
+    """The clock a round number ``(clock << SEQ_BITS) | k`` belongs to."""
+    return int(seq) >> SEQ_BITS
 
 
 def read_floor(clock: int, staleness: int | None) -> int | None:

@@ -8,7 +8,15 @@ the scheduler, next to the clocks; waiting is an ``await`` on an event, never a
 blocked loop, and a stopped job wakes every waiter with ``JobAbortedError``.
 
 Rounds are numbered by ``seq``; each member counts its own calls, so all members
-agree on ``seq`` as long as they follow the same protocol.  Every call carries
+agree on ``seq`` as long as they follow the same protocol.  A task numbers them per
+clock (``(clock << SEQ_BITS) | k``, see ``_clock_rule``), and a round once complete is
+remembered: under ``recovery="continue"`` a member restarted at its clock (its
+worker lost) redoes that clock's rounds, and those its partners already passed
+answer at once (a barrier passes, a command is handed out again, an ack or a
+resent command is taken as done) instead of waiting for partners that are on a
+later round; then it joins them where they wait.  Before, its counters restarted
+at 0 and it waited at a round its partners had passed while they waited for it at
+theirs, until ``daskangel.clock.wait-timeout`` failed the job.  Every call carries
 the caller's run (``epoch``, see ``Job.epoch``): a rollback wakes every waiter
 (they end as aborted) and forgets every round, and a task of the run it abandoned
 that is still alive is refused (``{"aborted": ...}``), so it can neither count as
@@ -33,6 +41,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SyncError
+from ._clock_rule import seq_clock
 from ._clocks import ClockService, Job, reports_abort
 
 if TYPE_CHECKING:
@@ -64,6 +73,12 @@ class GroupService:
         self.clocks = clocks
         # {(job, group, kind, seq): _Round}; kind is "mail" or "barrier"
         self.rounds: dict[tuple[str, int, str, int], _Round] = {}
+        # {(job, group, kind): seq} the newest barrier every member passed (group -1,
+        # kind "job": the job barrier); an arrival at or below it is a redo (continue)
+        self.passed: dict[tuple[str, int, str], int] = {}
+        # {(job, group, seq): round} mailbox rounds whose acks the leader collected,
+        # kept while a member may redo them (clocks not behind the group's slowest)
+        self.done: dict[tuple[str, int, int], _Round] = {}
         clocks.stop_listeners.append(self._wake_all)  # also run by a rollback request
         scheduler.handlers.update(
             {
@@ -97,6 +112,32 @@ class GroupService:
                 r.event_cmd.set()
                 r.event_acks.set()
                 del self.rounds[key]
+        # a rollback rewinds the clocks: the restarted run's rounds are new ones
+        for p in [k for k in self.passed if k[0] == job]:
+            del self.passed[p]
+        for d in [k for k in self.done if k[0] == job]:
+            del self.done[d]
+
+    def _redo(self, job: str, group: int, kind: str, seq: int) -> bool:
+        """True when every member already passed round ``seq`` (a restarted member's)."""
+        return seq <= self.passed.get((job, group, kind), -1)
+
+    def _complete(self, job: str, group: int, kind: str, seq: int) -> None:
+        r = self.rounds.pop((job, group, kind, seq), None)
+        if r is not None:
+            r.event_acks.set()
+        key = (job, group, kind)
+        self.passed[key] = max(seq, self.passed.get(key, -1))
+
+    def _finish_mail(self, s: Job, group: int, seq: int, r: _Round) -> None:
+        """Keep a collected mailbox round for members that may redo it; forget those
+        of clocks every member of the group has left."""
+        self.rounds.pop((s.id, group, "mail", seq), None)
+        self.done[(s.id, group, seq)] = r
+        low = s.table.group_min(group)
+        if low is not None:
+            for k in [k for k in self.done if k[:2] == (s.id, group) and seq_clock(k[2]) < low]:
+                del self.done[k]
 
     def _size(self, s: Job, group: int) -> int:
         return len(s.table.members[group])
@@ -107,11 +148,12 @@ class GroupService:
     ) -> dict[str, Any]:
         """Return once every member of ``group`` has called the barrier ``seq``."""
         s = self._job(job, group, epoch)
+        if self._redo(job, group, "barrier", seq):
+            return {}
         r = self._round(job, group, "barrier", seq)
         r.arrived.add(rank)
         if len(r.arrived) >= self._size(s, group):
-            r.event_acks.set()
-            self.rounds.pop((job, group, "barrier", seq), None)
+            self._complete(job, group, "barrier", seq)
         await r.event_acks.wait()
         s.check_run(epoch)
         s.check_alive()
@@ -124,17 +166,20 @@ class GroupService:
         """Return once every task of ``job`` (all groups) has called the job barrier ``seq``.
 
         Tasks that already finished the job are not waited for.  A task entering the
-        same barrier twice (a retried call, a restarted task) counts once.
+        same barrier twice (a retried call, a restarted task) counts once, and one
+        entering a barrier every task passed already (a restarted task redoing its
+        clock) passes at once: ``seq`` must grow from one barrier to the next.
         """
         s = self.clocks.job(job)
         s.check_run(epoch)
         s.check_alive()
         s.table.check_task(task)
+        if self._redo(job, -1, "job", seq):
+            return {}
         r = self._round(job, -1, "job", seq)
         r.arrived.add(task)
         if r.arrived.issuperset(set(range(s.table.n)) - set(s.table.done)):
-            r.event_acks.set()
-            self.rounds.pop((job, -1, "job", seq), None)
+            self._complete(job, -1, "job", seq)
         await r.event_acks.wait()
         s.check_run(epoch)
         s.check_alive()
@@ -149,6 +194,8 @@ class GroupService:
         size = self._size(s, group)
         if len(commands) != size:
             raise SyncError(f"commands: group {group} has {size} members, got {len(commands)}")
+        if (job, group, seq) in self.done:
+            return {}  # a restarted leader's: its members worked on the first one
         r = self._round(job, group, "mail", seq)
         if r.commands is None:  # else: a retried send
             r.commands = list(commands)
@@ -161,7 +208,7 @@ class GroupService:
     ) -> dict[str, Any]:
         """A member waits for its command of round ``seq``."""
         s = self._job(job, group, epoch)
-        r = self._round(job, group, "mail", seq)
+        r = self.done.get((job, group, seq)) or self._round(job, group, "mail", seq)
         await r.event_cmd.wait()
         s.check_run(epoch)
         s.check_alive()
@@ -180,6 +227,8 @@ class GroupService:
     ) -> dict[str, Any]:
         """A member reports round ``seq`` done."""
         s = self._job(job, group, epoch)
+        if (job, group, seq) in self.done:
+            return {}  # a restarted member's, of a round the leader closed
         r = self._round(job, group, "mail", seq)
         r.acks[rank] = payload
         if len(r.acks) >= self._size(s, group):
@@ -192,9 +241,9 @@ class GroupService:
     ) -> dict[str, Any]:
         """The leader waits for every member's acknowledgement of round ``seq``."""
         s = self._job(job, group, epoch)
-        r = self._round(job, group, "mail", seq)
+        r = self.done.get((job, group, seq)) or self._round(job, group, "mail", seq)
         await r.event_acks.wait()
         s.check_run(epoch)
         s.check_alive()
-        self.rounds.pop((job, group, "mail", seq), None)
+        self._finish_mail(s, group, seq, r)
         return {"acks": [r.acks[i] for i in range(self._size(s, group))]}

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError, JobAbortedError, SyncError
+from ..scheduler._clock_rule import SEQ_BITS
 
 if TYPE_CHECKING:
     from ._spec import TaskSpec
@@ -53,12 +54,27 @@ class GroupChannel:
 
     spec: TaskSpec
     _binding: Any
+    _clock: int  # the task's clock (TaskContext)
     epoch: int  # the job's run this task belongs to (TaskContext)
 
     def __init__(self) -> None:
-        self._barrier_seq = 0  # barriers passed
-        self._mail_seq = 0  # rounds acknowledged
+        # counted per clock: a group call's ``seq`` is ``(clock << SEQ_BITS) | k`` for
+        # the k-th barrier (or mailbox round) of the clock, so a member restarted at
+        # its clock (``recovery="continue"``) redoes exactly that clock's rounds, which
+        # the scheduler lets it pass where its partners already did
+        self._seq_clock = self._clock
+        self._barrier_seq = 0  # barriers passed in this clock
+        self._mail_seq = 0  # rounds acknowledged in this clock
         self._received: int | None = None  # round whose command was received
+
+    def _seq(self, k: int) -> int:
+        """The scheduler's ``seq`` of round ``k`` of the current clock."""
+        if self._seq_clock != self._clock:  # a new clock: its rounds count from 0
+            self._seq_clock = self._clock
+            self._barrier_seq = self._mail_seq = 0
+            self._received = None
+            k = 0
+        return (self._clock << SEQ_BITS) | k
 
     def _call(self, handler: str, timeout: float | None = None, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -76,7 +92,8 @@ class GroupChannel:
 
     def barrier(self) -> None:
         """Return once every member of this task's group has reached this barrier."""
-        seq, self._barrier_seq = self._barrier_seq, self._barrier_seq + 1
+        seq = self._seq(self._barrier_seq)
+        self._barrier_seq += 1
         if self.spec.group_size == 1:
             return
         self._wait_call("daskangel_group_barrier", seq=seq, rank=self.spec.rank, **self._where())
@@ -116,33 +133,36 @@ class GroupChannel:
                 raise InvalidArgumentError(
                     f"commands: expected {size} (one per rank), got {len(cmds)}"
                 )
-        self._call("daskangel_group_send", seq=self._mail_seq, commands=cmds, **self._where())
+        self._call(
+            "daskangel_group_send", seq=self._seq(self._mail_seq), commands=cmds, **self._where()
+        )
 
     def receive(self) -> Any:
         """Wait for the leader's command to this task for the current round."""
-        r = self._wait_call(
-            "daskangel_group_recv", seq=self._mail_seq, rank=self.spec.rank, **self._where()
-        )
-        self._received = self._mail_seq
+        seq = self._seq(self._mail_seq)
+        r = self._wait_call("daskangel_group_recv", seq=seq, rank=self.spec.rank, **self._where())
+        self._received = seq
         return r["payload"]
 
     def ack(self, payload: Any = None) -> None:
         """Report this round done (with an optional plain-value payload for the leader)."""
-        if self._received != self._mail_seq:
+        seq = self._seq(self._mail_seq)
+        if self._received != seq:
             raise SyncError("ack: call receive() for this round first")
         self._call(
-            "daskangel_group_ack", seq=self._mail_seq, rank=self.spec.rank, payload=payload,
-            **self._where(),
-        )  # fmt: skip
+            "daskangel_group_ack", seq=seq, rank=self.spec.rank, payload=payload, **self._where()
+        )
         self._mail_seq += 1
 
     def wait_acks(self) -> list[Any]:
         """Leader only: wait for every member's ack of the round just acknowledged."""
         if self.spec.rank != 0:
             raise SyncError("wait_acks: only the group leader (rank 0) collects acks")
-        if self._mail_seq == 0:
+        if self._mail_seq == 0 or self._seq_clock != self._clock:
             raise SyncError("wait_acks: ack() this round's own command first")
-        r = self._wait_call("daskangel_group_acks", seq=self._mail_seq - 1, **self._where())
+        r = self._wait_call(
+            "daskangel_group_acks", seq=self._seq(self._mail_seq - 1), **self._where()
+        )
         return list(r["acks"])
 
     def round_robin(self, n_rounds: int | None = None) -> Iterator[int]:

@@ -10,6 +10,7 @@ from distributed.utils_test import gen_cluster
 
 from daskangel.errors import SyncError
 from daskangel.scheduler import DaskAngelSchedulerPlugin
+from daskangel.scheduler._clock_rule import SEQ_BITS
 
 
 async def _setup(c, s):
@@ -186,6 +187,61 @@ async def test_mailboxes_and_barrier(c, s):
         await sched.daskangel_group_send(job="j", group=0, seq=1, commands=[1, 2])
     with pytest.raises(SyncError, match="has no group 7"):
         await sched.daskangel_group_barrier(job="j", group=7, seq=0, rank=0)
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_a_restarted_member_passes_the_rounds_its_partners_passed(c, s):
+    """``recovery="continue"``: a member restarted at its clock redoes that clock's
+    rounds; those every member passed answer at once (the same command again, acks
+    and a resent command taken as done), the next one waits for real; a rollback
+    (rewound clocks) forgets them."""
+    plugin = await _setup(c, s)
+    sched = c.scheduler
+    await sched.daskangel_job_register(job="j", n_tasks=2, groups=[0, 0], staleness=0)
+    seq0, seq1 = 7 << SEQ_BITS, (7 << SEQ_BITS) | 1  # rounds 0 and 1 of clock 7
+    both = [
+        asyncio.ensure_future(
+            s.handlers["daskangel_group_barrier"](job="j", group=0, seq=seq0, rank=r)
+        )
+        for r in range(2)
+    ]
+    await asyncio.wait_for(asyncio.gather(*both), 10)
+    await sched.daskangel_group_send(job="j", group=0, seq=seq0, commands=["a", "b"])
+    for r in range(2):
+        await sched.daskangel_group_recv(job="j", group=0, seq=seq0, rank=r)
+        await sched.daskangel_group_ack(job="j", group=0, seq=seq0, rank=r, payload=r)
+    assert list((await sched.daskangel_group_acks(job="j", group=0, seq=seq0))["acks"]) == [0, 1]
+    jb = asyncio.ensure_future(s.handlers["daskangel_job_barrier"](job="j", seq=7, task=0))
+    await _until(lambda: ("j", -1, "job", 7) in plugin.groups.rounds)
+    await sched.daskangel_job_barrier(job="j", seq=7, task=1)
+    await asyncio.wait_for(jb, 10)
+    # rank 1 restarted: each of the rounds above answers at once, as it did the first time
+    assert await sched.daskangel_group_barrier(job="j", group=0, seq=seq0, rank=1) == {}
+    assert await sched.daskangel_job_barrier(job="j", seq=7, task=1) == {}
+    assert (await sched.daskangel_group_recv(job="j", group=0, seq=seq0, rank=1))["payload"] == "b"
+    assert await sched.daskangel_group_ack(job="j", group=0, seq=seq0, rank=1, payload=9) == {}
+    # a restarted leader's resent command changes nothing; its acks are the round's
+    await sched.daskangel_group_send(job="j", group=0, seq=seq0, commands=["x", "y"])
+    assert (await sched.daskangel_group_recv(job="j", group=0, seq=seq0, rank=0))["payload"] == "a"
+    assert list((await sched.daskangel_group_acks(job="j", group=0, seq=seq0))["acks"]) == [0, 1]
+    # the next round is a real one: the member waits for its partner
+    nxt = asyncio.ensure_future(
+        s.handlers["daskangel_group_barrier"](job="j", group=0, seq=seq1, rank=1)
+    )
+    await _until(lambda: ("j", 0, "barrier", seq1) in plugin.groups.rounds)
+    assert not nxt.done()
+    await sched.daskangel_group_barrier(job="j", group=0, seq=seq1, rank=0)
+    assert await asyncio.wait_for(nxt, 10) == {}
+    # a rollback's rewound clocks start the rounds afresh
+    plugin.clocks.request_rollback("j", "a worker left")
+    plugin.clocks.rewind("j", 0, 10**6)
+    again = asyncio.ensure_future(
+        s.handlers["daskangel_group_barrier"](job="j", group=0, seq=seq0, rank=1, epoch=10**6)
+    )
+    await _until(lambda: ("j", 0, "barrier", seq0) in plugin.groups.rounds)
+    assert not again.done() and not plugin.groups.done
+    await sched.daskangel_group_barrier(job="j", group=0, seq=seq0, rank=0, epoch=10**6)
+    assert await asyncio.wait_for(again, 10) == {}
 
 
 @gen_cluster(client=True, nthreads=[])

@@ -1,5 +1,6 @@
-"""Shared set-up of the rollback tests: a 2-process cluster, a snapshotting context
-with ``recovery="rollback"`` and a two-block array ``y`` (one block a worker)."""
+"""Shared set-up of the rollback (and continue) kill tests: a 2-process cluster, a
+snapshotting context with ``recovery="rollback"`` and a two-block array ``y`` (one
+block a worker)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,17 @@ from tests.conftest import make_cluster
 
 @contextmanager
 def rollback_setup(
-    tmp_path: Path, config: dict[str, Any]
+    tmp_path: Path, config: dict[str, Any], recovery: str = "rollback"
 ) -> Iterator[tuple[LocalCluster, Client, Any, Any]]:
     """``with rollback_setup(tmp_path, config) as (cluster, client, ps, y):`` — ``y`` is
-    an int64 ``(2,)`` array in blocks of one, ``y.blocks[1]`` on the other worker."""
+    an int64 ``(2,)`` array in blocks of one, ``y.blocks[1]`` on the other worker
+    (``recovery="continue"``: the same, lost blocks rebuilt from the snapshot)."""
     with (
         dask.config.set(config),
         make_cluster(n_workers=2, threads=2) as cluster,
         Client(cluster) as c,
         angel.PSContext(
-            c, snapshot=str(tmp_path / "snap"), snapshot_every=1, recovery="rollback"
+            c, snapshot=str(tmp_path / "snap"), snapshot_every=1, recovery=recovery
         ) as ps,
     ):
         y = ps.zeros("y", (2,), "int64", block_shape=(1,))

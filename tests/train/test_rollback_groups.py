@@ -25,6 +25,7 @@ from distributed import Event, get_client
 
 import daskangel as angel
 from daskangel.errors import JobAbortedError
+from daskangel.scheduler._clock_rule import SEQ_BITS
 from tests.scheduler.test_recovery import FAST
 from tests.train._rollback import rollback_setup
 
@@ -68,7 +69,8 @@ def _step(prefix: str) -> Callable[[Any, Any], int]:
 
 
 def _arrived_at(client: Any, job: str) -> list[int]:
-    return list(client.run_on_scheduler(_arrived, job, 1))
+    """The ranks waiting at clock 1's barrier (rounds are numbered per clock)."""
+    return list(client.run_on_scheduler(_arrived, job, 1 << SEQ_BITS))
 
 
 @pytest.mark.slow
