@@ -46,6 +46,9 @@ class Prepared:
     # the preparing task's run ``[job, epoch]`` (None: not a training task's write):
     # a rollback's fence aborts the transactions of the runs it abandons
     fence: tuple[str, int] | None = None
+    # the worker that prepared it (None: a client): if that worker leaves, its
+    # commit cannot come, and the scheduler aborts it (``release_origin``)
+    origin: str | None = None
 
 
 def written_keys(kwargs: dict[str, Any]) -> list[tuple[str, int]]:
@@ -68,6 +71,9 @@ class Holds:
         self.reserved: dict[tuple[str, int], str] = {}
         # {txn_id: Prepared}: staged changes waiting for their commit or abort
         self.txns: dict[str, Prepared] = {}
+        # workers that left (the scheduler said so): a prepare of theirs still in
+        # flight is refused, as its commit cannot come
+        self.departed: set[str] = set()
         self._cond: asyncio.Condition | None = None
 
     def reserve(
@@ -77,13 +83,15 @@ class Holds:
         staged: Any,
         timeout: float,
         fence: list[Any] | None = None,
+        origin: str | None = None,
     ) -> None:
         """Hold ``keys`` for transaction ``txn`` with its staged changes.
 
         Raises :class:`BlockBusyError` (and holds nothing) if another transaction
         holds one of them.  Writes to held blocks wait until :meth:`release`, or
         until ``timeout`` seconds pass, after which the transaction is dropped.
-        ``fence``: the preparing task's run (:meth:`release_runs_before`).
+        ``fence``: the preparing task's run (:meth:`release_runs_before`);
+        ``origin``: the preparing worker (:meth:`release_origin`).
         """
         self.expire()
         busy = [k for k in keys if self.reserved.get(k, txn) != txn]
@@ -94,7 +102,7 @@ class Holds:
                 f"(txn {self.reserved[busy[0]]}) on server {self.address}#{self.index}"
             )
         run = None if fence is None else (str(fence[0]), int(fence[1]))
-        self.txns[txn] = Prepared(time.monotonic() + timeout, tuple(keys), staged, run)
+        self.txns[txn] = Prepared(time.monotonic() + timeout, tuple(keys), staged, run, origin)
         for k in keys:
             self.reserved[k] = txn
 
@@ -119,6 +127,16 @@ class Holds:
         for t in old:
             self.release(t)
         return old
+
+    def release_origin(self, worker: str) -> list[str]:
+        """Abort every prepared transaction of ``worker``, which left: its commit
+        cannot come, and writes to the blocks it holds would wait for
+        ``daskangel.ops.prepare-timeout`` (``recovery="continue"`` fences no run)."""
+        self.departed.add(worker)
+        gone = [t for t, p in self.txns.items() if p.origin == worker]
+        for t in gone:
+            self.release(t)
+        return gone
 
     def release_blocks(self, keys: set[tuple[str, int]]) -> list[str]:
         """Abort every prepared transaction holding one of ``keys`` (blocks replaced

@@ -215,6 +215,9 @@ async def _two_phase(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + config.get_seconds("daskangel.client.recovery-wait")
     bare = {b: {"block": b} for b in parts}
+    if binding.local_worker is not None:  # should this worker die between the phases,
+        # the scheduler aborts what it prepared (``release_origin``), in either recovery mode
+        extra = {**extra, "origin": binding.local_worker.address}
     while True:
         txn = uuid.uuid4().hex
         try:

@@ -264,15 +264,23 @@ def _psf_prepare(
     txn_wait: bool = True,
     clock: int | None = None,
     fence: list[Any] | None = None,
+    origin: str | None = None,
 ) -> list[bool]:
     """Phase one: compute and stage every part, hold the written blocks for ``txn``;
-    a run a rollback abandoned (``fence``) is refused before anything is held."""
+    a run a rollback abandoned (``fence``) is refused before anything is held, and
+    so is a worker that left (``origin``: the preparing worker, see ``release_origin``)."""
     server.check_fence(fence, array)
+    if origin is not None and origin in server.departed:
+        raise PSFError(
+            f"psf prepare: worker {origin} left the cluster; its transaction {txn} is not "
+            f"held on server {server.address}#{server.index}"
+        )
     if txn in server.txns:  # a resent prepare
         return [True] * len(parts)
     keys = [(a, int(p["block"])) for a in written for p in parts]
     timeout = config.get_seconds("daskangel.ops.prepare-timeout")
-    server.reserve(txn, keys, None, timeout, fence)  # raises BlockBusyError before any work
+    # raises BlockBusyError before any work
+    server.reserve(txn, keys, None, timeout, fence, origin)
     try:
         results, staged = _run(server, "update", spec, arrays, geometry, parts, writes, clock)
     except BaseException:
@@ -315,6 +323,13 @@ def _psf_commit(
     _commit(server, staged, clock)
     record_tag(server, [txn, 0])
     return [True] * len(parts)
+
+
+@server_op("release_origin")
+def _release_origin(server: PSServer, worker: str) -> list[str]:
+    """The scheduler says ``worker`` left: abort the transactions it prepared here
+    (their commit cannot come; ``Holds.release_origin``)."""
+    return server.release_origin(str(worker))
 
 
 @server_op("psf_abort")

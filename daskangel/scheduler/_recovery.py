@@ -97,6 +97,9 @@ class RecoveryMixin:
         """
         if self.lifecycle is not None and self.lifecycle.quiet:
             return  # the cluster is closing: no worker to rebuild anything on
+        task = asyncio.ensure_future(self._release_origin(worker))
+        self._recovering.add(task)
+        task.add_done_callback(self._recovering.discard)
         for ctx, policy in list(self.policies.items()):
             lost = self._lost(ctx)
             if not lost:
@@ -146,6 +149,25 @@ class RecoveryMixin:
         fences = self.fences.get(ctx, {})
         calls = [
             self._call(ctx, s, "fence", job=j, epoch=e) for s in servers for j, e in fences.items()
+        ]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.gather(*calls, return_exceptions=True),
+                config.get_seconds("daskangel.client.connect-timeout"),
+            )
+
+    async def _release_origin(self, worker: str) -> None:
+        """Every server still running aborts the two-phase psf updates ``worker``
+        prepared: their commit cannot come.  Before, under ``recovery="continue"``
+        (no run is fenced there) a task lost between ``psf_prepare`` and
+        ``psf_commit`` left its blocks on the surviving servers held, and every write
+        to them, the restarted task's and its partners', waited for
+        ``daskangel.ops.prepare-timeout``."""
+        calls = [
+            self._call(ctx, (str(s[0]), int(s[1])), "release_origin", worker=worker)
+            for ctx, servers in list(self.registry.ctx_servers.items())
+            for s in servers
+            if s[0] != worker
         ]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(

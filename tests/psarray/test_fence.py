@@ -143,3 +143,29 @@ def test_restoring_a_held_block_aborts_the_transaction_holding_it() -> None:
     assert s.block("w", 1) is fresh
     with pytest.raises(PSFError, match="unknown"):
         s.dispatch("psf_commit", array="w", parts=[{"block": 0}], txn="t")
+
+
+@pytest.mark.timeout(30)
+def test_release_origin_aborts_a_left_workers_transactions_and_refuses_its_late_prepare() -> None:
+    """``recovery="continue"`` fences no run: when a worker leaves, the scheduler has
+    every server abort the two-phase updates that worker prepared (their commit
+    cannot come; writes to the held blocks waited for ``prepare-timeout``), and a
+    prepare of that worker still in flight is refused, nothing held."""
+    s = make_server()
+    before = values(s).copy()
+    s.dispatch("psf_prepare", **psf_kwargs(txn="t-gone", origin="tcp://gone:1"))
+    assert s.blocked_until("update", inc_kwargs(1.0)) is not None
+    assert s.dispatch("release_origin", worker="tcp://gone:1") == ["t-gone"]
+    assert s.txns == {} and s.reserved == {}
+    assert s.blocked_until("update", inc_kwargs(1.0)) is None
+    with pytest.raises(PSFError, match="worker tcp://gone:1 left"):
+        s.dispatch("psf_prepare", **psf_kwargs(txn="t-late", origin="tcp://gone:1"))
+    assert s.txns == {}
+    # another worker's transaction, and a client's, are left to their commit
+    s.dispatch("psf_prepare", **psf_kwargs(txn="t-live", origin="tcp://live:2"))
+    assert s.dispatch("release_origin", worker="tcp://other:3") == []
+    s.dispatch("psf_commit", array="w", parts=[{"block": 0}], txn="t-live")
+    s.dispatch("psf_prepare", **psf_kwargs(txn="t-client"))
+    assert s.dispatch("release_origin", worker="tcp://gone:1") == []
+    s.dispatch("psf_commit", array="w", parts=[{"block": 0}], txn="t-client")
+    assert not np.array_equal(values(s), before)
