@@ -34,6 +34,7 @@ import numpy as np
 from .. import config
 from ..errors import InvalidArgumentError, InvalidStateError
 from ..psarray import HashPartitioner, PSArray
+from ..psarray._taskclock import current_fence
 from ._batch import CSRBatch
 from ._dataset import Dataset
 from ._formats import HASH_SPACE
@@ -200,7 +201,14 @@ class FeatureIndexer:
         offsets = np.concatenate([[0], np.cumsum([sel[k] for k in range(n_blocks)])])
         self.index = self.ps.zeros_like(self.counts, f"{self.name}.index")
         parts = {blk: {"block": blk, "offset": int(offsets[blk])} for blk in range(n_blocks)}
-        extra = {"dst": self.index.name, **th}
+        # a write of the index like any other: it waits for a hold on its blocks and
+        # carries the caller's run (none on the driver; see psarray/_rank.py)
+        extra = {
+            "dst": self.index.name,
+            "written": [self.index.name],
+            "fence": current_fence(),
+            **th,
+        }
         b.run(b.call_blocks, self.counts.name, "rank_into", parts, {}, extra)
         self.n_indexed = int(offsets[-1])
         self.state = "READ"

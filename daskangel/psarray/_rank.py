@@ -11,6 +11,12 @@ without moving the keys off their servers:
    its passing keys into the same block of a co-partitioned array (same layout,
    so the block is on the same server); 0 there means "not indexed".
 
+``rank_into`` is a write like any other (``server_op(writes=True)``): it waits
+while a prepared two-phase psf update holds a block it writes (``written``, the
+destination), and it carries the caller's run (``fence``): ``aggregate()`` runs on
+the driver, whose writes carry none, but called from a training task's thread a
+rollback's fence refuses it like the task's other writes.
+
 Example
 -------
 >>> import numpy as np
@@ -64,11 +70,20 @@ def _count_selected(
     return out
 
 
-@server_op("rank_into")
+@server_op("rank_into", writes=True)
 def _rank_into(
-    server: PSServer, array: str, parts: list[dict[str, Any]], dst: str, threshold: float
+    server: PSServer,
+    array: str,
+    parts: list[dict[str, Any]],
+    dst: str,
+    threshold: float,
+    written: list[str] | None = None,
+    fence: list[Any] | None = None,
 ) -> list[int]:
-    """Per block: write ``offset + rank + 1`` of each passing key into ``dst``'s block."""
+    """Per block: write ``offset + rank + 1`` of each passing key into ``dst``'s block
+    (``written``: ``[dst]``, the blocks held writes wait for; ``fence``: the writer's
+    run, refused once a rollback abandoned it)."""
+    server.check_fence(fence, dst)
     blocks = [server.block(array, int(p["block"])) for p in parts]
     targets = [server.block(dst, int(p["block"])) for p in parts]  # raise before writing
     out = []

@@ -169,3 +169,43 @@ def test_release_origin_aborts_a_left_workers_transactions_and_refuses_its_late_
     assert s.dispatch("release_origin", worker="tcp://gone:1") == []
     s.dispatch("psf_commit", array="w", parts=[{"block": 0}], txn="t-client")
     assert not np.array_equal(values(s), before)
+
+
+def _ranked() -> PSServer:
+    s = PSServer("local", 0)
+    for name in ("c", "i"):
+        s.dispatch("create", array=name, blocks=[
+            {"block": 0, "kind": "sparse", "shape": (1, 100), "dtype": "int64",
+             "init": InitSpec().to_dict(), "row0": 0, "col0": 0, "n_cols": 100}
+        ])  # fmt: skip
+    s.dispatch("update", array="c", add=True, parts=[{"block": 0, "rows": None,
+               "cols": np.array([40, 7, 9]), "values": np.array([[3, 1, 2]])}])  # fmt: skip
+    return s
+
+
+@pytest.mark.timeout(30)
+def test_rank_into_is_a_fenced_write_of_its_destination() -> None:
+    """``rank_into`` (``FeatureIndexer.aggregate``) writes the index array: it waits
+    while a prepared transaction holds a destination block, and a run a rollback
+    abandoned is refused before anything is written (on the driver it carries none)."""
+    s = _ranked()
+    kw = {"array": "c", "parts": [{"block": 0, "offset": 10}], "dst": "i", "threshold": 2,
+          "written": ["i"]}  # fmt: skip
+    s.reserve("t", [("i", 0)], None, 60.0)
+    assert s.blocked_until("rank_into", kw) is not None  # waits for the hold on "i"
+    s.release("t")
+    s.reserve("t", [("c", 0)], None, 60.0)
+    assert s.blocked_until("rank_into", kw) is None  # "c" is only read
+    s.release("t")
+    s.dispatch("fence", job="j", epoch=2)
+    with pytest.raises(RolledBackError, match="array 'i'"):
+        s.dispatch("rank_into", **kw, fence=["j", 1])
+    got = s.dispatch(
+        "get", array="i", parts=[{"block": 0, "rows": None, "cols": np.array([7, 9, 40])}]
+    )
+    assert got[0].tolist() == [[0, 0, 0]]  # nothing written
+    assert s.dispatch("rank_into", **kw, fence=None) == [2]
+    got = s.dispatch(
+        "get", array="i", parts=[{"block": 0, "rows": None, "cols": np.array([7, 9, 40])}]
+    )
+    assert got[0].tolist() == [[0, 11, 12]]
