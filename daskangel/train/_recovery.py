@@ -8,7 +8,10 @@ of the :class:`~daskangel.PSContext`:
   :meth:`Recovery.resubmit_lost` starts each again on a live worker (its data
   piece scattered again, or its partition re-read) and it resumes from the clock
   the scheduler holds for it.  The lost PS blocks were rebuilt from the newest
-  snapshot meanwhile, and the other tasks kept going.
+  snapshot meanwhile, and the other tasks kept going.  A group member redoes its
+  clock's group rounds: those its partners passed answer at once and it meets them
+  where they wait (``scheduler/_groups.py``); two-phase psf updates its worker had
+  prepared were aborted on every server when the worker left (``release_origin``).
 * ``"rollback"``: the clock service stops every task; :meth:`Recovery.rollback`
   waits for them to end, drops what their workers had buffered, has the
   scheduler restore every array from the newest snapshot and rewind the clocks,
