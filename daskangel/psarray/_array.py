@@ -37,6 +37,7 @@ from ._routing import check_values
 from ._rowget import get_rows, get_rows_async, unsorted_rows
 from ._rowpush import push_csr, push_rows
 from ._taskclock import current_clock, current_fence
+from ._versions import block_versions
 
 if TYPE_CHECKING:
     import dask.array
@@ -336,11 +337,10 @@ class PSArray:
     # -- dask -------------------------------------------------------------------
 
     def version_token(self) -> str:
-        """A token that changes whenever any block of the array is written."""
+        """A token that changes whenever any block of the array is written (answered
+        once every write queued before it is applied: :mod:`._versions`)."""
         m = self.meta
-        parts = {blk: {"block": blk} for blk in range(m.layout.n_blocks)}
-        b = self._binding
-        versions = b.run(b.call_blocks, self.name, "versions", parts, {}, {})
+        versions = block_versions(self._binding, self.name, m)
         return tokenize(self.name, m.generation, sorted(versions.items()))
 
     def to_dask_array(self) -> dask.array.Array:
