@@ -34,7 +34,7 @@ from ._packed import PACK_SHIFT, unpack_reduce
 from ._recvpool import pooled
 from ._scratch import scratch
 from ._sortedstore import merge_missing, merge_present
-from ._storepool import packed_merge, packed_store, store_arrays
+from ._storepool import packed_merge, packed_store, room_for
 
 __all__ = ["DenseBlock", "SparseBlock", "make_block"]
 
@@ -280,11 +280,7 @@ class SparseBlock:
         n_missing = merge_present(self.keys, self.vals, self.n, keys, vals, add, missing)
         if n_missing == 0:
             return
-        total = self.n + n_missing
-        out_keys, out_vals = self.keys, self.vals
-        if total > self.keys.shape[0]:
-            growth = float(config.get("daskangel.server.sparse-growth"))
-            out_keys, out_vals = store_arrays(max(int(total * growth), total + 16), self.dtype)
+        out_keys, out_vals = room_for(self.n + n_missing, self.keys, self.vals)
         self.n = merge_missing(
             self.keys, self.vals, self.n, keys, vals, add, self.default, missing, n_missing,
             out_keys, out_vals,

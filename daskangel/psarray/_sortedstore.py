@@ -278,7 +278,9 @@ def merge_packed_present(done, values, offset, store_keys, store_vals, n, miss_k
 def merge_listed(store_keys, store_vals, n, new_keys, new_vals, nm, init, out_keys, out_vals):  # type: ignore[no-untyped-def]  # fmt: skip
     """Insert sorted keys absent from the store, ``new_keys[:nm]`` with values
     ``init + new_vals``, merging backwards into ``out_keys`` / ``out_vals`` (the
-    store itself when it has room); returns the new length."""
+    store itself when it has room); returns the new length.  (:func:`merge_missing`
+    without its index: folding the two, the index read or a branch on it, measured
+    5-15 % slower for 250,000 keys into 500,000.)"""
     i = n - 1
     j = nm - 1
     w = n + nm - 1

@@ -43,7 +43,7 @@ from ._packed import sorted_values, unpack_reduce
 from ._scratch import scratch
 from ._sortedstore import merge_listed, merge_packed_present
 
-__all__ = ["packed_merge", "packed_store", "pool_stats", "store_arrays"]
+__all__ = ["packed_merge", "packed_store", "pool_stats", "room_for", "store_arrays"]
 
 _lock = threading.RLock()  # a chunk's __del__ may run while this thread holds it
 _free: OrderedDict[int, np.ndarray] = OrderedDict()  # id -> free uint8 buffer, oldest first
@@ -123,6 +123,19 @@ def store_arrays(
     return keys, vals
 
 
+def room_for(total: int, keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, vals)`` themselves when they hold ``total`` entries, else pooled arrays
+    grown by ``daskangel.server.sparse-growth`` (at least 16 spare entries)."""
+    if total <= keys.shape[0]:
+        return keys, vals
+    return store_arrays(_grown(total), vals.dtype)
+
+
+def _grown(n: int) -> int:
+    """The capacity a store of ``n`` entries is given: its share of spare room."""
+    return max(int(n * float(config.get("daskangel.server.sparse-growth"))), n + 16)
+
+
 def pool_stats() -> dict[str, Any]:
     """This process's store chunks: ``reused`` / ``fresh`` handed out, ``free_bytes``."""
     with _lock:
@@ -137,13 +150,12 @@ def packed_store(
     ``default`` plus its sum as a merge into an empty store inserts it (no merge,
     no copy).  Returns ``(keys, vals, n)``."""
     m = packed.shape[0]
-    growth = float(config.get("daskangel.server.sparse-growth"))
-    keys, vals = store_arrays(max(int(m * growth), m + 16), dtype)
+    keys, vals = store_arrays(_grown(m), dtype)
     k = int(unpack_reduce(packed, dtype, offset, (keys, vals))[0].shape[0])
     if default != 0:
         vals[:k] += default
     if k * _SLACK < m:  # many duplicates: a store sized for the keys, not the entries
-        small_k, small_v = store_arrays(max(int(k * growth), k + 16), dtype)
+        small_k, small_v = store_arrays(_grown(k), dtype)
         small_k[:k], small_v[:k] = keys[:k], vals[:k]
         keys, vals = small_k, small_v
     return keys, vals, k
@@ -169,9 +181,6 @@ def packed_merge(
     nm = merge_packed_present(done, values, offset, keys, vals, n, miss_k, miss_v)
     if nm == 0:
         return keys, vals, n
-    out_k, out_v = keys, vals
-    if n + nm > keys.shape[0]:
-        growth = float(config.get("daskangel.server.sparse-growth"))
-        out_k, out_v = store_arrays(max(int((n + nm) * growth), n + nm + 16), vals.dtype)
+    out_k, out_v = room_for(n + nm, keys, vals)
     total = merge_listed(keys, vals, n, miss_k, miss_v, nm, vals.dtype.type(default), out_k, out_v)
     return out_k, out_v, int(total)
