@@ -26,7 +26,6 @@ refreshes the layout, waits for recoveries and resends (a read is idempotent).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import queue
 from collections.abc import Awaitable, Callable
@@ -40,6 +39,7 @@ from .._wire import raise_if_error
 from . import _rowkernels as RK
 from ._binding import Binding
 from ._blockcalls import fast_path_held
+from ._loopcall import Outcome, launch
 from ._meta import ArrayMeta, ServerId
 from ._routing import check_size
 from ._rowplan import RowPlan, RowSpec, lean_msg, plan_rows, row_spec, unsorted_rows
@@ -178,36 +178,6 @@ def _start(
     return _fetch, (b, name, m, plan, out, scratch, handoff, keep_at), out
 
 
-class _Outcome:
-    """How a get's coroutine ended, put on the caller's queue by :func:`_report`."""
-
-    __slots__ = ("error", "ok")
-
-    def __init__(self, ok: bool, error: BaseException | None) -> None:
-        self.ok, self.error = ok, error
-
-
-_running: set[asyncio.Task[None]] = set()  # a task is only weakly held by its loop
-
-
-async def _report(coro: Awaitable[bool], put: Callable[[Any], None]) -> None:
-    """Run ``coro`` and put its :class:`_Outcome` on the caller's queue from the
-    loop at once (a ``concurrent.futures.Future`` would signal one loop turn later,
-    through a callback chain)."""
-    try:
-        ok = await coro
-    except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
-        put(_Outcome(False, e))
-        return
-    put(_Outcome(ok, None))
-
-
-def _launch(coro: Awaitable[bool], put: Callable[[Any], None]) -> None:
-    task = asyncio.ensure_future(_report(coro, put))
-    _running.add(task)
-    task.add_done_callback(_running.discard)
-
-
 def get_rows(b: Binding, name: str, m: ArrayMeta, rows: np.ndarray) -> np.ndarray | None:
     """Rows ``rows`` (checked, from :func:`unsorted_rows`) in request order, or
     None when the general path must answer."""
@@ -216,8 +186,8 @@ def get_rows(b: Binding, name: str, m: ArrayMeta, rows: np.ndarray) -> np.ndarra
     if started is None:
         return None
     fn, args, out = started
-    b.loop.asyncio_loop.call_soon_threadsafe(_launch, fn(*args), landed.put)
-    while not isinstance(got := landed.get(), _Outcome):
+    b.loop.asyncio_loop.call_soon_threadsafe(launch, fn(*args), landed.put)
+    while not isinstance(got := landed.get(), Outcome):
         pos, part = got
         RK.put_rows(out, pos, part)  # releases the GIL: the loop receives the other replies
     if got.error is not None:
@@ -279,7 +249,7 @@ class RowChunk:
 
     def finish(self) -> np.ndarray:
         """The rows in request order (the general path's if the layout changed)."""
-        while not isinstance(got := self._landed.get(), _Outcome):
+        while not isinstance(got := self._landed.get(), Outcome):
             RK.put_rows(self._out, *got)  # releases the GIL: the loop receives the others
         if got.error is not None:
             raise got.error
@@ -295,7 +265,7 @@ class RowChunk:
         landed (views of the scratch buffer), ``result`` holds the other rows in
         place (all of them, ``parts`` empty, if the general path answered)."""
         parts = []
-        while not isinstance(got := self._landed.get(), _Outcome):
+        while not isinstance(got := self._landed.get(), Outcome):
             parts.append(got)
         if got.error is not None:
             raise got.error
@@ -321,7 +291,7 @@ class RowChunk:
 
         def put(got: Any) -> None:  # on the loop: large replies, then the outcome
             landed.put(got)
-            if isinstance(got, _Outcome):
+            if isinstance(got, Outcome):
                 done.set_result(None)
 
         def keep(got: tuple[np.ndarray, np.ndarray] | None) -> None:
@@ -332,5 +302,5 @@ class RowChunk:
         if started is None:
             return None
         fn, args, out = started
-        b.loop.asyncio_loop.call_soon_threadsafe(_launch, fn(*args), put)
+        b.loop.asyncio_loop.call_soon_threadsafe(launch, fn(*args), put)
         return cls(done, out, landed, fallback, kept)

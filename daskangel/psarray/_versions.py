@@ -25,7 +25,6 @@ answers (it refreshes the layout and waits for recoveries).
 from __future__ import annotations
 
 import asyncio
-import queue
 from typing import Any
 
 from .. import config
@@ -33,11 +32,10 @@ from .._recv import send_all_recv_into
 from .._wire import raise_if_error
 from ._binding import Binding
 from ._blockcalls import fast_path_held
+from ._loopcall import run_lean
 from ._meta import ArrayMeta, ServerId
 
 __all__ = ["block_versions", "lean_versions"]
-
-_running: set[asyncio.Task[None]] = set()  # a task is only weakly held by its loop
 
 
 def _requests(
@@ -81,23 +79,6 @@ async def _fetch(
     return fast_path_held(await b._watched(name, m, servers, [go()]))
 
 
-async def _report(coro: Any, put: Any) -> None:
-    """Run ``coro``; put ``(held, None)`` or ``(False, error)`` on the caller's
-    queue from the loop at once (no callback chain)."""
-    try:
-        held = await coro
-    except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
-        put((False, e))
-        return
-    put((held, None))
-
-
-def _launch(coro: Any, put: Any) -> None:
-    task = asyncio.ensure_future(_report(coro, put))
-    _running.add(task)
-    task.add_done_callback(_running.discard)
-
-
 def lean_versions(b: Binding, name: str, m: ArrayMeta) -> dict[int, int] | None:
     """Every block's version ``{block: version}`` of array ``name`` (metadata
     ``m``), or None when the general path must answer (see the module
@@ -111,12 +92,7 @@ def lean_versions(b: Binding, name: str, m: ArrayMeta) -> dict[int, int] | None:
         return None
     servers, blocks, calls = planned
     out: dict[int, int] = {}
-    landed: queue.SimpleQueue[tuple[bool, BaseException | None]] = queue.SimpleQueue()
-    coro = _fetch(b, name, m, servers, blocks, calls, out)
-    b.loop.asyncio_loop.call_soon_threadsafe(_launch, coro, landed.put)
-    held, error = landed.get()
-    if error is not None:
-        raise error
+    held = run_lean(b, _fetch(b, name, m, servers, blocks, calls, out))
     return out if held else None
 
 
