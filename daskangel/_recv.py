@@ -142,7 +142,9 @@ async def read_into_targets(comm: Any, sizes: list[int], targets: list[np.ndarra
     """``comm.read()``, reading matched frames into their targets (TCP comms only)."""
     tcp = tcp_internals()
     stream = getattr(comm, "stream", None)
-    if tcp is None or not isinstance(comm, tcp.TCP) or stream is None:
+    if tcp is None or not isinstance(comm, tcp.TCP) or stream is None or not any(sizes):
+        # nothing to place: Dask's own reader takes a small message in two reads
+        # (its length, then the rest), where the steps below take four
         return await comm.read()
     try:
         # [total nosplit bytes][n_frames][length of each frame] then the frames

@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
-from dask.base import tokenize
 from dask.utils import format_bytes
 
 from ..errors import ContextClosedError, InvalidTypeError, ShapeMismatchError, StaleLayoutError
@@ -37,7 +36,7 @@ from ._routing import check_values
 from ._rowget import get_rows, get_rows_async, unsorted_rows
 from ._rowpush import push_csr, push_rows
 from ._taskclock import current_clock, current_fence
-from ._versions import block_versions
+from ._versions import block_versions, token_of
 
 if TYPE_CHECKING:
     import dask.array
@@ -341,7 +340,7 @@ class PSArray:
         once every write queued before it is applied: :mod:`._versions`)."""
         m = self.meta
         versions = block_versions(self._binding, self.name, m)
-        return tokenize(self.name, m.generation, sorted(versions.items()))
+        return token_of(self.name, m.generation, versions)
 
     def to_dask_array(self) -> dask.array.Array:
         """The array as a ``dask.array``: one task per block, read on its worker.

@@ -21,7 +21,7 @@ from distributed import Client
 
 import daskangel as angel
 from daskangel._compat import workers_info
-from daskangel.psarray._versions import lean_versions
+from daskangel.psarray._versions import _requests, lean_versions
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -188,6 +188,42 @@ def test_what_the_lean_path_declines_goes_the_general_way(
     assert a.version_token() == a.version_token()
     assert _lean(a) == _general(a)
     np.testing.assert_array_equal(a.get(), np.full(SHAPE, 2.0))
+
+
+def _token_in_task(name: str) -> str:
+    """(A task on a server's worker: the general path answers there) the token."""
+    return angel.PSArray(name).version_token()
+
+
+def test_the_token_is_the_same_in_every_process_and_the_plan_follows_the_metadata(
+    ps: angel.PSContext, client: Client
+) -> None:
+    """The client's lean token equals the token a task takes on each worker by
+    the general path (a plain hash of the versions, the same in every process),
+    before and after a write; the requests are made once per metadata and made
+    again for a new one."""
+    a = ps.zeros("v-same", SHAPE, dtype="float64", block_shape=BLOCKS)
+    workers = sorted(workers_info(client))
+    for step in range(2):
+        mine = a.version_token()
+        theirs = [
+            client.submit(_token_in_task, "v-same", workers=[w], pure=False).result()
+            for w in workers
+        ]
+        assert theirs == [mine, mine]
+        if step == 0:
+            a.increment(np.ones(SHAPE))
+            assert a.version_token() != mine
+    b, m = a._binding, a.meta
+    planned = _requests(b, a.name, m)
+    assert planned is not None and _requests(b, a.name, m) is planned
+    swapped = replace(m, servers=tuple(reversed(m.servers)))
+    again = _requests(b, a.name, swapped)
+    assert again is not None and again is not planned
+    assert [s.address for s in again[0]] == [s.address for s in reversed(planned[0])]
+    with dask.config.set({"daskangel.client.lean-versions": False}):
+        assert _requests(b, a.name, m) is None
+    assert _lean(a) == _general(a)
 
 
 def test_the_actors_transport_takes_the_general_path(client: Client) -> None:
