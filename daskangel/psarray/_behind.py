@@ -84,15 +84,17 @@ class WriteBehind:
         # writes that raised while being applied after their reply (logged)
         self.apply_errors = 0
 
-    def defer(self, op: str, cost: int, d: Deferred) -> Any:
+    def defer(self, op: str, cost: int, d: Deferred, in_thread: bool | None = None) -> Any:
         """Queue ``d.apply`` behind earlier writes; ``d.result``.
 
-        Writes under ``daskangel.server.behind-thread-bytes`` are applied on the
-        event loop, after the reply went out (the handler writes its reply before
-        the loop runs callbacks); larger ones in the op thread, so the loop keeps
+        Unless ``in_thread`` says where, writes under
+        ``daskangel.server.behind-thread-bytes`` are applied on the event loop,
+        after the reply went out (the handler writes its reply before the loop
+        runs callbacks); larger ones in the op thread, so the loop keeps
         receiving meanwhile.
         """
-        in_thread = cost >= config.get_bytes("daskangel.server.behind-thread-bytes")
+        if in_thread is None:
+            in_thread = cost >= config.get_bytes("daskangel.server.behind-thread-bytes")
         self._queue.append((op, in_thread, d.apply))
         if not self.behind:
             self.behind = True

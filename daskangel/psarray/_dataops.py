@@ -208,19 +208,24 @@ def record_tag(
         seqs.popitem(last=False)
 
 
-def _dense_values(server: PSServer, kwargs: dict[str, Any]) -> bool:
-    """Write-behind for updates of dense blocks by dense values (memory-bound adds
-    and copies); packed and coordinate parts, and sparse blocks, apply in place."""
+def _deferrable_update(server: PSServer, kwargs: dict[str, Any]) -> bool:
+    """Write-behind for updates of dense blocks: by dense values (memory-bound adds
+    and copies) and, with ``daskangel.server.behind-scattered``, by compressed-row,
+    coordinate or packed parts (scatters); updates of sparse blocks apply in place."""
     array = kwargs["array"]
+    scattered = None
     for p in kwargs["parts"]:
         if "coo_rows" in p or "packed" in p or "csr_rows" in p:
-            return False
+            if scattered is None:
+                scattered = bool(config.get("daskangel.server.behind-scattered"))
+            if not scattered:
+                return False
         if not isinstance(server.blocks.get((array, int(p["block"]))), DenseBlock):
             return False
     return True
 
 
-@server_op("update", writes=True, defer=_dense_values)
+@server_op("update", writes=True, defer=_deferrable_update)
 def _update(
     server: PSServer,
     array: str,
