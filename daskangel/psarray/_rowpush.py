@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import Callable
 from typing import Any
 
 from distributed.protocol import to_serialize
@@ -132,13 +133,15 @@ async def _send(
 
 async def _run(
     b: Binding, name: str, m: ArrayMeta, servers: list[ServerId], calls: list[Call],
-    local: list[Local], general: tuple[Any, ...], fut: concurrent.futures.Future[None],
+    local: list[Local], extra: dict[str, Any], general: Callable[[], tuple[Any, ...]],
+    fut: concurrent.futures.Future[None],
 ) -> None:  # fmt: skip
-    """:func:`_send`, then the general path if it must answer; the outcome goes
-    to ``fut`` from the loop (no callback chain)."""
+    """:func:`_send`, then the general path (``general()``: its ``call_blocks``
+    arguments) if it must answer; the outcome goes to ``fut`` from the loop (no
+    callback chain)."""
     try:
-        if not await _send(b, name, m, servers, calls, local, general[4]):
-            await b.call_blocks(*general)  # resent with the same tag: applied once a block
+        if not await _send(b, name, m, servers, calls, local, extra):
+            await b.call_blocks(*general())  # resent with the same tag: applied once a block
         fut.set_result(None)
     except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
         fut.set_exception(e)
@@ -161,7 +164,9 @@ def push_rows(
     if planned is None:
         return None
     servers, calls, local = planned
-    return _start(b, name, m, servers, calls, local, (name, "update", parts, cost, extra))
+    return _start(
+        b, name, m, servers, calls, local, extra, lambda: (name, "update", parts, cost, extra)
+    )
 
 
 def push_csr(
@@ -181,24 +186,29 @@ def push_csr(
     if packed is None:
         return None
     calls: list[Call] = []
-    parts: dict[int, dict[str, Any]] = {}
     cost: dict[int, int] = {}
-    for s, p, follow, frame, c, arrays, costs in packed:
+    for s, p, follow, frame, c, _, costs in packed:
         msg = {"server": s.index, "array": name, "parts": p, "follow": follow, "cost": c, **extra}
         if m.uid:
             msg["uid"] = m.uid
         calls.append(((s.address, PUSH_HANDLER, msg, [], []), [frame]))
-        parts.update(arrays)  # the general path's parts: views of the frames
         cost.update(costs)
+
+    def general() -> tuple[Any, ...]:
+        parts: dict[int, dict[str, Any]] = {}
+        for share in packed:
+            parts.update(share[5]())  # the general path's parts: views of the frames
+        return (name, "update", parts, cost, extra)
+
     servers = [s for s, *_ in packed]
-    return _start(b, name, m, servers, calls, [], (name, "update", parts, cost, extra))
+    return _start(b, name, m, servers, calls, [], extra, general)
 
 
 def _start(
     b: Binding, name: str, m: ArrayMeta, servers: list[ServerId], calls: list[Call],
-    local: list[Local], general: tuple[Any, ...],
+    local: list[Local], extra: dict[str, Any], general: Callable[[], tuple[Any, ...]],
 ) -> concurrent.futures.Future[None]:  # fmt: skip
     fut: concurrent.futures.Future[None] = concurrent.futures.Future()
-    coro = _run(b, name, m, servers, calls, local, general, fut)
+    coro = _run(b, name, m, servers, calls, local, extra, general, fut)
     b.loop.asyncio_loop.call_soon_threadsafe(_launch, coro)
     return fut

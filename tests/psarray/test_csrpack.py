@@ -9,6 +9,8 @@ with follow messages.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
+from dataclasses import replace
 from typing import Any
 
 import dask
@@ -24,8 +26,17 @@ from daskangel._compat import workers_info
 from daskangel._recv import send_all_recv_into
 from daskangel._wire import raise_if_error
 from daskangel.errors import InvalidArgumentError, NonFiniteError, PSIndexError, RolledBackError
-from daskangel.psarray._csrpack import count_rows, pack_block, pack_block_float, pack_csr
-from daskangel.psarray._taskclock import set_task_fence
+from daskangel.psarray._csrpack import (
+    count_rows,
+    pack_block,
+    pack_block_float,
+    pack_csr,
+    pack_share,
+    pack_share_float,
+    share_layout,
+)
+from daskangel.psarray._rowpush import push_csr
+from daskangel.psarray._taskclock import current_clock, current_fence, set_task_fence
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -98,6 +109,67 @@ def test_pack_block_copies_one_blocks_rows_narrowed(
     np.testing.assert_array_equal(out[1], ln[touched])
     np.testing.assert_array_equal(out[2], cols[k0:k1].astype(col_t))
     np.testing.assert_array_equal(out[3], data[k0:k1].astype(val_t))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 4), min_size=2, max_size=120),
+    st.lists(st.integers(0, 120), max_size=8),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["i1", "i4", "f4"]),
+    st.sampled_from(["u2", "i4"]),
+)
+def test_pack_share_writes_each_block_as_pack_block_does(
+    lens: list[int], cuts: list[int], seed: int, val_t: str, row_t: str
+) -> None:
+    """A share of some touched blocks (any subset, in order): :func:`share_layout`
+    places each block's four fields on 64-byte boundaries without overlap, and
+    :func:`pack_share` writes there what :func:`pack_block` writes for the block
+    alone; the extents (or finiteness) are those over the share."""
+    n = len(lens)
+    rng = np.random.default_rng(seed)
+    indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    bounds = np.unique(np.array([0, n, *[min(c, n) for c in cuts]], np.int64))
+    counts, _, _ = count_rows(indptr, bounds)
+    touched = np.flatnonzero(counts)
+    if not touched.size:
+        return  # nothing touched: pack_csr sends nothing
+    blocks = np.sort(rng.choice(touched, int(rng.integers(1, touched.size + 1)), replace=False))
+    cols = rng.integers(0, 200, int(indptr[-1])).astype(np.int32)
+    floating = val_t[0] == "f"
+    data = (
+        rng.standard_normal(cols.size) if floating else rng.integers(-100, 100, cols.size)
+    ).astype(np.float32 if floating else np.int32)
+    if floating and rng.random() < 0.5:
+        data[int(rng.integers(0, cols.size))] = np.nan
+    dts = [np.dtype(t) for t in (row_t, "u2", "i2", val_t)]
+    sizes = np.array([d.itemsize for d in dts], np.int64)
+    nrow, keys, offs, nbytes = share_layout(indptr, bounds, counts, blocks, sizes)
+    assert nbytes % 64 == 0 and (offs % 64 == 0).all()
+    spans = sorted(
+        (int(offs[i, f]), int(offs[i, f]) + int((nrow if f < 2 else keys)[i]) * dts[f].itemsize)
+        for i in range(blocks.size) for f in range(4)
+    )  # fmt: skip
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)) and spans[-1][1] <= nbytes
+    frame = np.zeros(nbytes, np.uint8)
+    kernel = pack_share_float if floating else pack_share
+    got = kernel(
+        indptr, cols, data, bounds, blocks, nrow, keys, offs, *(frame.view(d) for d in dts)
+    )
+    for i, g in enumerate(blocks.tolist()):
+        r0, r1 = int(bounds[g]), int(bounds[g + 1])
+        assert nrow[i] == counts[g] and keys[i] == indptr[r1] - indptr[r0]
+        want = [np.empty((nrow if f < 2 else keys)[i], d) for f, d in enumerate(dts)]
+        (pack_block_float if floating else pack_block)(indptr, cols, data, r0, r1, *want)
+        for f, d in enumerate(dts):
+            have = frame[offs[i, f] : offs[i, f] + want[f].size * d.itemsize].view(d)
+            np.testing.assert_array_equal(have, want[f])
+    share = np.concatenate([np.arange(indptr[bounds[g]], indptr[bounds[g + 1]]) for g in blocks])
+    assert (got[0], got[1]) == (cols[share].min(), cols[share].max())
+    if floating:
+        assert got[2] == bool(np.isfinite(data[share]).all())
+    else:
+        assert (got[2], got[3]) == (data[share].min(), data[share].max())
 
 
 # -- on a process cluster ----------------------------------------------------------
@@ -245,6 +317,25 @@ def test_packed_coo_pushes_sum_exactly_and_bad_coordinates_change_nothing(
         with pytest.raises(PSIndexError):
             arr.increment(bad)
     np.testing.assert_array_equal(arr.get(), got)
+
+
+def test_packed_push_on_a_stale_layout_goes_the_general_way_once(ps: angel.PSContext) -> None:
+    """A packed push sent with a stale layout (every block's server swapped): the
+    servers refuse the blocks they do not hold, nothing is written, and the
+    general path (the shares' frames as its parts) applies it once."""
+    arr = ps.zeros("stale", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
+    m = arr.meta
+    swapped = replace(m, servers=tuple(reversed(m.servers)))
+    assert swapped.servers != m.servers
+    X = _csr(9, "int32")
+    b = arr._binding
+    extra = {"add": True, "tag": b.next_tag(), "clock": current_clock(), "fence": current_fence()}
+    fut = push_csr(b, "stale", swapped, X, extra)
+    assert fut is not None
+    fut.result(timeout=60)
+    np.testing.assert_array_equal(arr.get(), X.toarray())
+    arr.increment(X)
+    np.testing.assert_array_equal(arr.get(), 2 * X.toarray())
 
 
 def test_raw_push_with_an_unknown_field_is_refused_and_its_comm_stays_in_step(
