@@ -2,13 +2,20 @@
 
 A compressed-row or coordinate update writes entries spread over a block of tens
 of MiB: every entry is a cache miss (an LDA-shaped 10,000-row x 20 increment
-touches ~100,000 cache lines in ~100 MB of blocks a server, ~15 ns an entry).
-The CPU overlaps only as many of those misses as its reorder window holds, so
-these kernels ask for the line of the entry :data:`AHEAD` places ahead
-(``llvm.prefetch``, a hint: it never faults) while writing the current one.
-Measured in one process on the benchmark VM, caches flushed between calls,
-100,000 entries of 20 a row: 1.51 -> 1.28 ms into 25,000 x 1,000 int32
-(LDA-shaped), 0.80 -> 0.35 ms into 25,000 x 50 (MF-shaped).
+touches ~100,000 cache lines in ~100 MB of blocks a server).  The CPU overlaps
+only as many misses as it has buffers for them; prefetches for writing
+(``prefetchw``, into the first-level cache) take the same few buffers, so
+prefetching further ahead with them gained nothing (1.16-1.24 ms for 100,000
+entries at any distance, seventh session).  These kernels prefetch in two steps:
+each entry's line :data:`FAR` entries ahead is read into the second-level cache
+(``llvm.prefetch`` with locality 2: ``prefetcht1``, whose misses the larger
+second-level queue tracks), and :data:`NEAR` entries ahead the line is asked for
+writing, from there.  Measured in one process on the benchmark VM (64 MB of other
+writes between calls, 100,000 fresh entries of 20 a row, sorted rows, medians):
+into 25,000 x 1,000 int32 (LDA-shaped) 1.44-1.46 ms one-step (48 entries ahead, for
+writing) -> 0.80-0.81 ms, coordinates 1.31-1.35 -> 0.74-0.83 ms; into 25,000 x 50
+float32 (MF-shaped) 0.36-0.37 -> 0.26 ms (RESULTS.md, issue 14, push side, eighth
+session).  Prefetches are hints: they never fault.
 
 Example
 -------
@@ -32,70 +39,87 @@ from numba.extending import intrinsic
 
 from ..errors import InvalidArgumentError, PSIndexError, ShapeMismatchError
 
-__all__ = ["AHEAD", "check_csr", "csr_extents", "scatter_coo", "scatter_csr"]
+__all__ = ["FAR", "NEAR", "check_csr", "csr_extents", "scatter_coo", "scatter_csr"]
 
-#: entries prefetched ahead of the one being written (32-64 measured best; a
-#: kernel constant, like a loop's unrolling, not a setting)
-AHEAD = 48
+#: entries ahead whose lines are read into the second-level cache, and entries
+#: ahead whose lines are then asked for writing (128-512 / 16-48 measured alike;
+#: kernel constants, like a loop's unrolling, not settings)
+FAR = 160
+NEAR = 40
 
 
-@intrinsic
-def _prefetch(typingctx: Any, block: Any, r: Any, c: Any) -> Any:
-    """Prefetch ``block[r, c]``'s cache line for writing (no bounds check: a
-    prefetch of any address is harmless)."""
-    sig = types.void(block, r, c)
+def _prefetcher(write: int, locality: int) -> Any:
+    """An intrinsic ``(block, r, c)`` prefetching ``block[r, c]``'s cache line
+    (no bounds check: a prefetch of any address is harmless)."""
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ri = context.cast(builder, args[1], signature.args[1], types.intp)
-        ci = context.cast(builder, args[2], signature.args[2], types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [ri, ci], wraparound=False)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        # (address, write, locality 3 = keep in every cache level, data cache)
-        builder.call(
-            fn,
-            [
-                builder.bitcast(ptr, i8p),
-                ir.Constant(i32, 1),
-                ir.Constant(i32, 3),
-                ir.Constant(i32, 1),
-            ],
-        )
-        return context.get_dummy_value()
+    @intrinsic
+    def prefetch(typingctx: Any, block: Any, r: Any, c: Any) -> Any:
+        sig = types.void(block, r, c)
 
-    return sig, codegen
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            aryty = signature.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            ri = context.cast(builder, args[1], signature.args[1], types.intp)
+            ci = context.cast(builder, args[2], signature.args[2], types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [ri, ci], wraparound=False)
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            # (address, write?, locality, data cache)
+            builder.call(
+                fn,
+                [
+                    builder.bitcast(ptr, i8p),
+                    ir.Constant(i32, write),
+                    ir.Constant(i32, locality),
+                    ir.Constant(i32, 1),
+                ],
+            )
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return prefetch
+
+
+_to_l2 = _prefetcher(0, 2)  # read, into the second-level cache (prefetcht1)
+#: ``(block, r, c)``: prefetch for writing (``prefetchw``; the linear models'
+#: kernels use it too)
+_prefetch = _prefetcher(1, 3)
+_for_write = _prefetch
 
 
 @njit(nogil=True, cache=True)
 def scatter_csr(block, rows, lens, cols, values, add):  # type: ignore[no-untyped-def]
     """``block[rows[i], cols[k]] (+)= values[k]`` for the ``lens[i]`` entries ``k`` of
-    row ``i`` (compressed rows, in order); duplicates accumulate when adding."""
-    n = cols.shape[0]
-    # the cursor AHEAD entries in front: its row ``ai`` and entries left in it
-    ai = 0
-    left = lens[0] if rows.shape[0] else 0
-    ka = 0
-    while ka < min(AHEAD, n):
-        while left == 0:
-            ai += 1
-            left = lens[ai]
-        ka += 1
-        left -= 1
+    row ``i`` (compressed rows, in order); duplicates accumulate when adding.
+
+    Prefetches whole rows: before each row, the rows after it until at least
+    :data:`FAR` entries ahead are read into L2 and until :data:`NEAR` entries ahead
+    asked for writing (a cursor a row, not an entry: a cursor an entry cost 0.75
+    against 0.69 ms for the LDA shape above, 0.45 against 0.24 ms for the MF one)."""
+    nr = rows.shape[0]
+    jf = 0  # the next row to read into L2, and its first entry
+    off_f = 0
+    jn = 0  # the next row to ask for writing, and its first entry
+    off_n = 0
     k = 0
-    for i in range(rows.shape[0]):
+    for i in range(nr):
+        while jf < nr and off_f - k < FAR:
+            rf = rows[jf]
+            for e in range(off_f, off_f + lens[jf]):
+                _to_l2(block, rf, cols[e])  # type: ignore[call-arg]
+            off_f += lens[jf]
+            jf += 1
+        while jn < nr and off_n - k < NEAR:
+            rn = rows[jn]
+            for e in range(off_n, off_n + lens[jn]):
+                _for_write(block, rn, cols[e])  # type: ignore[call-arg]
+            off_n += lens[jn]
+            jn += 1
         r = rows[i]
         for _ in range(lens[i]):
-            if ka < n:
-                while left == 0:
-                    ai += 1
-                    left = lens[ai]
-                _prefetch(block, rows[ai], cols[ka])  # type: ignore[call-arg]
-                ka += 1
-                left -= 1
             if add:
                 block[r, cols[k]] += values[k]
             else:
@@ -107,9 +131,13 @@ def scatter_csr(block, rows, lens, cols, values, add):  # type: ignore[no-untype
 def scatter_coo(block, rows, cols, values, add):  # type: ignore[no-untyped-def]
     """``block[rows[k], cols[k]] (+)= values[k]``; duplicates accumulate when adding."""
     n = rows.shape[0]
+    for k in range(min(FAR, n)):
+        _to_l2(block, rows[k], cols[k])  # type: ignore[call-arg]
     for k in range(n):
-        if k + AHEAD < n:
-            _prefetch(block, rows[k + AHEAD], cols[k + AHEAD])  # type: ignore[call-arg]
+        if k + FAR < n:
+            _to_l2(block, rows[k + FAR], cols[k + FAR])  # type: ignore[call-arg]
+        if k + NEAR < n:
+            _for_write(block, rows[k + NEAR], cols[k + NEAR])  # type: ignore[call-arg]
         if add:
             block[rows[k], cols[k]] += values[k]
         else:
