@@ -12,24 +12,30 @@ that reads the columns and values once and writes them narrowed.
 
 Here, for the common case (a canonical input: the array's own dtype, no
 non-finite value, every column in range, every block on another process's
-server), :func:`count_rows` walks ``indptr`` once for every block's touched rows
-and :func:`pack_block` writes one block's local rows, entry counts, columns and
-values where :func:`daskangel._wire.split_follow` would have put them, checking
-the columns' range and the values (finite; for integers their range, the wire
-type guessed narrowest and widened when a value does not fit) as it copies.
-Anything else returns None and the caller plans as before, which raises the
-same errors as ever; the servers see the same request either way.
+server), :func:`plan_shares` walks ``indptr`` once for every block's touched
+rows and lays every server's share out in one buffer, and :func:`pack_share`
+writes each block's local rows, entry counts, columns and values there (as
+:func:`daskangel._wire.split_follow` would have put them: 64-byte aligned
+fields), checking the columns' range and the values (finite; for integers their
+range, the wire type guessed narrowest and widened when a value does not fit)
+as it copies.  Two kernel calls a write: the Python and numpy calls a share and
+a block that planned it before were half of a cold 0.6 ms pack.  Anything else
+returns None and the caller plans as before, which raises the same errors as
+ever; the servers see the same request either way.
 
 Example
 -------
 >>> import numpy as np
->>> counts, lo, hi = count_rows(np.array([0, 2, 2, 3, 5]), np.array([0, 2, 4]))
->>> counts.tolist(), int(lo), int(hi)
-([1, 2], 0, 2)
+>>> indptr, bounds = np.array([0, 2, 2, 3, 5]), np.array([0, 2, 4])
+>>> owner, sizes = np.array([0, 1]), np.array([2, 2, 2, 1])
+>>> status, blocks, nrow, keys, offs, starts, _ = plan_shares(indptr, bounds, owner, 2, sizes, True)
+>>> status, nrow.tolist(), keys.tolist(), starts.tolist()
+(0, [1, 2], [2, 3], [0, 256, 512])
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -43,8 +49,8 @@ from ._meta import ArrayMeta, ServerId
 from ._routing import check_size
 
 __all__ = [
-    "Packed", "count_rows", "pack_block", "pack_block_float", "pack_csr", "pack_share",
-    "pack_share_float",
+    "Packed", "pack_block", "pack_block_float", "pack_csr", "pack_share", "pack_share_float",
+    "plan_shares",
 ]  # fmt: skip
 
 # one server's share: (server, parts, follow description, frame, cost, the parts
@@ -53,27 +59,6 @@ Packed = tuple[
     ServerId, list[dict[str, Any]], dict[str, Any], np.ndarray, int,
     Callable[[], dict[int, dict[str, Any]]], dict[int, int],
 ]  # fmt: skip
-
-
-@njit(nogil=True, cache=True)
-def count_rows(indptr, bounds):  # type: ignore[no-untyped-def]
-    """``(touched rows of each row range [bounds[g], bounds[g + 1]), shortest and
-    longest row)`` in one pass over ``indptr`` (a negative length: a malformed
-    matrix, which the caller leaves to the general planning)."""
-    n_blocks = bounds.shape[0] - 1
-    counts = np.zeros(n_blocks, np.int64)
-    lo = np.int64(0)
-    hi = np.int64(0)
-    for g in range(n_blocks):
-        p = indptr[bounds[g] : bounds[g + 1] + 1]
-        n = np.int64(0)
-        for r in range(p.shape[0] - 1):
-            ln = np.int64(p[r + 1] - p[r])
-            n += np.int64(ln != 0)
-            lo = min(lo, ln)
-            hi = max(hi, ln)
-        counts[g] = n
-    return counts, lo, hi
 
 
 @njit(nogil=True, cache=True)
@@ -135,25 +120,63 @@ def pack_block_float(indptr, cols, data, r0, r1, out_rows, out_lens, out_cols, o
 
 
 @njit(nogil=True, cache=True)
-def share_layout(indptr, bounds, counts, blocks, sizes):  # type: ignore[no-untyped-def]
-    """One server's share of blocks ``blocks`` laid out in one frame: each block's
-    touched rows (from :func:`count_rows`' ``counts``) and entries, the byte
-    offsets of its four fields (rows, counts, columns, values of ``sizes`` bytes
-    an item, each on a 64-byte boundary) and the frame's bytes."""
-    n = blocks.shape[0]
-    nrow = np.empty(n, np.int64)
-    keys = np.empty(n, np.int64)
-    offs = np.empty((n, 4), np.int64)
+def plan_shares(indptr, bounds, owner, n_shares, sizes, narrow_len):  # type: ignore[no-untyped-def]
+    """Every block's touched rows and entries in one pass over ``indptr``, and the
+    touched blocks laid out share by share in one buffer: block ``g`` belongs to
+    share ``owner[g]`` (-1: it may not be packed).  Each block's four fields
+    (rows, counts, columns, values; ``sizes`` bytes an item, the counts' 2 when
+    ``narrow_len`` and every row is shorter than 2**16, else 4) start on a
+    64-byte boundary.  Returns ``(status, blocks, nrow, keys, offs, starts,
+    count bytes)``: status 0, or 1 for a negative row length (a malformed
+    matrix), 2 for a touched block that may not be packed; ``blocks`` the touched
+    blocks in share order, ``offs`` their fields' byte offsets in the buffer,
+    ``starts[s]`` where share ``s`` begins (``starts[-1]``: the buffer's bytes)."""
+    n_blocks = bounds.shape[0] - 1
+    rows = np.zeros(n_blocks, np.int64)
+    lo = np.int64(0)
+    hi = np.int64(0)
+    for g in range(n_blocks):
+        n = np.int64(0)
+        for r in range(bounds[g], bounds[g + 1]):
+            ln = np.int64(indptr[r + 1] - indptr[r])
+            n += np.int64(ln != 0)
+            lo = min(lo, ln)
+            hi = max(hi, ln)
+        rows[g] = n
+    len_size = 2 if narrow_len and hi < 2**16 else 4
+    touched = 0
+    for g in range(n_blocks):
+        if rows[g]:
+            touched += 1
+    blocks = np.empty(touched, np.int64)
+    nrow = np.empty(touched, np.int64)
+    keys = np.empty(touched, np.int64)
+    offs = np.empty((touched, 4), np.int64)
+    starts = np.zeros(n_shares + 1, np.int64)
+    status = 1 if lo < 0 else 0
+    for g in range(n_blocks):
+        if rows[g] and owner[g] < 0:
+            status = max(status, 2)
+    if status:
+        return status, blocks, nrow, keys, offs, starts, len_size
     pos = np.int64(0)
-    for i in range(n):
-        g = blocks[i]
-        nrow[i] = counts[g]
-        keys[i] = indptr[bounds[g + 1]] - indptr[bounds[g]]
-        for f in range(4):
-            offs[i, f] = pos
-            nb = (nrow[i] if f < 2 else keys[i]) * sizes[f]
-            pos += (nb + _ALIGN - 1) // _ALIGN * _ALIGN
-    return nrow, keys, offs, pos
+    i = 0
+    for s in range(n_shares):
+        starts[s] = pos
+        for g in range(n_blocks):
+            if rows[g] == 0 or owner[g] != s:
+                continue
+            blocks[i] = g
+            nrow[i] = rows[g]
+            keys[i] = indptr[bounds[g + 1]] - indptr[bounds[g]]
+            for f in range(4):
+                offs[i, f] = pos
+                size = len_size if f == 1 else sizes[f]
+                nb = (nrow[i] if f < 2 else keys[i]) * size
+                pos += (nb + _ALIGN - 1) // _ALIGN * _ALIGN
+            i += 1
+    starts[n_shares] = pos
+    return status, blocks, nrow, keys, offs, starts, len_size
 
 
 @njit(nogil=True, cache=True)
@@ -244,35 +267,40 @@ def pack_csr(
     check_size("values", data.nbytes + cols.nbytes + indptr.nbytes)
     if not data.shape[0] or int(indptr[0]) != 0 or int(indptr[-1]) > data.shape[0]:
         return None
-    bounds = np.asarray(m.layout.row_bounds, np.int64)
-    counts, shortest, longest = count_rows(indptr, bounds)
-    if shortest < 0:
-        return None
-    groups: dict[ServerId, list[int]] = {}
-    lost = m.lost
-    for g in np.flatnonzero(counts).tolist():
-        s = m.servers[g]
-        if s.address == here or (lost and g in lost):
-            return None
-        groups.setdefault(s, []).append(g)
-    if not groups:
-        return None
     narrow = bool(config.get("daskangel.client.narrow-csr"))
+    bounds, owner, servers, rd = _static(m.layout.row_bounds, m.servers, m.lost, here, narrow)
     col_t = (narrow_int(0, m.shape[1] - 1, np.dtype("i4")) if narrow else None) or "i4"
-    len_t = "u2" if narrow and longest < 2**16 else "i4"
     val_t = data.dtype.str
     if narrow and data.dtype.kind in "iu" and data.dtype.itemsize > 1:
         val_t = "i1" if data.dtype.kind == "i" else "u1"  # widened below if one does not fit
-    out = _pack(m, indptr, cols, data, bounds, counts, groups, (col_t, len_t, val_t), narrow, alloc)
+    static = (bounds, owner, servers)
+    out = _pack(m, indptr, cols, data, static, (rd, col_t, val_t), narrow, alloc)
     if isinstance(out, tuple):  # an integer value did not fit: again with their range
         if not narrow or data.dtype.kind not in "iu":
             return None
         lo, hi = out
         val_t = narrow_int(lo, hi, data.dtype) or data.dtype.str
-        out = _pack(
-            m, indptr, cols, data, bounds, counts, groups, (col_t, len_t, val_t), narrow, alloc
-        )
+        out = _pack(m, indptr, cols, data, static, (rd, col_t, val_t), narrow, alloc)
     return out if isinstance(out, list) else None
+
+
+@functools.lru_cache(maxsize=64)
+def _static(
+    row_bounds: tuple[int, ...], servers: tuple[ServerId, ...], lost: frozenset[int],
+    here: str | None, narrow: bool,
+) -> tuple[np.ndarray, np.ndarray, list[ServerId], str]:  # fmt: skip
+    """What a layout gives every pack: its row bounds, each block's share (the
+    index of its server in the returned list; -1 for a lost block or one on this
+    process's own server at ``here``) and the rows' wire type."""
+    bounds = np.asarray(row_bounds, np.int64)
+    order: dict[ServerId, int] = {}
+    owner = np.full(len(servers), -1, np.int64)
+    for g, s in enumerate(servers):
+        if s.address != here and g not in lost:
+            owner[g] = order.setdefault(s, len(order))
+    rd = "u2" if narrow and int(np.diff(bounds).max()) <= 2**16 else "i4"
+    bounds.flags.writeable = owner.flags.writeable = False
+    return bounds, owner, list(order), rd
 
 
 def _coo_as_csr(m: ArrayMeta, values: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -292,55 +320,72 @@ def _coo_as_csr(m: ArrayMeta, values: Any) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def _pack(
-    m: ArrayMeta, indptr: np.ndarray, cols: np.ndarray, data: np.ndarray, bounds: np.ndarray,
-    counts: np.ndarray, groups: dict[ServerId, list[int]], types: tuple[str, str, str],
+    m: ArrayMeta, indptr: np.ndarray, cols: np.ndarray, data: np.ndarray,
+    static: tuple[np.ndarray, np.ndarray, list[ServerId]], types: tuple[str, str, str],
     narrow: bool, alloc: Callable[[int], np.ndarray],
 ) -> list[Packed] | tuple[int, int] | None:  # fmt: skip
-    """:func:`pack_csr`'s frames for the wire types ``types`` (columns, counts,
-    values); ``(lo, hi)`` of the integer values when one did not fit its type,
-    None when a check refused the input.  A server's share is laid out
-    (:func:`share_layout`) and written (:func:`pack_share`) by one kernel call
-    each: in the benchmark's task, where the caller runs on cold caches, the
-    Python and numpy calls a share (and a block) that did this were 0.3 of a
-    0.6 ms pack."""
-    rd = "u2" if narrow and int(np.diff(bounds).max()) <= 2**16 else "i4"
-    col_t, len_t, val_t = types
-    dts = tuple(np.dtype(t) for t in (rd, len_t, col_t, val_t))  # the fields' order
-    strs = [d.str for d in dts]
+    """:func:`pack_csr`'s frames for the wire types ``types`` (rows, columns,
+    values; the counts' is chosen by :func:`plan_shares`), all in one buffer
+    from ``alloc``; ``(lo, hi)`` of the integer values when one did not fit
+    their type, None when a check refused the input.  Two kernel calls lay out
+    and write every share: in the benchmark's task, on cold caches, the Python
+    and numpy calls a share and a block that did this were half of a 0.6 ms
+    pack."""
+    bounds, owner, servers = static
+    dts = [np.dtype(t) for t in (types[0], "u2", types[1], types[2])]
     sizes = np.array([d.itemsize for d in dts], np.int64)
+    status, blocks, nrow, keys, offs, starts, len_size = plan_shares(
+        indptr, bounds, owner, len(servers), sizes, narrow
+    )
+    if status or not blocks.shape[0]:
+        return None  # a malformed matrix, a block lost or in this process: planned
+    dts[1] = np.dtype("u2" if len_size == 2 else "i4")
+    buf = alloc(int(starts[-1]))
     floating = data.dtype.kind == "f"
     kernel = pack_share_float if floating else pack_share
+    got = kernel(indptr, cols, data, bounds, blocks, nrow, keys, offs, *(buf.view(d) for d in dts))
+    if got[0] < 0 or got[1] >= m.shape[1] or (floating and not got[2]):
+        return None  # the general planning names the entry
+    if (
+        dts[3].kind in "iu"
+        and dts[3] != data.dtype
+        and not _fits((int(got[2]), int(got[3])), dts[3])
+    ):
+        # (the whole pass again, rarely: LDA's +-1 counts fit the first guess)
+        return int(got[2]), int(got[3])
     limit = config.get_bytes("daskangel.client.follow-bytes")
     wide = cols.itemsize + data.itemsize  # (the size rule of the planned path)
+    strs = [d.str for d in dts]
+    item = dts[2].itemsize + dts[3].itemsize
+    bl, nr, nk, of, st = (
+        blocks.tolist(),
+        nrow.tolist(),
+        keys.tolist(),
+        offs.tolist(),
+        starts.tolist(),
+    )
     out: list[Packed] = []
-    v_range: tuple[int, int] | None = None
-    for s, blocks in groups.items():
-        g = np.array(blocks, np.int64)
-        nrow, keys, offs, nbytes = share_layout(indptr, bounds, counts, g, sizes)
-        if int(keys.sum()) * wide + 8 * int(nrow.sum()) < limit:
+    i = 0
+    for k, s in enumerate(servers):
+        j = i
+        while j < len(bl) and of[j][0] < st[k + 1]:
+            j += 1
+        if j == i:
+            continue  # none of this server's blocks is touched
+        if sum(nk[i:j]) * wide + 8 * sum(nr[i:j]) < limit:
             return None  # small: one message on the general path
-        frame = alloc(nbytes)
-        views = [frame.view(d) for d in dts]
-        got = kernel(indptr, cols, data, bounds, g, nrow, keys, offs, *views)
-        if got[0] < 0 or got[1] >= m.shape[1] or (floating and not got[2]):
-            return None  # the general planning names the entry
-        if dts[3].kind in "iu" and dts[3] != data.dtype:
-            lo, hi = int(got[2]), int(got[3])
-            v_range = (lo, hi) if v_range is None else (min(lo, v_range[0]), max(hi, v_range[1]))
-        nr, nk = nrow.tolist(), keys.tolist()
+        frame = buf[st[k] : st[k + 1]]
         fields = [
-            [i, name, 0, o[f], strs[f], [(nr if f < 2 else nk)[i]]]
-            for i, o in enumerate(offs.tolist())
+            [p, name, 0, of[i + p][f] - st[k], strs[f], [(nr if f < 2 else nk)[i + p]]]
+            for p in range(j - i)
             for f, name in enumerate(_FIELDS)
         ]
-        cost = dict(zip(blocks, (keys * (dts[2].itemsize + dts[3].itemsize)).tolist(), strict=True))
+        cost = {bl[q]: nk[q] * item for q in range(i, j)}
         follow = {"frames": [int(frame.nbytes)], "fields": fields}
-        parts = [{"block": b} for b in blocks]
-        share = _views(blocks, fields, frame)
+        parts = [{"block": bl[q]} for q in range(i, j)]
+        share = _views(bl[i:j], fields, frame)
         out.append((s, parts, follow, frame, sum(cost.values()), share, cost))
-    if v_range is not None and not _fits(v_range, dts[3]):
-        # (the whole pass again, rarely: LDA's +-1 counts fit the first guess)
-        return v_range
+        i = j
     return out
 
 

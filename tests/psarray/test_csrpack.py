@@ -27,13 +27,12 @@ from daskangel._recv import send_all_recv_into
 from daskangel._wire import raise_if_error
 from daskangel.errors import InvalidArgumentError, NonFiniteError, PSIndexError, RolledBackError
 from daskangel.psarray._csrpack import (
-    count_rows,
     pack_block,
     pack_block_float,
     pack_csr,
     pack_share,
     pack_share_float,
-    share_layout,
+    plan_shares,
 )
 from daskangel.psarray._rowpush import push_csr
 from daskangel.psarray._taskclock import current_clock, current_fence, set_task_fence
@@ -44,25 +43,61 @@ pytestmark = pytest.mark.timeout(240)
 # -- the kernels alone -------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
-    st.lists(st.integers(0, 4), min_size=1, max_size=120),
+    st.lists(st.one_of(st.integers(0, 4), st.just(70_000)), min_size=1, max_size=120),
     st.lists(st.integers(0, 120), max_size=6),
+    st.integers(0, 2**31 - 1),
     st.sampled_from([np.int32, np.int64]),
+    st.booleans(),
+    st.booleans(),
 )
-def test_count_rows_counts_each_ranges_touched_rows(
-    lens: list[int], cuts: list[int], itype: type
+def test_plan_shares_lays_out_each_servers_touched_blocks(
+    lens: list[int], cuts: list[int], seed: int, itype: type, narrow: bool, malformed: bool
 ) -> None:
-    """Against numpy: the touched rows of every row range (empty ranges too) and the
-    shortest / longest row, whatever ``indptr``'s integer type."""
+    """Against numpy: status 1 for a negative row length, 2 for a touched block
+    that may not be packed (owner -1); else every touched block once, share by
+    share, with its touched rows and entries, its fields 64-byte aligned and
+    disjoint inside its share's range, and 2-byte counts only when narrowed and
+    every row is shorter than 2**16."""
     n = len(lens)
+    rng = np.random.default_rng(seed)
     indptr = np.concatenate([[0], np.cumsum(lens)]).astype(itype)
+    if malformed and n > 1:
+        i = int(rng.integers(1, n))
+        indptr[i] = indptr[i + 1] + 1  # a row of negative length
     bounds = np.unique(np.array([0, n, *[min(c, n) for c in cuts]], np.int64))
-    counts, lo, hi = count_rows(indptr, bounds)
+    n_shares = 3
+    owner = rng.integers(-1 if rng.random() < 0.3 else 0, n_shares, bounds.size - 1)
+    sizes = np.array([2, 0, 2, 1], np.int64)  # (the counts' size is the kernel's choice)
+    status, blocks, nrow, keys, offs, starts, len_size = plan_shares(
+        indptr, bounds, owner, n_shares, sizes, narrow
+    )
     ln = np.diff(indptr.astype(np.int64))
-    want = [int((ln[bounds[g] : bounds[g + 1]] != 0).sum()) for g in range(bounds.size - 1)]
-    assert counts.tolist() == want
-    assert (lo, hi) == (min(0, int(ln.min())), max(0, int(ln.max())))
+    rows = np.array([(ln[bounds[g] : bounds[g + 1]] != 0).sum() for g in range(bounds.size - 1)])
+    touched = np.flatnonzero(rows)
+    if ln.min(initial=0) < 0:
+        assert status == 1
+        return
+    if (owner[touched] < 0).any():
+        assert status == 2
+        return
+    assert status == 0
+    assert len_size == (2 if narrow and ln.max(initial=0) < 2**16 else 4)
+    want = sorted(touched.tolist(), key=lambda g: (owner[g], g))
+    assert blocks.tolist() == want
+    assert nrow.tolist() == rows[want].tolist()
+    assert keys.tolist() == [int(indptr[bounds[g + 1]] - indptr[bounds[g]]) for g in want]
+    assert (offs % 64 == 0).all() and (starts % 64 == 0).all() and (np.diff(starts) >= 0).all()
+    items = [sizes[0], len_size, sizes[2], sizes[3]]
+    spans = []
+    for i, g in enumerate(want):
+        for f in range(4):
+            lo = int(offs[i, f])
+            spans.append((lo, lo + int((nrow if f < 2 else keys)[i]) * int(items[f])))
+            assert starts[owner[g]] <= lo and spans[-1][1] <= starts[owner[g] + 1]
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
 
 @settings(max_examples=60, deadline=None)
@@ -122,19 +157,20 @@ def test_pack_block_copies_one_blocks_rows_narrowed(
 def test_pack_share_writes_each_block_as_pack_block_does(
     lens: list[int], cuts: list[int], seed: int, val_t: str, row_t: str
 ) -> None:
-    """A share of some touched blocks (any subset, in order): :func:`share_layout`
-    places each block's four fields on 64-byte boundaries without overlap, and
-    :func:`pack_share` writes there what :func:`pack_block` writes for the block
-    alone; the extents (or finiteness) are those over the share."""
+    """Some touched blocks (any subset, in order), laid out by :func:`plan_shares`
+    as one share: :func:`pack_share` writes there what :func:`pack_block` writes
+    for each block alone; the extents (or finiteness) are those over the share."""
     n = len(lens)
     rng = np.random.default_rng(seed)
     indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     bounds = np.unique(np.array([0, n, *[min(c, n) for c in cuts]], np.int64))
-    counts, _, _ = count_rows(indptr, bounds)
-    touched = np.flatnonzero(counts)
-    if not touched.size:
+    ln = np.diff(indptr)
+    touched = [g for g in range(bounds.size - 1) if ln[bounds[g] : bounds[g + 1]].any()]
+    if not touched:
         return  # nothing touched: pack_csr sends nothing
-    blocks = np.sort(rng.choice(touched, int(rng.integers(1, touched.size + 1)), replace=False))
+    chosen = rng.choice(touched, int(rng.integers(1, len(touched) + 1)), replace=False)
+    owner = np.full(bounds.size - 1, 1, np.int64)
+    owner[chosen] = 0  # share 0: the chosen blocks; share 1: the rest
     cols = rng.integers(0, 200, int(indptr[-1])).astype(np.int32)
     floating = val_t[0] == "f"
     data = (
@@ -144,21 +180,18 @@ def test_pack_share_writes_each_block_as_pack_block_does(
         data[int(rng.integers(0, cols.size))] = np.nan
     dts = [np.dtype(t) for t in (row_t, "u2", "i2", val_t)]
     sizes = np.array([d.itemsize for d in dts], np.int64)
-    nrow, keys, offs, nbytes = share_layout(indptr, bounds, counts, blocks, sizes)
-    assert nbytes % 64 == 0 and (offs % 64 == 0).all()
-    spans = sorted(
-        (int(offs[i, f]), int(offs[i, f]) + int((nrow if f < 2 else keys)[i]) * dts[f].itemsize)
-        for i in range(blocks.size) for f in range(4)
-    )  # fmt: skip
-    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)) and spans[-1][1] <= nbytes
-    frame = np.zeros(nbytes, np.uint8)
+    status, blocks, nrow, keys, offs, starts, _ = plan_shares(indptr, bounds, owner, 2, sizes, True)
+    assert status == 0
+    k = len(chosen)  # share 0's blocks come first
+    blocks, nrow, keys, offs = blocks[:k], nrow[:k], keys[:k], offs[:k]
+    frame = np.zeros(int(starts[1]), np.uint8)
     kernel = pack_share_float if floating else pack_share
     got = kernel(
         indptr, cols, data, bounds, blocks, nrow, keys, offs, *(frame.view(d) for d in dts)
     )
     for i, g in enumerate(blocks.tolist()):
         r0, r1 = int(bounds[g]), int(bounds[g + 1])
-        assert nrow[i] == counts[g] and keys[i] == indptr[r1] - indptr[r0]
+        assert nrow[i] == np.count_nonzero(ln[r0:r1]) and keys[i] == indptr[r1] - indptr[r0]
         want = [np.empty((nrow if f < 2 else keys)[i], d) for f, d in enumerate(dts)]
         (pack_block_float if floating else pack_block)(indptr, cols, data, r0, r1, *want)
         for f, d in enumerate(dts):
