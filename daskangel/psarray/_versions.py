@@ -61,8 +61,12 @@ def token_of(name: str, generation: int, versions: dict[int, int]) -> str:
     True
     >>> token_of("w", 0, {0: 2}) != token_of("w", 0, {0: 3})
     True
+    >>> import numpy as np
+    >>> token_of("w", 0, {np.int64(0): np.int64(2)}) == token_of("w", 0, {0: 2})
+    True
     """
-    text = repr((name, generation, sorted(versions.items())))
+    # plain ints: a numpy integer's repr ("np.int64(3)") would change the token
+    text = repr((name, int(generation), sorted((int(g), int(v)) for g, v in versions.items())))
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
