@@ -62,6 +62,7 @@ class PSWorkerPlugin(WorkerPlugin):
         worker.handlers["daskangel_ps"] = self.handle
         worker.handlers["daskangel_rows"] = self.handle_rows
         worker.handlers["daskangel_push"] = self.handle_push
+        worker.handlers["daskangel_versions"] = self.handle_versions
         worker.handlers["daskangel_forget"] = self.forget
 
     def forget(self, names: list[str]) -> None:
@@ -226,6 +227,28 @@ class PSWorkerPlugin(WorkerPlugin):
             return error_reply(e)
         srv.op_stats["update"][3] += sum(int(n) for n in follow["frames"])
         return out
+
+    async def handle_versions(
+        self, comm: Any, server: int, array: str, blocks: list[int], uid: str | None = None
+    ) -> Any:
+        """The ``daskangel_versions`` handler: the lean ``version_token``'s request
+        (:mod:`._versions`), the versions of ``blocks`` of ``array``.  An idle server
+        (no write running, waiting or queued behind a reply) reads them at once on
+        the event loop; otherwise the ``versions`` op queues like any op, behind every
+        write before it (read-your-writes).  Without the general handler's walks of
+        the request and reply: ~0.17-0.24 ms of a ~1-2 ms token on the 2-core
+        benchmark VM (RESULTS.md, issue 14, push side, eighth session)."""
+        if comm is not None:
+            comm.allow_offload = False
+        srv = self.server(int(server))
+        kwargs: dict[str, Any] = {"array": array, "parts": [{"block": g} for g in blocks]}
+        try:
+            srv.check_uid({"array": array, "uid": uid})
+            if srv.idle():
+                return srv.timed("versions", 0, kwargs)
+            return await srv.run("versions", 0, **kwargs)
+        except DaskAngelError as e:
+            return error_reply(e)
 
     async def handle_rows(
         self,

@@ -20,11 +20,14 @@ makes them again), and the token is a plain hash of the versions (:func:`token_o
 dask's ``tokenize`` and the request building were ~0.12 ms of a ~1.3 ms token
 in the caller on the 2-core benchmark VM (their cold cost; 18 us and ~7 us warm).
 
-The servers run the same ``versions`` op through the ordinary ``daskangel_ps``
-handler, so what is waited for is unchanged.  Anything unusual (a lost, moved
-or moving block, an unreachable server, a server in this process, the actors
-transport, ``daskangel.client.lean-versions`` off) gives None: the general path
-answers (it refreshes the layout and waits for recoveries).
+The servers run the same ``versions`` op through their lean
+``daskangel_versions`` handler (``_endpoints.PSWorkerPlugin.handle_versions``:
+read at once when the server is idle, else queued behind every write before it
+as through ``daskangel_ps``), so what is waited for is unchanged.  Anything
+unusual (a lost, moved or moving block, an unreachable server, a server in this
+process, the actors transport, ``daskangel.client.lean-versions`` off) gives
+None: the general path answers (it refreshes the layout and waits for
+recoveries).
 """
 
 from __future__ import annotations
@@ -98,9 +101,8 @@ def _plan(b: Binding, name: str, m: ArrayMeta) -> Planned | None:
     uid = {"uid": m.uid} if m.uid else {}
     calls: list[Any] = [
         (
-            s.address, "daskangel_ps",
-            {"ps_op": "versions", "server": s.index, "cost": 0, "array": name,
-             "parts": [{"block": g} for g in blocks], **uid},
+            s.address, "daskangel_versions",
+            {"server": s.index, "array": name, "blocks": blocks, **uid},
             [], [],
         )
         for s, blocks in groups.items()
