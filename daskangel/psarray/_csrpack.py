@@ -192,7 +192,7 @@ def pack_share(indptr, cols, data, bounds, blocks, nrow, keys, offs, ro, rl, rc,
     """:func:`pack_block` for every block of one server's share: block
     ``blocks[i]`` (rows ``bounds[blocks[i]]`` up to the next bound, ``nrow[i]``
     touched rows, ``keys[i]`` entries) goes to its four fields at the byte
-    offsets ``offs[i]`` (:func:`share_layout`) of the outputs ``ro, rl, rc, rv``
+    offsets ``offs[i]`` (:func:`plan_shares`) of the outputs ``ro, rl, rc, rv``
     (typed views of one frame: rows, counts, columns, values).
     ``(columns min, max, values min, max)`` over the share; every block has an
     entry."""
