@@ -153,10 +153,10 @@ def plan_shares(indptr, bounds, owner, n_shares, sizes, narrow_len):  # type: ig
     keys = np.empty(touched, np.int64)
     offs = np.empty((touched, 4), np.int64)
     starts = np.zeros(n_shares + 1, np.int64)
-    status = 1 if lo < 0 else 0
+    status = 1 if lo < 0 else 0  # (a malformed matrix first: its blocks mean nothing)
     for g in range(n_blocks):
-        if rows[g] and owner[g] < 0:
-            status = max(status, 2)
+        if status == 0 and rows[g] and owner[g] < 0:
+            status = 2
     if status:
         return status, blocks, nrow, keys, offs, starts, len_size
     pos = np.int64(0)
