@@ -90,6 +90,23 @@ _prefetch = _prefetcher(1, 3)
 _for_write = _prefetch
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _rows_ahead(block, rows, lens, cols, j, off, k, dist, write):  # type: ignore[no-untyped-def]
+    """Prefetch the lines of rows ``j, j+1, ...`` (row ``j``'s entries start at
+    ``off``) until ``dist`` entries past entry ``k``, for writing or into L2;
+    the next row and its first entry."""
+    while j < rows.shape[0] and off - k < dist:
+        r = rows[j]
+        for e in range(off, off + lens[j]):
+            if write:
+                _for_write(block, r, cols[e])  # type: ignore[call-arg]
+            else:
+                _to_l2(block, r, cols[e])  # type: ignore[call-arg]
+        off += lens[j]
+        j += 1
+    return j, off
+
+
 @njit(nogil=True, cache=True)
 def scatter_csr(block, rows, lens, cols, values, add):  # type: ignore[no-untyped-def]
     """``block[rows[i], cols[k]] (+)= values[k]`` for the ``lens[i]`` entries ``k`` of
@@ -99,25 +116,14 @@ def scatter_csr(block, rows, lens, cols, values, add):  # type: ignore[no-untype
     :data:`FAR` entries ahead are read into L2 and until :data:`NEAR` entries ahead
     asked for writing (a cursor a row, not an entry: a cursor an entry cost 0.75
     against 0.69 ms for the LDA shape above, 0.45 against 0.24 ms for the MF one)."""
-    nr = rows.shape[0]
     jf = 0  # the next row to read into L2, and its first entry
     off_f = 0
     jn = 0  # the next row to ask for writing, and its first entry
     off_n = 0
     k = 0
-    for i in range(nr):
-        while jf < nr and off_f - k < FAR:
-            rf = rows[jf]
-            for e in range(off_f, off_f + lens[jf]):
-                _to_l2(block, rf, cols[e])  # type: ignore[call-arg]
-            off_f += lens[jf]
-            jf += 1
-        while jn < nr and off_n - k < NEAR:
-            rn = rows[jn]
-            for e in range(off_n, off_n + lens[jn]):
-                _for_write(block, rn, cols[e])  # type: ignore[call-arg]
-            off_n += lens[jn]
-            jn += 1
+    for i in range(rows.shape[0]):
+        jf, off_f = _rows_ahead(block, rows, lens, cols, jf, off_f, k, FAR, False)
+        jn, off_n = _rows_ahead(block, rows, lens, cols, jn, off_n, k, NEAR, True)
         r = rows[i]
         for _ in range(lens[i]):
             if add:
