@@ -100,6 +100,17 @@ def test_plan_shares_lays_out_each_servers_touched_blocks(
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
 
+def _entries(rng: np.random.Generator, n: int, val_t: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``n`` random columns (< 200) and values: float32 normals for a float wire
+    type ``val_t``, int32 in [-100, 100) otherwise; and whether they are floats."""
+    cols = rng.integers(0, 200, n).astype(np.int32)
+    floating = val_t[0] == "f"
+    data = (rng.standard_normal(n) if floating else rng.integers(-100, 100, n)).astype(
+        np.float32 if floating else np.int32
+    )
+    return cols, data, floating
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.integers(0, 5), min_size=2, max_size=80),
@@ -120,11 +131,7 @@ def test_pack_block_copies_one_blocks_rows_narrowed(
     k0, k1 = int(indptr[r0]), int(indptr[r1])
     if k0 == k1:
         return  # a block without entries is never packed
-    cols = rng.integers(0, 200, int(indptr[-1])).astype(np.int32)
-    floating = val_t[0] == "f"
-    data = (
-        rng.standard_normal(cols.size) if floating else rng.integers(-100, 100, cols.size)
-    ).astype(np.float32 if floating else np.int32)
+    cols, data, floating = _entries(rng, int(indptr[-1]), val_t)
     if floating and rng.random() < 0.5:
         data[int(rng.integers(k0, k1))] = [np.nan, np.inf, -np.inf][int(rng.integers(0, 3))]
     ln = np.diff(indptr)[r0:r1]
@@ -171,11 +178,7 @@ def test_pack_share_writes_each_block_as_pack_block_does(
     chosen = rng.choice(touched, int(rng.integers(1, len(touched) + 1)), replace=False)
     owner = np.full(bounds.size - 1, 1, np.int64)
     owner[chosen] = 0  # share 0: the chosen blocks; share 1: the rest
-    cols = rng.integers(0, 200, int(indptr[-1])).astype(np.int32)
-    floating = val_t[0] == "f"
-    data = (
-        rng.standard_normal(cols.size) if floating else rng.integers(-100, 100, cols.size)
-    ).astype(np.float32 if floating else np.int32)
+    cols, data, floating = _entries(rng, int(indptr[-1]), val_t)
     if floating and rng.random() < 0.5:
         data[int(rng.integers(0, cols.size))] = np.nan
     dts = [np.dtype(t) for t in (row_t, "u2", "i2", val_t)]
