@@ -32,6 +32,7 @@ from distributed.core import ConnectionPool
 from distributed.utils import sync
 
 from .. import config
+from .._lean import LeanPool
 from .._wire import call_server, drop_narrow
 from ._blockcalls import BlockCalls
 from ._meta import ArrayMeta, ServerId
@@ -58,6 +59,7 @@ class Binding(BlockCalls):
         self.loop = loop
         self.connection_args = connection_args
         self._pool: ConnectionPool | None = None
+        self._lean: LeanPool | None = None
         self.scheduler = scheduler
         self.local_worker = local_worker
         # {array_name: ArrayMeta}
@@ -116,6 +118,20 @@ class Binding(BlockCalls):
             await pool.start()
             self._pool = pool
         return self._pool
+
+    def lean(self, addresses: list[str]) -> LeanPool | None:
+        """The lean wire's comms (:mod:`daskangel._lean`) when every one of
+        ``addresses`` can take it and ``daskangel.client.lean-wire`` is on, else
+        None (the Dask path answers)."""
+        if not config.get("daskangel.client.lean-wire") or not all(
+            LeanPool.supports(a) for a in addresses
+        ):
+            return None
+        if self._lean is None:
+            self._lean = LeanPool(
+                self.connection_args, config.get_seconds("daskangel.client.connect-timeout")
+            )
+        return self._lean
 
     # -- running coroutines from any thread ----------------------------------
 

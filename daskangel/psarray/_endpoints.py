@@ -24,6 +24,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 
 from .. import config
+from .._lean import LEAN_HANDLER, serve
 from .._wire import call_server, error_reply, payload_nbytes, unwrap_arrays, wrap_arrays
 from ..errors import BlockBusyError, DaskAngelError, InvalidArgumentError
 from ._recvpool import ReceivePool, cut_fields, read_follow
@@ -64,6 +65,13 @@ class PSWorkerPlugin(WorkerPlugin):
         worker.handlers["daskangel_push"] = self.handle_push
         worker.handlers["daskangel_versions"] = self.handle_versions
         worker.handlers["daskangel_forget"] = self.forget
+        worker.handlers[LEAN_HANDLER] = self.handle_lean
+
+    async def handle_lean(self, comm: Any) -> None:
+        """The ``daskangel_lean`` handler: keeps ``comm`` and serves the lean wire's
+        pushes and version requests on it until it closes (:mod:`daskangel._lean`),
+        through the same handlers as their Dask messages."""
+        await serve(comm, {"push": self.handle_push, "versions": self.handle_versions})
 
     def forget(self, names: list[str]) -> None:
         """The ``daskangel_forget`` handler: the scheduler freed these arrays; this

@@ -40,6 +40,7 @@ from typing import Any
 from distributed.protocol import to_serialize
 
 from .. import config
+from .._lean import lean_all
 from .._recv import send_all_recv_into
 from .._wire import raise_if_error, split_follow
 from ._binding import Binding
@@ -107,10 +108,16 @@ async def _send(
     uid = {"uid": m.uid} if m.uid else {}
 
     async def go() -> None:
-        pool = b._pool or await b.pool()
-        if config.get("daskangel.client.raw-follow"):
+        lean = (
+            b.lean([c[0] for c, _ in calls]) if config.get("daskangel.client.raw-follow") else None
+        )
+        if lean is not None:
+            sent = lean_all(lean, [c for c, _ in calls], raw=[f for _, f in calls])
+        elif config.get("daskangel.client.raw-follow"):
+            pool = b._pool or await b.pool()
             sent = send_all_recv_into(pool, [c for c, _ in calls], raw=[f for _, f in calls])
         else:
+            pool = b._pool or await b.pool()
             follows = [{"values": [to_serialize(f) for f in frames]} for _, frames in calls]
             sent = send_all_recv_into(pool, [c for c, _ in calls], follows)
         if local:

@@ -38,6 +38,7 @@ import weakref
 from typing import Any
 
 from .. import config
+from .._lean import lean_all
 from .._recv import send_all_recv_into
 from .._wire import raise_if_error
 from ._binding import Binding
@@ -118,8 +119,11 @@ async def _fetch(
     general path must answer (a layout change or an unreachable server)."""
 
     async def go() -> None:
-        pool = b._pool or await b.pool()
-        replies = await send_all_recv_into(pool, calls)
+        lean = b.lean([c[0] for c in calls])
+        if lean is not None:
+            replies = await lean_all(lean, calls)
+        else:
+            replies = await send_all_recv_into(b._pool or await b.pool(), calls)
         for got, bl in zip(replies, blocks, strict=True):
             out.update(zip(bl, raise_if_error(got), strict=True))
 
