@@ -14,6 +14,9 @@ Measured in the same task as the row gets: ``PSArray.increment`` of a
   columns and float32 values, 5 bytes a key), so both ratios are printed;
 * **the increment with the wide wire** (``narrow-csr`` off: 8 bytes a key, as
   before it), timed in the same turns;
+* **the increment on Dask's comms** (``daskangel.client.lean-wire`` off: the
+  same lean push and token, through Dask's comm pool and message handling
+  instead of daskangel's lean wire, :mod:`daskangel._lean`), timed in the same turns;
 * **the increment on the general path** (``daskangel.client.lean-push`` off: a
   task a server and the generic ``daskangel_ps`` handler instead of one lean
   ``daskangel_push`` request a server, ``psarray/_rowpush.py``);
@@ -90,7 +93,7 @@ def measure_increments(
     warmup: int,
 ) -> tuple[float, ...]:
     """``(inc, raw, keys, floor, inc wide, raw wire, wire bytes, coo, coords, inc general,
-    floor on the servers, its bytes)``:
+    floor on the servers, its bytes, inc on Dask's comms)``:
     medians of paired rounds (``raw(addrs, op, shares)`` is the bare RPC of
     :mod:`_rowbench`)."""
     nr, width = arr.shape
@@ -120,6 +123,10 @@ def measure_increments(
 
     def inc_general() -> None:
         with dask.config.set({"daskangel.client.lean-push": False}):
+            inc()
+
+    def inc_dask() -> None:  # the lean push and token on Dask's comms, as before the lean wire
+        with dask.config.set({"daskangel.client.lean-wire": False}):
             inc()
 
     # the same entries as an unsorted COO (what LDA's sweeps push): sorted into
@@ -184,6 +191,7 @@ def measure_increments(
         "floor srv": floor_srv,
         "inc wide": inc_wide,
         "inc general": inc_general,
+        "inc dask": inc_dask,
         "raw wire": lambda: raw_inc(wire_shares),
         "coo": inc_coo,
         "coords": inc_coords,
@@ -202,12 +210,13 @@ def measure_increments(
         t["inc general"],
         t["floor srv"],
         srv_bytes,
+        t["inc dask"],
     )
 
 
 def increment_rows(what: str, width: int, res: tuple[float, ...]) -> list[tuple[str, ...]]:
     """The table rows of one shape's increment figures."""
-    t, tr, keys, tf, tw, trw, wire, tc, tco, tg, ts, sb = res
+    t, tr, keys, tf, tw, trw, wire, tc, tco, tg, ts, sb, td = res
     nnz = min(NNZ, width)
     rows_n = int(keys) // nnz
     inc_what = f"{what}: sparse row increment {rows_n:,} rows x {nnz} nnz"
@@ -234,6 +243,13 @@ def increment_rows(what: str, width: int, res: tuple[float, ...]) -> list[tuple[
             f"{inc_what}: on the general path (lean-push off)",
             f"{keys / tg / 1e6:,.1f} M keys/s",
             f"raw/increment {tr / tg:.0%}; lean/general {tg / t:.0%}",
+            "-",
+        ),
+        (
+            "rows",
+            f"{inc_what}: on Dask's comms (lean-wire off)",
+            f"{keys / td / 1e6:,.1f} M keys/s",
+            f"raw/increment {tr / td:.0%}; lean wire/Dask's {td / t:.0%}",
             "-",
         ),
         (

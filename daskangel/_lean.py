@@ -7,7 +7,7 @@ objects to serialise, the frame table, the msgpack header) and, on the server,
 was ~0.15 ms of a small 2-server round trip back to back and ~0.5 ms with the
 cores idle between calls, and 0.17-0.30 ms of a 300 KB push (RESULTS.md, issue 14,
 "a lean wire, probed").  This module carries the hottest calls (a sparse row
-push, the version token) without it:
+push, a random-row get, the version token) without it:
 
 * a caller opens comms of its own to a server (Dask's ``connect``: the cluster's
   security settings and handshake), one per call in flight, kept idle between
@@ -19,7 +19,8 @@ push, the version token) without it:
   op's Dask handler takes), a reply (what that handler returns), or a failure
   (the pickled exception an uncaught error raised, as Dask's ``error_message``
   carries it); a push's packed frame follows its request as bare bytes, as on the
-  Dask path (``follow["raw"]``);
+  Dask path (``follow["raw"]``), and a large row get's rows follow their reply
+  (a frame message: the bytes' count), read straight into the caller's buffer;
 * daskangel's own errors come back as plain values (:func:`._wire.error_reply`)
   exactly as on the Dask path, so "a refused request changes nothing" holds
   unchanged.
@@ -56,12 +57,13 @@ import numpy as np
 from distributed.comm import connect
 from distributed.comm.core import CommClosedError
 from distributed.protocol import pickle
+from distributed.protocol.serialize import Serialize
 from distributed.protocol.utils import msgpack_opts
 
 from ._recv import raw_stream
 
 __all__ = [
-    "FAILED", "LEAN_HANDLER", "REPLY", "REQUEST", "LeanPool", "decode", "encode", "lean_all",
+    "FAILED", "FRAME", "LEAN_HANDLER", "REPLY", "REQUEST", "LeanPool", "decode", "encode", "lean_all",
     "serve",
 ]  # fmt: skip
 
@@ -69,7 +71,7 @@ logger = logging.getLogger(__name__)
 
 LEAN_HANDLER = "daskangel_lean"
 MAGIC = b"DAL1"  # "daskangel lean", version 1 of its framing
-REQUEST, REPLY, FAILED = 0, 1, 2
+REQUEST, REPLY, FAILED, FRAME = 0, 1, 2, 3
 _HEAD = struct.Struct("<4sBxxxI")  # magic, kind, pad, body bytes
 
 # a request: (address, op, message, reply sizes, reply targets), as _recv.send_all_recv_into
@@ -121,6 +123,15 @@ def _failure(e: BaseException) -> bytes:
     return encode(FAILED, data)
 
 
+def _frame_of(reply: Any) -> np.ndarray | None:
+    """The array a reply carries as a frame of its own (a C-contiguous array a
+    handler returned as ``to_serialize(array)``: a large row get's rows), else None."""
+    data = reply.data if isinstance(reply, Serialize) else None
+    if isinstance(data, np.ndarray) and data.flags.c_contiguous:
+        return data
+    return None
+
+
 async def serve(comm: Any, handlers: dict[str, Handler]) -> None:
     """Serve lean requests on ``comm`` until it closes: the ``daskangel_lean``
     handler.  ``handlers``: ``{op: handler(comm, **message)}``; a handler may read
@@ -140,8 +151,11 @@ async def serve(comm: Any, handlers: dict[str, Handler]) -> None:
             if fn is None or not isinstance(msg, dict):
                 # its bare bytes (if any) cannot be skipped: the comm is out of step
                 raise CommClosedError(f"lean wire: no handler for op {op!r}")
+            frame = None
             try:
-                out = encode(REPLY, await fn(comm, **msg))
+                reply = await fn(comm, **msg)
+                frame = _frame_of(reply)
+                out = encode(REPLY, reply) if frame is None else encode(FRAME, frame.nbytes)
             except (CommClosedError, OSError):
                 raise
             except Exception as e:  # as Dask's handle_comm: sent back to the caller
@@ -149,7 +163,11 @@ async def serve(comm: Any, handlers: dict[str, Handler]) -> None:
                 if comm.closed():
                     raise
                 out = _failure(e)
-            await stream.write(out)
+            if frame is None:
+                await stream.write(out)
+            else:  # (awaited: the reply's buffer is not reused before it is written)
+                stream.write(out)
+                await stream.write(memoryview(frame).cast("B"))
     except (CommClosedError, OSError) as e:
         if not comm.closed():
             logger.info("daskangel: lean comm from %s closed: %s", comm.peer_address, e)
@@ -176,6 +194,7 @@ class LeanPool:
         self._idle: dict[str, list[Any]] = {}
         # every comm this pool opened and has not seen closed
         self._open: set[Any] = set()
+        self.calls = 0  # requests answered over this pool's comms
 
     @staticmethod
     def supports(address: str) -> bool:
@@ -233,8 +252,9 @@ async def lean_all(
 ) -> list[Any]:
     """``_recv.send_all_recv_into`` over the lean wire: every request (and its
     ``raw`` frames, as bare bytes after it) is written first, then the replies
-    are read in order.  The reply sizes and targets of ``calls`` are not used
-    (no call placed here has a large reply).  Any failure aborts every comm of the
+    are read in order.  A reply that is one array (a large row get's) is read
+    into its call's target when the target is exactly its size, as
+    :func:`._recv.read_into_targets` places frames.  Any failure aborts every comm of the
     batch; a closed comm raises :class:`~distributed.comm.CommClosedError`; an
     uncaught error of a handler is raised here as the handler raised it."""
     comms: list[tuple[str, Any]] = []
@@ -252,10 +272,10 @@ async def lean_all(
                 for f in raw[i]:  # (tornado holds each until written: not reused before)
                     stream.write(memoryview(f).cast("B"))
         out = []
-        for _, comm in comms:
+        for (_, comm), call in zip(comms, calls, strict=True):
             if comm.stream is None:
                 raise CommClosedError("lean wire: the comm closed")
-            out.append(await _read(comm.stream))
+            out.append(await _read_reply(comm.stream, call))
     except BaseException as e:
         for _, comm in comms:
             pool.drop(comm)
@@ -264,12 +284,31 @@ async def lean_all(
         raise
     for address, comm in comms:
         pool.give_back(address, comm)
+    pool.calls += len(comms)
     replies = []
     for kind, reply in out:
         if kind == FAILED:
             raise pickle.loads(reply)
         replies.append(reply)
     return replies
+
+
+async def _read_reply(stream: Any, call: Call) -> tuple[int, Any]:
+    """A reply; an array frame is read into the call's target when it has exactly
+    the target's size (the target then is the reply), else into bytes of its own."""
+    kind, body = await _read(stream)
+    if kind != FRAME:
+        return kind, body
+    n = int(body)
+    sizes, targets = call[3], call[4]
+    if sizes and sizes[0] == n and targets[0] is not None:
+        target = targets[0]
+        view = memoryview(target.reshape(-1).view(np.uint8))
+        got = 0
+        while got < n:
+            got += await stream.read_into(view[got : got + (1 << 30)])
+        return REPLY, target
+    return REPLY, await stream.read_bytes(n)
 
 
 def _op_of(handler: str) -> str:

@@ -250,3 +250,47 @@ def test_the_dask_path_answers_with_the_key_off(ps: angel.PSContext) -> None:
         assert a.version_token() != t1
     assert (pool.open, _idle(pool)) == before
     np.testing.assert_array_equal(a.get(), (2 * _dense(X)).astype(np.int32))
+
+
+def _configure(values: dict[str, Any]) -> None:
+    """(``client.run``) set dask config keys in this process."""
+    dask.config.set(values)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+def test_random_row_gets_read_the_same_rows_over_the_wire(
+    ps: angel.PSContext, client: Client, dtype: str
+) -> None:
+    """Random-row gets (repeated, unsorted rows) over the wire by both of the lean
+    get's paths (a coroutine a server, one for all), their replies frames of their
+    own read into the caller's buffer or bytes inside the message: the rows numpy
+    gives, each answered over the pool's comms (its call counter moves by a
+    request a server); with the key off the Dask path gives them, the counter still."""
+    shape = (4_000, 64)  # ~380 KB of rows a server for 3,000 rows
+    a = ps.zeros(f"lean-get-{dtype}", shape, dtype=dtype, block_shape=(500, shape[1]))
+    ref = np.random.default_rng(3).integers(-50, 50, shape).astype(dtype)
+    a.set(ref)
+    rows = np.random.default_rng(4).integers(0, shape[0], 3_000)
+    a.get(rows=rows[:5])
+    pool = _pool(a)
+    server_keys = ("daskangel.server.reply-frame-bytes",)
+    saved = client.run(lambda: {k: dask.config.get(k) for k in server_keys})
+    cases = [
+        ({}, {}),  # large: a coroutine a server, frames read into place
+        ({}, {"daskangel.server.reply-frame-bytes": "1GiB"}),  # ... bytes in the message
+        ({"daskangel.client.batched-reply-bytes": "1GiB"}, {}),  # large, one coroutine
+    ]
+    try:
+        for mine, theirs in cases:
+            client.run(_configure, theirs or next(iter(saved.values())))
+            with dask.config.set(mine):
+                before = pool.calls
+                np.testing.assert_array_equal(a.get(rows=rows), ref[rows])
+                np.testing.assert_array_equal(a.get(rows=rows[:7]), ref[rows[:7]])
+                assert pool.calls - before >= 3, (mine, theirs)
+    finally:
+        client.run(_configure, next(iter(saved.values())))
+    before = pool.calls
+    with dask.config.set({"daskangel.client.lean-wire": False}):
+        np.testing.assert_array_equal(a.get(rows=rows), ref[rows])
+    assert pool.calls == before

@@ -69,9 +69,10 @@ class PSWorkerPlugin(WorkerPlugin):
 
     async def handle_lean(self, comm: Any) -> None:
         """The ``daskangel_lean`` handler: keeps ``comm`` and serves the lean wire's
-        pushes and version requests on it until it closes (:mod:`daskangel._lean`),
+        pushes, row gets and version requests on it until it closes (:mod:`daskangel._lean`),
         through the same handlers as their Dask messages."""
-        await serve(comm, {"push": self.handle_push, "versions": self.handle_versions})
+        handlers = {"push": self.handle_push, "rows": self.handle_rows}
+        await serve(comm, {**handlers, "versions": self.handle_versions})
 
     def forget(self, names: list[str]) -> None:
         """The ``daskangel_forget`` handler: the scheduler freed these arrays; this

@@ -19,6 +19,10 @@ For small gets the cost of a get of whole random rows (planned by
   :func:`get_rows` is told the outcome by the coroutine itself, not through a
   ``concurrent.futures.Future`` (one loop turn and a callback chain fewer).
 
+Between processes on TCP / TLS both go over daskangel's lean wire
+(:mod:`daskangel._lean`: kept comms, no Dask per-message framing), a large
+reply's rows read from it into the scratch buffer as above.
+
 Anything unusual (a lost, moved or moving block, an unreachable server) makes
 :func:`get_rows` return ``None`` and the caller takes the general path, which
 refreshes the layout, waits for recoveries and resends (a read is idempotent).
@@ -34,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
+from .._lean import lean_all
 from .._recv import send_all_recv_into, send_recv_into
 from .._wire import raise_if_error
 from . import _rowkernels as RK
@@ -67,6 +72,16 @@ def _small_calls(
     return calls
 
 
+def _plain(call: Any) -> Any:
+    """A ``daskangel_rows`` call for the lean wire: its rows as bytes (the wire
+    carries plain values; the handler reads bytes as int32 rows)."""
+    address, op, msg, sizes, targets = call
+    rows = msg["rows"]
+    if not isinstance(rows, bytes):
+        msg = {**msg, "rows": np.ascontiguousarray(rows.data, np.int32).tobytes()}
+    return address, op, msg, sizes, targets
+
+
 def _part(got: Any, m: ArrayMeta, n: int) -> np.ndarray:
     """A reply's ``n`` rows: an array, or their bytes (a reply under
     ``daskangel.server.reply-frame-bytes`` travels inside the message)."""
@@ -85,8 +100,11 @@ async def _fetch_small(
     (:func:`~daskangel._recv.send_all_recv_into`)."""
 
     async def go() -> None:
-        pool = b._pool or await b.pool()
-        replies = await send_all_recv_into(pool, calls)
+        lean = b.lean([c[0] for c in calls])
+        if lean is not None:
+            replies = await lean_all(lean, [_plain(c) for c in calls])
+        else:
+            replies = await send_all_recv_into(b._pool or await b.pool(), calls)
         for (_, _, _, (start, stop)), got in zip(plan.requests, replies, strict=True):
             RK.put_rows(out, plan.order[start:stop], _part(got, m, stop - start))
 
@@ -123,9 +141,14 @@ async def _fetch(
         if scratch is not None and nbytes >= direct:
             into = ([nbytes], [scratch[start:stop]])
         if lean and s.address != here:
-            pool = b._pool or await b.pool()
             msg = lean_msg(m, name, s, blocks, counts, rows, nbytes, direct)
-            part = await send_recv_into(pool, s.address, "daskangel_rows", msg, *into)
+            wire = b.lean([s.address])
+            if wire is not None:
+                call = _plain((s.address, "daskangel_rows", msg, *into))
+                part = (await lean_all(wire, [call]))[0]
+            else:
+                pool = b._pool or await b.pool()
+                part = await send_recv_into(pool, s.address, "daskangel_rows", msg, *into)
         else:  # this worker's own server (no comm), or the actors transport
             part = await b.call(
                 s, "get_rows", nbytes, m.transport, into if into[0] else None,
