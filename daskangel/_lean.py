@@ -167,7 +167,7 @@ async def serve(comm: Any, handlers: dict[str, Handler]) -> None:
                 await stream.write(out)
             else:  # (awaited: the reply's buffer is not reused before it is written)
                 stream.write(out)
-                await stream.write(memoryview(frame).cast("B"))
+                await stream.write(memoryview(frame).cast("B"))  # type: ignore[arg-type]
     except (CommClosedError, OSError) as e:
         if not comm.closed():
             logger.info("daskangel: lean comm from %s closed: %s", comm.peer_address, e)

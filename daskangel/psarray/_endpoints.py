@@ -71,7 +71,7 @@ class PSWorkerPlugin(WorkerPlugin):
         """The ``daskangel_lean`` handler: keeps ``comm`` and serves the lean wire's
         pushes, row gets and version requests on it until it closes (:mod:`daskangel._lean`),
         through the same handlers as their Dask messages."""
-        handlers = {"push": self.handle_push, "rows": self.handle_rows}
+        handlers: dict[str, Any] = {"push": self.handle_push, "rows": self.handle_rows}
         await serve(comm, {**handlers, "versions": self.handle_versions})
 
     def forget(self, names: list[str]) -> None:
