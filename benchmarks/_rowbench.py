@@ -10,7 +10,9 @@ counts) and MF-like (50,000 x 50 float32 item factors), auto-partitioned.
   (unsorted), against *raw*: one bare Dask RPC per server, concurrently, each
   returning as many bytes as that server's rows (a cached array: no copy, no
   planning), and the same RPCs whose requests also carry the server's row ids
-  as int32 bytes (what any random-row get must send; dropped by the handler);
+  as int32 bytes (what any random-row get must send; dropped by the handler),
+  and the same get on Dask's comms (``daskangel.client.lean-wire`` off: what
+  daskangel's lean wire, :mod:`daskangel._lean`, gains on the same calls);
 * **floor**: the raw RPC followed by the two copies a random-row get cannot
   avoid, done with numpy on the same bytes in the task (the largest server
   share gathered into a reused buffer, then all rows put back into request order
@@ -37,8 +39,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
+import dask
 import numpy as np
 from _rowinc import increment_rows, measure_increments
 from _timing import paired_median_times
@@ -95,6 +99,12 @@ def _raw(addrs: list[str], op: str, shares: list[Any], ids: list[Any] | None = N
         await asyncio.gather(*calls)
 
     sync(w.loop, go)
+
+
+def _on_dask(fn: Callable[[], Any]) -> Any:
+    """``fn()`` with daskangel's lean wire off: its calls through Dask's comms."""
+    with dask.config.set({"daskangel.client.lean-wire": False}):
+        return fn()
 
 
 def _rounds(fns: dict[str, Any], repeat: int, smoke: bool) -> int:
@@ -184,9 +194,10 @@ def _measure(
             "raw": lambda s=shares: _raw(addrs, "source", s),
             "raw ids": lambda s=shares, i=ids: _raw(addrs, "source", s, i),
             "floor": lambda s=shares, f=floor: (_raw(addrs, "source", s), f()),
+            "get dask": lambda idx=idx: _on_dask(lambda: arr.get(rows=idx)),
         }
         t = paired_median_times(fns, _rounds(fns, repeat, smoke), warmup=warmup)
-        out[f"get {n}"] = (t["get"], t["raw"], t["floor"], t["raw ids"])
+        out[f"get {n}"] = (t["get"], t["raw"], t["floor"], t["raw ids"], t["get dask"])
     # pipelined pulls of the largest count
     n = min(max(n_rows), nr)
     idx = rng.choice(nr, size=n, replace=False)
@@ -276,7 +287,7 @@ def bench_rows(repeat: int, smoke: bool, plugin: Any) -> list[tuple[str, str, st
                 what = f"{label} {shape[0]:,} x {shape[1]:,} {dtype}"
                 row_bytes = shape[1] * np.dtype(dtype).itemsize
                 for n in n_rows:
-                    t, tr, tf, tri = res[f"get {n}"]
+                    t, tr, tf, tri, td = res[f"get {n}"]
                     k = min(n, shape[0])
                     rows.append(
                         (
@@ -284,7 +295,8 @@ def bench_rows(repeat: int, smoke: bool, plugin: Any) -> list[tuple[str, str, st
                             f"{what}: get {k:,} random rows ({k * row_bytes / 2**20:.1f} MiB)",
                             f"{t * 1e3:,.2f} ms",
                             f"{tr * 1e3:,.2f} ms ({tr / t:.0%}); with the row ids "
-                            f"{tri * 1e3:,.2f} ms ({tri / t:.0%})",
+                            f"{tri * 1e3:,.2f} ms ({tri / t:.0%}); on Dask's comms "
+                            f"(lean-wire off) {td * 1e3:,.2f} ms ({td / t:.0%})",
                             "-",
                         )
                     )
