@@ -27,6 +27,7 @@ from distributed.protocol import to_serialize
 
 from . import config
 from ._recv import send_recv_into
+from ._shm import UNAVAILABLE, ShmBuffers, place, span
 from .errors import InvalidArgumentError
 
 __all__ = [
@@ -277,6 +278,7 @@ async def call_server(
     kwargs: dict[str, Any],
     into: tuple[list[int], list[np.ndarray | None]] | None = None,
     alloc: Callable[[int], np.ndarray] | None = None,
+    shm: ShmBuffers | None = None,
 ) -> Any:
     """Run ``op`` on server ``(address, index)`` over ``rpc`` (a ConnectionPool).
 
@@ -284,14 +286,21 @@ async def call_server(
     ``sizes[k]`` bytes are read from the socket straight into ``targets[k]``
     (see :mod:`daskangel._recv`; the caller checks which ones landed).  ``alloc``:
     where an update's packed follow frame is copied to (:func:`split_follow`).
+    ``shm``: this process's shared buffers, through which a large packed update
+    reaches a server of this machine (:mod:`daskangel._shm`, :func:`_via_shm`).
     """
     if transport == "handlers":
+        packed = op == "update" and all("packed" in p for p in kwargs.get("parts") or [{}])
         kwargs, values = split_follow(op, kwargs, alloc)
         if values:
             # the follow description holds plain lists only: not walked by wrap_arrays
             # (a dozen fields of six items: ~50 calls a request on the event loop)
             desc = kwargs.pop("follow")
             msg = {"ps_op": op, "server": index, "cost": cost, **wrap_arrays(kwargs)}
+            if packed and shm is not None:
+                reply = await _via_shm(rpc, address, msg, desc, values, shm)
+                if reply is not UNAVAILABLE:
+                    return unwrap_arrays(raise_if_error(reply))
             msg["follow"] = desc
             follow = {"values": [to_serialize(v) for v in values]}
             reply = await send_recv_into(rpc, address, "daskangel_ps", msg, [], [], follow)
@@ -317,3 +326,43 @@ async def call_server(
             raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
         return raise_if_error(resp["result"])
     raise InvalidArgumentError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")
+
+
+async def _via_shm(
+    rpc: Any,
+    address: str,
+    msg: dict[str, Any],
+    desc: dict[str, Any],
+    values: list[np.ndarray],
+    shm: ShmBuffers,
+) -> Any:
+    """Send an update whose follow frames wait in one of ``shm``'s buffers
+    (:mod:`daskangel._shm`); its reply, or :data:`UNAVAILABLE` when it must go
+    over the socket (a server not known to map them, too few bytes, no buffer
+    free): then nothing was applied.
+
+    Only packed sparse parts go this way: sparse blocks apply them before
+    replying, so the buffer is free again once the reply is here (the server
+    never defers such a request either)."""
+    if address in shm.refused or not config.get("daskangel.client.shm"):
+        return UNAVAILABLE
+    need = span(values)
+    if need < config.get_bytes("daskangel.client.shm-bytes"):
+        return UNAVAILABLE
+    seg = shm.take(need)
+    if seg is None:
+        return UNAVAILABLE
+    try:
+        at = place(seg, values)
+        reply = await send_recv_into(
+            rpc, address, "daskangel_ps", {**msg, "follow": {**desc, "at": at, "shm": seg.desc(need)}},
+            [], [],
+        )  # fmt: skip
+    except BaseException:
+        shm.retire(seg)  # the server may still be reading it
+        raise
+    shm.release(seg)
+    if isinstance(reply, str) and reply == UNAVAILABLE:
+        shm.refused.add(address)
+        return UNAVAILABLE
+    return reply

@@ -33,6 +33,8 @@ from distributed.utils import sync
 
 from .. import config
 from .._lean import LeanPool
+from .._shm import ShmBuffers
+from .._shm import supported as shm_supported
 from .._wire import call_server, drop_narrow
 from ._blockcalls import BlockCalls
 from ._meta import ArrayMeta, ServerId
@@ -69,6 +71,7 @@ class Binding(BlockCalls):
         self._scratch: ReceivePool | None = None
         self._results: ReceivePool | None = None
         self._sends: ReceivePool | None = None
+        self._shm: ShmBuffers | None = None
         # {array_name: what a random-row get needs of its metadata} (psarray._rowget)
         self.row_specs: dict[str, Any] = {}
 
@@ -101,6 +104,13 @@ class Binding(BlockCalls):
         if self._sends is None:
             self._sends = ReceivePool(config.get_bytes("daskangel.client.send-pool-bytes"))
         return self._sends.take([nbytes])[0]
+
+    def shm_buffers(self) -> ShmBuffers | None:
+        """This process's shared buffers for large packed updates to servers of
+        this machine (:mod:`daskangel._shm`), or None where the platform has none."""
+        if self._shm is None and shm_supported():
+            self._shm = ShmBuffers(config.get_bytes("daskangel.client.shm-pool-bytes"))
+        return self._shm
 
     def next_tag(self) -> list[Any]:
         """A fresh ``[writer_id, seq]`` write tag (thread-safe: ``count`` is atomic)."""
@@ -190,8 +200,9 @@ class Binding(BlockCalls):
                 return await plugin.call_local(op, server.index, cost, **kwargs)  # type: ignore[attr-defined]
         pool = self._pool or await self.pool()
         return await call_server(
-            pool, server.address, server.index, op, transport, cost, kwargs, into, self.send_buffer
-        )
+            pool, server.address, server.index, op, transport, cost, kwargs, into,
+            self.send_buffer, self.shm_buffers(),
+        )  # fmt: skip
 
 
 def get_binding(client: Client | None = None) -> Binding:

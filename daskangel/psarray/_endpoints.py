@@ -25,9 +25,10 @@ from distributed.protocol import to_serialize
 
 from .. import config
 from .._lean import LEAN_HANDLER, serve
+from .._shm import UNAVAILABLE, ShmMaps
 from .._wire import call_server, error_reply, payload_nbytes, unwrap_arrays, wrap_arrays
 from ..errors import BlockBusyError, DaskAngelError, InvalidArgumentError
-from ._recvpool import ReceivePool, cut_fields, read_follow
+from ._recvpool import ReceivePool, cut_fields, read_follow, shm_frames
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -57,6 +58,15 @@ class PSWorkerPlugin(WorkerPlugin):
         # the rows a get selects are gathered into these buffers for the reply, so
         # their pages are not faulted in again for every reply
         self.reply_pool = ReceivePool()
+        self._shm_maps: ShmMaps | None = None
+        self.shm_requests = 0  # requests whose frames were read from a caller's buffer
+
+    @property
+    def shm_maps(self) -> ShmMaps:
+        """This worker's mappings of callers' shared buffers (:mod:`daskangel._shm`)."""
+        if self._shm_maps is None:
+            self._shm_maps = ShmMaps(int(config.get("daskangel.server.shm-maps")))
+        return self._shm_maps
 
     def setup(self, worker: Worker) -> None:
         self.worker = worker
@@ -161,8 +171,9 @@ class PSWorkerPlugin(WorkerPlugin):
         """
         if comm is not None:
             comm.allow_offload = False  # as the caller's side (daskangel._recv)
+        shared = isinstance(follow, dict) and follow.get("shm") is not None
         if follow is not None:
-            bad = await self._follow(comm, follow, kwargs.get("parts"))
+            bad = await self._follow(comm, follow, kwargs.get("parts"), shared)
             if bad is not None:
                 return bad
         if ps_op == "get":
@@ -170,20 +181,41 @@ class PSWorkerPlugin(WorkerPlugin):
             if all(p.get("rows") is None and p.get("cols") is None for p in kwargs["parts"]):
                 cost = 0  # whole dense blocks are lent, not copied: no work to offload
         try:
-            reply = await self._run(ps_op, server, cost, unwrap_arrays(kwargs), True)
+            # arrays in the caller's shared buffer are its again once this replies:
+            # never applied behind the reply
+            reply = await self._run(ps_op, server, cost, unwrap_arrays(kwargs), not shared)
             return wrap_arrays(reply)
         except DaskAngelError as e:
             return error_reply(e)
 
-    async def _follow(self, comm: Any, follow: dict[str, Any], parts: Any) -> Any:
+    async def _follow(
+        self, comm: Any, follow: dict[str, Any], parts: Any, shared: bool = False
+    ) -> Any:
         """Read a request's follow message into reused buffers and put its fields
         into ``parts``; None, or the error reply (the comm is aborted when the
-        message could not be read: it would be out of step)."""
-        try:
-            frames = await read_follow(comm, follow, self.receive_pool)
-        except InvalidArgumentError:
-            comm.abort()  # its arrays message was not read: the comm is out of step
-            raise
+        message could not be read: it would be out of step).  ``shared``: the
+        frames wait in the caller's shared buffer instead (:mod:`daskangel._shm`;
+        nothing follows on the comm); :data:`~daskangel._shm.UNAVAILABLE` when it
+        cannot be mapped here or ``daskangel.server.shm`` is off."""
+        if shared:
+            try:
+                got = (
+                    shm_frames(self.shm_maps, follow)
+                    if config.get("daskangel.server.shm")
+                    else None
+                )
+            except InvalidArgumentError as e:
+                return error_reply(e)
+            if got is None:
+                return UNAVAILABLE
+            self.shm_requests += 1
+            frames: list[Any] = got
+        else:
+            try:
+                frames = await read_follow(comm, follow, self.receive_pool)
+            except InvalidArgumentError:
+                comm.abort()  # its arrays message was not read: the comm is out of step
+                raise
         try:
             for i, field, a in cut_fields(frames, follow["fields"]):
                 parts[i][field] = a

@@ -41,9 +41,10 @@ import numpy as np
 
 from .. import config
 from .._recv import raw_stream, read_into_targets
+from .._shm import HEADER, ShmMaps
 from ..errors import InvalidArgumentError
 
-__all__ = ["ReceivePool", "cut_fields", "pooled", "read_follow"]
+__all__ = ["ReceivePool", "cut_fields", "pooled", "read_follow", "shm_frames"]
 
 _ALIGN = 64  # each part's values start on a cache line
 
@@ -202,6 +203,30 @@ async def _read_raw(comm: Any, sizes: list[int], pool: ReceivePool) -> list[np.n
         comm.abort()  # out of step with its messages
         raise
     return bufs
+
+
+def shm_frames(maps: ShmMaps, follow: Any) -> list[np.ndarray] | None:
+    """The frames of a request whose follow frames wait in the caller's shared
+    buffer (``follow["shm"]``, their offsets in ``follow["at"]``:
+    :mod:`daskangel._shm`), as views of its mapping here; None when it cannot be
+    mapped (the caller then resends them over the socket).  Raises
+    :class:`InvalidArgumentError` when a frame lies outside the buffer."""
+    sizes = _frame_sizes(follow)
+    buf = maps.attach(follow["shm"])
+    if buf is None:
+        return None
+    try:
+        at = [int(a) for a in follow["at"]]
+    except (TypeError, ValueError, KeyError):
+        at = []
+    if len(at) != len(sizes) or any(
+        a < 0 or HEADER + a + n > buf.size for a, n in zip(at, sizes, strict=True)
+    ):
+        raise InvalidArgumentError(
+            f"follow: frames {sizes} at {str(follow.get('at'))[:100]} do not lie in the "
+            "shared buffer"
+        )
+    return [buf[HEADER + a : HEADER + a + n] for a, n in zip(at, sizes, strict=True)]
 
 
 def cut_fields(frames: list[Any], fields: Any) -> list[tuple[int, str, np.ndarray]]:

@@ -21,9 +21,11 @@ from hypothesis import strategies as st
 
 import daskangel as angel
 from daskangel._recv import send_recv_into
+from daskangel._shm import ShmBuffers, ShmMaps, place, span
+from daskangel._shm import supported as shm_supported
 from daskangel._wire import call_server, split_follow
 from daskangel.errors import InvalidArgumentError, NonFiniteError, StaleLayoutError
-from daskangel.psarray._recvpool import ReceivePool, cut_fields
+from daskangel.psarray._recvpool import ReceivePool, cut_fields, shm_frames
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -178,6 +180,29 @@ def test_split_follow_and_cut_fields_give_back_every_array(
 def test_cut_fields_refuses_what_does_not_fit_its_frames(fields: Any) -> None:
     with pytest.raises(InvalidArgumentError, match="follow: expected fields"):
         cut_fields([np.zeros(64, np.uint8)], fields)
+
+
+@pytest.mark.skipif(not shm_supported(), reason="no memfd / /proc here")
+def test_shm_frames_are_views_of_the_callers_buffer_inside_it() -> None:
+    bufs = ShmBuffers(limit=4 << 20)
+    frames = [np.arange(100, dtype=np.uint8), np.arange(7, dtype=np.uint8)]
+    seg = bufs.take(span(frames))
+    assert seg is not None
+    follow = {
+        "frames": [100, 7],
+        "fields": [],
+        "at": place(seg, frames),
+        "shm": seg.desc(span(frames)),
+    }
+    got = shm_frames(ShmMaps(2), follow)
+    assert got is not None
+    for g, f in zip(got, frames, strict=True):
+        np.testing.assert_array_equal(g, f)
+    for at in ([0, 1 << 20], [-64, 0], [0]):
+        with pytest.raises(InvalidArgumentError, match="do not lie in the shared buffer"):
+            shm_frames(ShmMaps(2), {**follow, "at": at})
+    wrong = [*seg.desc(span(frames))[:2], "ab" * 16, seg.desc(span(frames))[3]]
+    assert shm_frames(ShmMaps(2), {**follow, "shm": wrong}) is None  # not this buffer
 
 
 # -- over real comms ------------------------------------------------------------------
