@@ -294,3 +294,37 @@ def test_random_row_gets_read_the_same_rows_over_the_wire(
     with dask.config.set({"daskangel.client.lean-wire": False}):
         np.testing.assert_array_equal(a.get(rows=rows), ref[rows])
     assert pool.calls == before
+
+
+def test_closing_a_client_closes_its_ps_comms_and_leaves_none_dangling(
+    client: Client, cluster: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second Client that pushed and pulled over both the lean wire and Dask's comms
+    (the general path: a get of a slice), closed while still referenced: every comm
+    of its binding is closed by ``Client.close`` itself, and collecting it logs no
+    "Closing dangling stream" (as every comm left open did)."""
+    import gc
+    import logging
+
+    before = sum(client.run(_lean_comms).values())
+    other = Client(cluster, set_as_default=False)
+    try:
+        with angel.PSContext(other) as ctx:
+            a = ctx.zeros("closing", shape=SHAPE, dtype="int32")
+            a.increment(_csr(9))
+            a.version_token()
+            assert (a.get(rows=slice(0, 10)) == _csr(9)[:10].toarray()).all()
+            b = a._binding
+            lean, pool = _pool(a), b._pool
+            assert lean.open >= 1 and pool is not None and pool.open >= 1
+            comms = [c for cs in lean._idle.values() for c in cs]
+            comms += [c for cs in pool.available.values() for c in cs]
+            assert sum(client.run(_lean_comms).values()) > before
+    finally:
+        other.close()
+    assert all(c.closed() for c in comms)
+    assert b._lean is None and b._pool is None
+    with caplog.at_level(logging.WARNING, logger="distributed.comm.tcp"):
+        del a, b, lean, pool, comms, ctx, other
+        gc.collect()
+    assert "dangling" not in caplog.text

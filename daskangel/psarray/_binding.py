@@ -143,6 +143,24 @@ class Binding(BlockCalls):
             )
         return self._lean
 
+    def close(self) -> None:
+        """Abort every comm this binding opened, PS traffic's pool's and the lean
+        wire's (the servers' lean handlers then end).  Run on the binding's loop
+        when its Client or worker closes, so that no open comm is left to the
+        garbage collector (Dask warns "Closing dangling stream" of each).  A later
+        call opens new comms."""
+        lean, self._lean = self._lean, None
+        if lean is not None:
+            lean.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            # {address: {comm, ...}}: idle comms, and comms of calls in flight
+            for held in (pool.available, pool.occupied):
+                for comms in held.values():
+                    for comm in comms:
+                        comm.abort()
+                held.clear()
+
     # -- running coroutines from any thread ----------------------------------
 
     def run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
@@ -225,4 +243,29 @@ def get_binding(client: Client | None = None) -> Binding:
         if b is None:
             b = Binding(client.loop, client.connection_args, client.scheduler, None)
             setattr(client, "_daskangel_binding", b)  # noqa: B010
+            closers = getattr(client, "_periodic_callbacks", None)
+            if isinstance(closers, dict):
+                closers["daskangel-binding"] = _ClosesWithClient(b)
     return b  # type: ignore[no-any-return]
+
+
+class _ClosesWithClient:
+    """Stands among a Client's periodic callbacks, every one of which
+    ``Client.close`` stops: its ``stop`` closes the binding's comms on the loop.
+
+    distributed has no client-side hook for its close; without one, a closed
+    Client's PS comms stay open until collected, each then logging a warning.
+    ``stop`` may run twice and from the closing thread: ``add_callback`` is
+    thread-safe and :meth:`Binding.close` idempotent.
+    """
+
+    __slots__ = ("binding",)
+
+    def __init__(self, binding: Binding) -> None:
+        self.binding = binding
+
+    def start(self) -> None:
+        """Nothing to start (``Client.start`` starts every periodic callback)."""
+
+    def stop(self) -> None:
+        self.binding.loop.add_callback(self.binding.close)

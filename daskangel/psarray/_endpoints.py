@@ -115,6 +115,9 @@ class PSWorkerPlugin(WorkerPlugin):
         for s in self.servers.values():
             s.close()
         self.servers.clear()
+        binding = getattr(worker, "_daskangel_binding", None)
+        if binding is not None:  # this worker's tasks' comms to other servers
+            binding.close()
 
     def server(self, index: int) -> PSServer:
         s = self.servers.get(index)
