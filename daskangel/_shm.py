@@ -23,6 +23,11 @@ and is done with it when it replies; such an update is never applied behind its
 reply (write-behind).  The caller reuses a buffer only after the reply: one whose
 call failed or was cancelled is dropped, never handed out again.
 
+A caller may also pack an update straight into a buffer (:meth:`ShmBuffers.lease`:
+an array whose last view, once gone, releases it): its frames then already lie in
+shared memory (:meth:`ShmBuffers.locate`) and are named where they are, without
+the copy (~0.5 ms a 4 MB share on the ninth session's VM).
+
 Example
 -------
 >>> bufs = ShmBuffers(limit=1 << 20)
@@ -141,6 +146,44 @@ class ShmBuffers:
         with self._lock:
             if seg in self._segs:
                 self._segs.remove(seg)
+
+    def lease(self, nbytes: int) -> np.ndarray | None:
+        """``nbytes`` of a buffer's data area as uint8, or None (over the limit): the
+        buffer is busy while any view of the array lives, then released (unless
+        retired meanwhile)."""
+        seg = self.take(nbytes)
+        if seg is None:
+            return None
+        return np.asarray(_Lease(self, seg, nbytes))
+
+    def locate(self, frames: list[np.ndarray]) -> tuple[Segment, list[int]] | None:
+        """``(buffer, offsets in its data area)`` when every frame is a contiguous
+        view of one leased buffer (:meth:`lease`), else None."""
+        if not frames or not all(f.flags.c_contiguous for f in frames):
+            return None
+        addr = [int(f.__array_interface__["data"][0]) for f in frames]
+        with self._lock:
+            segs = list(self._segs)
+        for seg in segs:
+            lo = int(seg.arr.__array_interface__["data"][0]) + HEADER
+            hi = lo + seg.size - HEADER
+            at = [a - lo for a in addr]
+            if all(lo <= a and a + int(f.nbytes) <= hi for a, f in zip(addr, frames, strict=True)):
+                return seg, at
+        return None
+
+
+class _Lease:
+    """The base of a leased array: releases its buffer when the last view goes."""
+
+    __slots__ = ("__array_interface__", "bufs", "seg")
+
+    def __init__(self, bufs: ShmBuffers, seg: Segment, nbytes: int) -> None:
+        self.bufs, self.seg = bufs, seg
+        self.__array_interface__ = seg.view(0, nbytes).__array_interface__
+
+    def __del__(self) -> None:
+        self.bufs.release(self.seg)
 
 
 def place(seg: Segment, frames: list[np.ndarray]) -> list[int]:

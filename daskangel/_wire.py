@@ -343,17 +343,25 @@ async def _via_shm(
 
     Only packed sparse parts go this way: sparse blocks apply them before
     replying, so the buffer is free again once the reply is here (the server
-    never defers such a request either)."""
+    never defers such a request either).  Frames the planner packed straight into
+    a leased buffer (:meth:`ShmBuffers.lease`) are named where they lie."""
     if address in shm.refused or not config.get("daskangel.client.shm"):
         return UNAVAILABLE
     need = span(values)
     if need < config.get_bytes("daskangel.client.shm-bytes"):
         return UNAVAILABLE
-    seg = shm.take(need)
-    if seg is None:
-        return UNAVAILABLE
+    leased = shm.locate(values)  # packed straight into a leased buffer: no copy
+    if leased is not None:
+        seg, at = leased
+        need = max(a + int(v.nbytes) for a, v in zip(at, values, strict=True))
+    else:
+        taken = shm.take(need)
+        if taken is None:
+            return UNAVAILABLE
+        seg = taken
     try:
-        at = place(seg, values)
+        if leased is None:
+            at = place(seg, values)
         reply = await send_recv_into(
             rpc, address, "daskangel_ps", {**msg, "follow": {**desc, "at": at, "shm": seg.desc(need)}},
             [], [],
@@ -361,7 +369,8 @@ async def _via_shm(
     except BaseException:
         shm.retire(seg)  # the server may still be reading it
         raise
-    shm.release(seg)
+    if leased is None:
+        shm.release(seg)  # (a leased buffer: once its last view goes)
     if isinstance(reply, str) and reply == UNAVAILABLE:
         shm.refused.add(address)
         return UNAVAILABLE

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 
@@ -55,6 +56,34 @@ def test_buffers_are_reused_once_released_and_never_once_retired() -> None:
     bufs.release(b)
     d = bufs.take(7 << 20)  # room made by dropping idle buffers
     assert d is not None and bufs.nbytes <= 8 << 20
+
+
+def test_a_lease_is_busy_while_viewed_and_located_only_inside() -> None:
+    bufs = ShmBuffers(limit=8 << 20)
+    arr = bufs.lease(3 << 20)
+    assert arr is not None and arr.dtype == np.uint8 and arr.size == 3 << 20
+    (seg,) = bufs._segs
+    assert seg.busy
+    packed = arr[: 1 << 20].view(np.int64)
+    packed[:] = np.arange(packed.size)
+    a, b = packed[10:1000], packed[5000:9000]
+    found = bufs.locate([a, b])
+    assert found is not None and found[0] is seg and found[1] == [80, 40_000]
+    np.testing.assert_array_equal(seg.view(80, a.nbytes).view(np.int64), a)
+    assert bufs.locate([a, np.arange(10)]) is None  # one frame elsewhere
+    assert bufs.locate([packed[::2]]) is None  # not contiguous
+    del arr, packed
+    assert seg.busy  # the views a and b still hold it
+    del a, b, found
+    gc.collect()
+    assert not seg.busy and bufs.take(1000) is seg  # released: handed out again
+    bufs.release(seg)
+    arr = bufs.lease(1000)
+    assert arr is not None
+    bufs.retire(seg)  # its call failed while the lease lived
+    del arr
+    gc.collect()
+    assert seg not in bufs._segs and bufs.take(1000) is not seg
 
 
 @settings(max_examples=20, deadline=None)
@@ -115,18 +144,26 @@ def _model(cols: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, np.bincount(inv, weights=vals)
 
 
-def test_increments_through_shared_buffers_equal_numpy(ps: angel.PSContext, client: Client) -> None:
+@pytest.mark.parametrize("pack", [True, False])
+def test_increments_through_shared_buffers_equal_numpy(
+    ps: angel.PSContext, client: Client, pack: bool
+) -> None:
     """New keys, then the same keys and more (duplicates within a request): the
-    servers map the client's buffers and every key ends with its exact sum."""
-    v = ps.zeros("shv", (WIDTH,), dtype="float32", sparse=True)
+    servers map the client's buffers and every key ends with its exact sum, the
+    entries packed straight into a shared buffer (``shm-pack``) or copied there."""
+    v = ps.zeros(f"shv{pack}", (WIDTH,), dtype="float32", sparse=True)
     before = client.run(_shared)
     rng = np.random.default_rng(7)
     cols = rng.integers(0, WIDTH, 400_000)  # ~1.6 MB of packed entries a server
     vals = rng.integers(1, 4, cols.size).astype(np.float32)
-    v.increment(vals, cols=cols)
     more = np.concatenate([cols, rng.integers(0, 1000, 100_000)])
     more_vals = rng.integers(1, 4, more.size).astype(np.float32)
-    v.increment(more_vals, cols=more)
+    with dask.config.set({"daskangel.client.shm-pack": pack}):
+        v.increment(vals, cols=cols)
+        v.increment(more_vals, cols=more)
+    gc.collect()
+    shm = get_binding(client).shm_buffers()
+    assert shm is not None and not any(seg.busy for seg in shm._segs)  # all released
     after = client.run(_shared)
     assert all(after[w] >= before[w] + 2 for w in after)  # the shared way, both calls
     u, s = _model(np.concatenate([cols, more]), np.concatenate([vals, more_vals]))

@@ -246,7 +246,9 @@ class PSArray:
             fut = push_csr(b, self.name, self.meta, values, extra)  # a CSR, packed unplanned
             if fut is not None:
                 return fut
-        parts, cost = plan_update(self.meta, values, rows, cols, casting, on_nonfinite, add)
+        parts, cost = plan_update(
+            self.meta, values, rows, cols, casting, on_nonfinite, add, b.pack_buffer
+        )
         if not parts:
             return None
         fut = push_rows(b, self.name, self.meta, parts, cost, extra)

@@ -105,6 +105,18 @@ class Binding(BlockCalls):
             self._sends = ReceivePool(config.get_bytes("daskangel.client.send-pool-bytes"))
         return self._sends.take([nbytes])[0]
 
+    def pack_buffer(self, nbytes: int) -> np.ndarray | None:
+        """A uint8 buffer in shared memory for a packed update of ``nbytes``
+        (:meth:`ShmBuffers.lease`: same-machine servers read it where it lies), or
+        None: ``shm`` or ``shm-pack`` off, unsupported, under ``shm-bytes``, or none
+        free."""
+        if nbytes < config.get_bytes("daskangel.client.shm-bytes") or not (
+            config.get("daskangel.client.shm") and config.get("daskangel.client.shm-pack")
+        ):
+            return None
+        shm = self.shm_buffers()
+        return None if shm is None else shm.lease(nbytes)
+
     def shm_buffers(self) -> ShmBuffers | None:
         """This process's shared buffers for large packed updates to servers of
         this machine (:mod:`daskangel._shm`), or None where the platform has none."""

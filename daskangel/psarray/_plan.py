@@ -262,8 +262,10 @@ def plan_update(
     casting: str | None,
     on_nonfinite: str | None,
     add: bool = False,
+    alloc: Callable[[int], np.ndarray | None] | None = None,
 ) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
-    """``({block: part}, {block: cost})`` of an increment (``add``) or set."""
+    """``({block: part}, {block: cost})`` of an increment (``add``) or set;
+    ``alloc``: where packed parts are packed (:func:`._packed.plan_packed`)."""
     if casting is None and isinstance(values, (int, float)) and not isinstance(values, bool):
         casting = "same_kind"  # a Python number takes the array's dtype (NEP 50)
     if is_sparse_input(values):
@@ -278,7 +280,7 @@ def plan_update(
     # one row of a sparse 4-byte array at many columns: packed parts (a vector
     # with rows= goes the general way, which names the error)
     if add and cols is not None and m.sparse and m.itemsize == 4 and (m.ndim > 1 or rows is None):
-        packed = plan_packed(m, values, rows, cols, casting, on_nonfinite)
+        packed = plan_packed(m, values, rows, cols, casting, on_nonfinite, alloc)
         if packed is not None:
             return packed
     rp, cp, shape = axes(m, rows, cols, "values")
