@@ -30,7 +30,8 @@ from numba import njit
 from .. import config
 from ..errors import InvalidTypeError
 from ._kernels import helper
-from ._routing import check_size, check_values, normalize_index
+from ._packkernels import _radix_by_key, count_by_bounds, scan_counts, scatter_few, scatter_packed
+from ._routing import check_size, check_values, normalize_index, selected
 from ._scratch import scratch
 
 if TYPE_CHECKING:
@@ -49,85 +50,6 @@ __all__ = [
 PACK_SHIFT = 32  # a packed entry is ``local_key << 32 | 32 value bits``
 
 
-@njit(nogil=True, cache=True)
-def count_by_bounds(idx, bounds):  # type: ignore[no-untyped-def]
-    """The count of indices in each range ``[bounds[g], bounds[g + 1])``.
-
-    One branch-free pass per inner bound counting ``idx >= bound`` (SIMD: ~0.1 ms
-    per bound for 1 M indices), not a histogram: ``counts[g] += 1`` entry by entry
-    is a chain of loads and stores through the same few counters (~1 ns an entry).
-    """
-    n = idx.shape[0]
-    n_groups = bounds.shape[0] - 1
-    counts = np.empty(n_groups, np.int64)
-    prev = n  # indices >= bounds[g]
-    for g in range(n_groups):
-        nxt = 0
-        if g + 1 < n_groups:
-            t = bounds[g + 1]
-            for i in range(n):
-                nxt += idx[i] >= t
-        counts[g] = prev - nxt
-        prev = nxt
-    return counts
-
-
-@njit(nogil=True, cache=True)
-def scatter_packed(idx, bits, bounds, offsets, packed):  # type: ignore[no-untyped-def]
-    """``packed[offsets[g]++] = (idx - bounds[g]) << 32 | bits`` for each entry, with
-    ``g`` its range (found again here: cheaper than reading a stored group id)."""
-    fill = offsets.copy()
-    n_groups = bounds.shape[0] - 1
-    for i in range(idx.shape[0]):
-        v = idx[i]
-        g = 0
-        for b in range(1, n_groups):  # branch-free for the few ranges of a row
-            g += bounds[b] <= v
-        k = fill[g]
-        packed[k] = ((v - bounds[g]) << 32) | np.int64(bits[i])
-        fill[g] = k + 1
-
-
-@njit(nogil=True, cache=True)
-def scatter_few(idx, bits, bounds, offsets, packed):  # type: ignore[no-untyped-def]
-    """:func:`scatter_packed` for at most 4 ranges (a vector's blocks on a few
-    servers), its four fill counters in registers and picked by compare-and-select:
-    the array of counters of the general kernel is a chain of loads and stores
-    through memory (~25 % slower for 1 M entries into 4 ranges)."""
-    n_groups = bounds.shape[0] - 1
-    far = np.int64(2**62)
-    c0 = bounds[0]
-    b1 = bounds[1] if n_groups > 1 else far
-    b2 = bounds[2] if n_groups > 2 else far
-    b3 = bounds[3] if n_groups > 3 else far
-    f0 = offsets[0]
-    f1 = offsets[1] if n_groups > 1 else 0
-    f2 = offsets[2] if n_groups > 2 else 0
-    f3 = offsets[3] if n_groups > 3 else 0
-    for i in range(idx.shape[0]):
-        v = idx[i]
-        s1 = v >= b1
-        s2 = v >= b2
-        s3 = v >= b3
-        k = f0
-        base = c0
-        if s1:
-            k = f1
-            base = b1
-        if s2:
-            k = f2
-            base = b2
-        if s3:
-            k = f3
-            base = b3
-        packed[k] = ((v - base) << 32) | np.int64(bits[i])
-        g = np.int64(s1) + np.int64(s2) + np.int64(s3)
-        f0 += g == 0
-        f1 += g == 1
-        f2 += g == 2
-        f3 += g == 3
-
-
 def _scatter(
     idx: np.ndarray, bits: np.ndarray, bounds: np.ndarray, offsets: np.ndarray, packed: np.ndarray
 ) -> None:
@@ -144,6 +66,7 @@ def pack_by_bounds(
     bounds: np.ndarray,
     split: bool = False,
     out: np.ndarray | None = None,
+    counts: list[np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Group column indices by range and pack each with its 32-bit value.
 
@@ -154,23 +77,46 @@ def pack_by_bounds(
     counting pass and one to scatter; the values are never gathered separately.
     ``split`` scatters the two halves in two threads (a parallel counting sort:
     each half writes its own slots of every group).  ``out``: an int64 array of
-    ``len(idx)`` to pack into (default: a new one).
+    ``len(idx)`` to pack into (default: a new one).  ``counts``: the counts by
+    range already made (:func:`_halves`), of the whole or of the two halves.
     """
     n = idx.shape[0]
     packed = np.empty(n, np.int64) if out is None else out
     starts = np.zeros(bounds.shape[0], np.int64)
+    h = n // 2
+    if counts is None:
+        halves = (idx[:h], idx[h:]) if split else (idx,)
+        counts = [count_by_bounds(x, bounds) for x in halves]
     if not split:
-        np.cumsum(count_by_bounds(idx, bounds), out=starts[1:])
+        np.cumsum(counts[0], out=starts[1:])
         _scatter(idx, bits, bounds, starts[:-1], packed)
         return starts, packed
-    h = n // 2
-    counts0 = count_by_bounds(idx[:h], bounds)
-    counts1 = count_by_bounds(idx[h:], bounds)
+    counts0, counts1 = counts
     np.cumsum(counts0 + counts1, out=starts[1:])
     done = helper().submit(_scatter, idx[:h], bits[:h], bounds, starts[:-1], packed)
     _scatter(idx[h:], bits[h:], bounds, starts[:-1] + counts0, packed)
     done.result()
     return starts, packed
+
+
+def _halves(cols: Any, extent: int, bounds: np.ndarray, split: bool) -> list[np.ndarray] | None:
+    """The counts by range of an int64 index of at most 4 ranges, of the whole or
+    of its halves (``split``), range-checked in the same pass (:func:`scan_counts`);
+    None for any other index or one out of range (``normalize_index`` then checks
+    it the general way and names the fault)."""
+    if not (
+        isinstance(cols, np.ndarray)
+        and cols.dtype == np.int64
+        and cols.ndim == 1
+        and cols.shape[0] >= 2
+        and bounds.shape[0] <= 5
+    ):
+        return None
+    h = cols.shape[0] // 2
+    got = [scan_counts(x, bounds) for x in ((cols[:h], cols[h:]) if split else (cols,))]
+    if min(g[0] for g in got) < 0 or max(g[1] for g in got) >= extent:
+        return None
+    return [g[2] for g in got]
 
 
 @njit(nogil=True, cache=True)
@@ -192,103 +138,6 @@ def _unpack_reduce(packed, values, offset, keys, vals):  # type: ignore[no-untyp
             vals[j] = v
             last = k
     return j + 1
-
-
-_MSD_MIN = 2048  # entries a used top-digit bucket on average for the bucket-wise sort
-
-
-@njit(nogil=True, cache=True)
-def _lsd_low(src, dst, s, e, c0, c1):  # type: ignore[no-untyped-def]
-    """Entries ``[s, e)`` of ``src`` (one top digit) ordered stably by key bits 0-21
-    in two 11-bit passes through ``dst``, back into ``src``: a bucket's few thousand
-    entries stay in the core's cache for the three passes."""
-    for j in range(2048):
-        c0[j] = 0
-        c1[j] = 0
-    for i in range(s, e):
-        k = src[i] >> 32
-        c0[k & 2047] += 1
-        c1[(k >> 11) & 2047] += 1
-    t0 = s
-    t1 = s
-    for j in range(2048):
-        c = c0[j]
-        c0[j] = t0
-        t0 += c
-        c = c1[j]
-        c1[j] = t1
-        t1 += c
-    for i in range(s, e):
-        x = src[i]
-        j = (x >> 32) & 2047
-        dst[c0[j]] = x
-        c0[j] += 1
-    for i in range(s, e):
-        x = dst[i]
-        j = (x >> 43) & 2047
-        src[c1[j]] = x
-        c1[j] += 1
-
-
-@njit(nogil=True, cache=True)
-def _radix_by_key(packed, scratch):  # type: ignore[no-untyped-def]
-    """``packed`` ordered by its key bits (``>> 32``, below ``2**33``), stably, in
-    digits of 11 bits.  One read pass counts every digit.  When the top digit
-    (bits 22-32) spreads the entries over buckets of ``_MSD_MIN`` or more on
-    average (a sparse block's random keys: 250,000 entries of 28-bit keys fill 64),
-    one pass moves each entry to its top bucket and each bucket is then sorted by
-    the two low digits while it sits in cache (:func:`_lsd_low`); otherwise least
-    significant digit first over the whole array, a digit whose entries all share
-    one value skipped.  Returns ``packed`` or ``scratch``, whichever holds the result."""
-    n = packed.shape[0]
-    counts = np.zeros((3, 2048), np.int64)
-    for i in range(n):
-        k = packed[i] >> 32
-        counts[0, k & 2047] += 1
-        counts[1, (k >> 11) & 2047] += 1
-        counts[2, (k >> 22) & 2047] += 1
-    used = 0
-    for b in range(2048):
-        used += counts[2, b] > 0
-    if used > 1 and n >= _MSD_MIN * used:
-        top = counts[2]
-        starts = np.empty(2049, np.int64)
-        total = 0
-        for b in range(2048):
-            starts[b] = total
-            total += top[b]
-        starts[2048] = total
-        fill = starts[:2048].copy()
-        for i in range(n):
-            e = packed[i]
-            b = (e >> 54) & 2047
-            scratch[fill[b]] = e
-            fill[b] += 1
-        c0 = np.empty(2048, np.int64)
-        c1 = np.empty(2048, np.int64)
-        for b in range(2048):
-            if starts[b + 1] > starts[b]:
-                _lsd_low(scratch, packed, starts[b], starts[b + 1], c0, c1)
-        return scratch
-    src, dst = packed, scratch
-    for d in range(3):
-        total = 0
-        whole = False
-        for b in range(2048):
-            c = counts[d, b]
-            whole = whole or c == n
-            counts[d, b] = total
-            total += c
-        if whole:
-            continue
-        shift = 32 + 11 * d
-        for i in range(n):
-            e = src[i]
-            b = (e >> shift) & 2047
-            dst[counts[d, b]] = e
-            counts[d, b] += 1
-        src, dst = dst, src
-    return src
 
 
 def sort_by_key(packed: np.ndarray, other: np.ndarray | None = None) -> np.ndarray:
@@ -376,7 +225,13 @@ def plan_packed(
     r, r_scalar = normalize_index("rows", rows, m.shape[0])
     if r is not None and r.shape[0] != 1:
         return None
-    c, c_scalar = normalize_index("cols", cols, m.shape[1])
+    bounds = np.asarray(lay.col_bounds, dtype=np.int64)
+    split = selected(cols, m.shape[1]) >= config.get("daskangel.client.split-pack-keys")
+    counts = _halves(cols, m.shape[1], bounds, split)
+    if counts is not None:
+        c, c_scalar = cols, False
+    else:
+        c, c_scalar = normalize_index("cols", cols, m.shape[1])
     if c is None or c_scalar:
         return None
     n = c.shape[0]
@@ -388,15 +243,13 @@ def plan_packed(
     check_size("values", vals.size * m.itemsize)
     vals, keep = check_values(vals, m.dtype, casting, on_nonfinite)
     if keep is not None:
-        c, vals = c[keep], vals[keep]
+        c, vals, counts = c[keep], vals[keep], None
     row = 0 if r is None else int(r[0])
     rb = int(np.searchsorted(lay.row_bounds, row, side="right")) - 1
     bits = np.ascontiguousarray(vals).view(np.uint32)
-    split = c.shape[0] >= config.get("daskangel.client.split-pack-keys")
-    bounds = np.asarray(lay.col_bounds, dtype=np.int64)
     buf = None if alloc is None else alloc(c.shape[0] * 8)
     out = None if buf is None else buf[: c.shape[0] * 8].view(np.int64)
-    starts, packed = pack_by_bounds(c, bits, bounds, split, out)
+    starts, packed = pack_by_bounds(c, bits, bounds, split, out, counts)
     parts: dict[int, dict[str, Any]] = {}
     cost: dict[int, int] = {}
     for cb in range(lay.n_col_blocks):

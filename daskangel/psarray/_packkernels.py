@@ -1,0 +1,164 @@
+"""Compiled kernels of packed sparse increments (:mod:`._packed`).
+
+The caller's side: :func:`scan_counts` (bounds check and counts by block in one
+pass), :func:`count_by_bounds`, :func:`scatter_few` / :func:`scatter_packed` (each
+column packed with its value's bits into its block's run); the server's side:
+:func:`_radix_by_key` (the entries ordered by key).
+
+Example
+-------
+>>> import numpy as np
+>>> scan_counts(np.array([7, 2, 9, 5]), np.array([0, 5, 10]))
+(2, 9, array([1, 3]))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["count_by_bounds", "scan_counts", "scatter_few", "scatter_packed"]
+
+
+@njit(nogil=True, cache=True)
+def scan_counts(idx, bounds):  # type: ignore[no-untyped-def]
+    """``(min, max, counts)`` of a non-empty index in one pass: ``counts[g]`` of the
+    indices in ``[bounds[g], bounds[g + 1])`` for at most 4 ranges (each bound a
+    branch-free ``idx >= bound`` sum beside the min and max, all SIMD), where a
+    range check and :func:`count_by_bounds` would read the index five times."""
+    n = idx.shape[0]
+    n_groups = bounds.shape[0] - 1
+    far = np.int64(2**62)
+    b1 = bounds[1] if n_groups > 1 else far
+    b2 = bounds[2] if n_groups > 2 else far
+    b3 = bounds[3] if n_groups > 3 else far
+    lo = idx[0]
+    hi = idx[0]
+    n1 = 0
+    n2 = 0
+    n3 = 0
+    for i in range(n):
+        v = idx[i]
+        lo = min(lo, v)
+        hi = max(hi, v)
+        n1 += v >= b1
+        n2 += v >= b2
+        n3 += v >= b3
+    ge = np.array([n, n1, n2, n3, 0], np.int64)
+    counts = np.empty(n_groups, np.int64)
+    for g in range(n_groups):
+        counts[g] = ge[g] - (ge[g + 1] if g + 1 < n_groups else 0)
+    return lo, hi, counts
+
+
+@njit(nogil=True, cache=True)
+def count_by_bounds(idx, bounds):  # type: ignore[no-untyped-def]
+    """The count of indices in each range ``[bounds[g], bounds[g + 1])``.
+
+    One branch-free pass per inner bound counting ``idx >= bound`` (SIMD: ~0.1 ms
+    per bound for 1 M indices), not a histogram: ``counts[g] += 1`` entry by entry
+    is a chain of loads and stores through the same few counters (~1 ns an entry).
+    """
+    n = idx.shape[0]
+    n_groups = bounds.shape[0] - 1
+    counts = np.empty(n_groups, np.int64)
+    prev = n  # indices >= bounds[g]
+    for g in range(n_groups):
+        nxt = 0
+        if g + 1 < n_groups:
+            t = bounds[g + 1]
+            for i in range(n):
+                nxt += idx[i] >= t
+        counts[g] = prev - nxt
+        prev = nxt
+    return counts
+
+
+@njit(nogil=True, cache=True)
+def scatter_packed(idx, bits, bounds, offsets, packed):  # type: ignore[no-untyped-def]
+    """``packed[offsets[g]++] = (idx - bounds[g]) << 32 | bits`` for each entry, with
+    ``g`` its range (found again here: cheaper than reading a stored group id)."""
+    fill = offsets.copy()
+    n_groups = bounds.shape[0] - 1
+    for i in range(idx.shape[0]):
+        v = idx[i]
+        g = 0
+        for b in range(1, n_groups):  # branch-free for the few ranges of a row
+            g += bounds[b] <= v
+        k = fill[g]
+        packed[k] = ((v - bounds[g]) << 32) | np.int64(bits[i])
+        fill[g] = k + 1
+
+
+@njit(nogil=True, cache=True)
+def scatter_few(idx, bits, bounds, offsets, packed):  # type: ignore[no-untyped-def]
+    """:func:`scatter_packed` for at most 4 ranges (a vector's blocks on a few
+    servers), its four fill counters in registers and picked by compare-and-select:
+    the array of counters of the general kernel is a chain of loads and stores
+    through memory (~25 % slower for 1 M entries into 4 ranges)."""
+    n_groups = bounds.shape[0] - 1
+    far = np.int64(2**62)
+    c0 = bounds[0]
+    b1 = bounds[1] if n_groups > 1 else far
+    b2 = bounds[2] if n_groups > 2 else far
+    b3 = bounds[3] if n_groups > 3 else far
+    f0 = offsets[0]
+    f1 = offsets[1] if n_groups > 1 else 0
+    f2 = offsets[2] if n_groups > 2 else 0
+    f3 = offsets[3] if n_groups > 3 else 0
+    for i in range(idx.shape[0]):
+        v = idx[i]
+        s1 = v >= b1
+        s2 = v >= b2
+        s3 = v >= b3
+        k = f0
+        base = c0
+        if s1:
+            k = f1
+            base = b1
+        if s2:
+            k = f2
+            base = b2
+        if s3:
+            k = f3
+            base = b3
+        packed[k] = ((v - base) << 32) | np.int64(bits[i])
+        g = np.int64(s1) + np.int64(s2) + np.int64(s3)
+        f0 += g == 0
+        f1 += g == 1
+        f2 += g == 2
+        f3 += g == 3
+
+
+@njit(nogil=True, cache=True)
+def _radix_by_key(packed, scratch):  # type: ignore[no-untyped-def]
+    """``packed`` ordered by its key bits (``>> 32``, below ``2**33``), stably: least
+    significant digit first, 11 bits a pass.  One read pass counts every digit; a
+    digit whose entries all share one value is skipped.  Returns ``packed`` or
+    ``scratch``, whichever holds the result."""
+    n = packed.shape[0]
+    counts = np.zeros((3, 2048), np.int64)
+    for i in range(n):
+        k = packed[i] >> 32
+        counts[0, k & 2047] += 1
+        counts[1, (k >> 11) & 2047] += 1
+        counts[2, (k >> 22) & 2047] += 1
+    src, dst = packed, scratch
+    for d in range(3):
+        total = 0
+        whole = False
+        for b in range(2048):
+            c = counts[d, b]
+            whole = whole or c == n
+            counts[d, b] = total
+            total += c
+        if whole:
+            continue
+        shift = 32 + 11 * d
+        for i in range(n):
+            e = src[i]
+            b = (e >> shift) & 2047
+            dst[counts[d, b]] = e
+            counts[d, b] += 1
+        src, dst = dst, src
+    return src
