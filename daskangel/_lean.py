@@ -100,7 +100,7 @@ def decode(data: bytes) -> tuple[int, Any]:
     return kind, _unpack(data[_HEAD.size :])
 
 
-def _unpack(body: bytes) -> Any:
+def _unpack(body: bytes | bytearray) -> Any:
     return msgpack.unpackb(body, use_list=False, **msgpack_opts)
 
 
@@ -195,6 +195,9 @@ class LeanPool:
         # every comm this pool opened and has not seen closed
         self._open: set[Any] = set()
         self.calls = 0  # requests answered over this pool's comms
+        # the same comms detached for callers' threads (daskangel._leandirect), made
+        # on first use; this pool opened them and its close() aborts them
+        self.direct: Any = None
 
     @staticmethod
     def supports(address: str) -> bool:

@@ -99,7 +99,11 @@ def _pool(a: angel.PSArray) -> LeanPool:
 
 
 def _idle(pool: LeanPool) -> set[int]:
-    return {id(c) for comms in pool._idle.values() for c in comms}
+    """The pool's idle comms: the loop's and those detached for callers' threads."""
+    direct = pool.direct._idle.values() if pool.direct is not None else []
+    return {id(c) for comms in pool._idle.values() for c in comms} | {
+        id(d.comm) for ds in direct for d in ds
+    }
 
 
 def _pushes(a: angel.PSArray) -> int:
@@ -192,7 +196,8 @@ def test_an_uncaught_handler_error_is_raised_at_the_caller_on_a_comm_kept_in_ste
     and is raised by ``lean_all``; the comm is reused for the next request, which
     answers."""
     a = ps.zeros("lean-err", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
-    a.version_token()
+    with dask.config.set({"daskangel.client.lean-direct": False}):
+        a.version_token()  # a comm idle on the loop, for lean_all
     b = a._binding
     pool = _pool(a)
     s = a.meta.servers[0]
@@ -223,6 +228,10 @@ def test_comms_closed_by_either_end_are_replaced_without_losing_a_write(
     for comms in pool._idle.values():
         for c in comms:
             c.abort()
+    if pool.direct is not None:  # detached comms fail in the caller's thread
+        for ds in pool.direct._idle.values():
+            for d in ds:
+                d.sock.close()
     a.increment(mats[1])
     a.version_token()
     assert _idle(pool).isdisjoint(old) and len(_idle(pool)) == 2

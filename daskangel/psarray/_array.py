@@ -238,12 +238,15 @@ class PSArray:
         cols: Any,
         casting: str | None = None,
         on_nonfinite: str | None = None,
+        wait: bool = False,
     ) -> concurrent.futures.Future[Any] | None:
+        # wait: the caller blocks on the write (a lean push may then be made in
+        # its own thread, daskangel._leandirect)
         b = self._binding
         extra = {"add": add, "tag": b.next_tag(), "clock": current_clock(),
                  "fence": current_fence()}  # fmt: skip
         if rows is None and cols is None and casting is None and on_nonfinite is None:
-            fut = push_csr(b, self.name, self.meta, values, extra)  # a CSR, packed unplanned
+            fut = push_csr(b, self.name, self.meta, values, extra, wait)  # a CSR, unplanned
             if fut is not None:
                 return fut
         parts, cost = plan_update(
@@ -251,7 +254,7 @@ class PSArray:
         )
         if not parts:
             return None
-        fut = push_rows(b, self.name, self.meta, parts, cost, extra)
+        fut = push_rows(b, self.name, self.meta, parts, cost, extra, wait)
         return fut or b.submit(b.call_blocks, self.name, "update", parts, cost, extra)
 
     def increment_async(
@@ -277,14 +280,16 @@ class PSArray:
         ``casting`` (default ``daskangel.client.casting``, ``'safe'``) governs the
         cast to the array's dtype; ``on_nonfinite='skip'`` drops NaN/inf entries.
         """
-        self.increment_async(values, rows, cols, **options).result()
+        fut = self._write(True, values, rows, cols, wait=True, **options)
+        if fut is not None:
+            fut.result()
 
     def set(
         self, values: Any, rows: Any = None, cols: Any = None, **options: Unpack[WriteOptions]
     ) -> None:
         """Overwrite the selected entries (the last of duplicate indices wins);
         ``options`` as :meth:`increment`'s."""
-        fut = self._write(False, values, rows, cols, **options)
+        fut = self._write(False, values, rows, cols, wait=True, **options)
         if fut is not None:
             fut.result()
 

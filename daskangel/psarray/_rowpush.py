@@ -37,12 +37,15 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
+from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
 
 from .. import config
 from .._lean import lean_all
+from .._leandirect import direct_all, direct_pool, watch
 from .._recv import send_all_recv_into
 from .._wire import raise_if_error, split_follow
+from ..errors import StaleLayoutError
 from ._binding import Binding
 from ._blockcalls import fast_path_held
 from ._csrpack import pack_csr
@@ -160,28 +163,74 @@ def _launch(coro: Any) -> None:
     task.add_done_callback(_running.discard)
 
 
+def _direct(
+    b: Binding, name: str, m: ArrayMeta, servers: list[ServerId], calls: list[Call]
+) -> bool | None:
+    """The write made from this thread (:mod:`daskangel._leandirect`): True when
+    answered, False when the general path must answer (a layout change or an
+    unreachable server), None when it cannot be made here (the loop makes it)."""
+    if not config.get("daskangel.client.raw-follow"):
+        return None
+    pool = direct_pool(b, [c[0][0] for c in calls])
+    if pool is None:
+        return None
+    check, period = watch(b, name, m, servers)
+    try:
+        replies = direct_all(pool, [c for c, _ in calls], check, period, [f for _, f in calls])
+        for reply in replies:
+            raise_if_error(reply)
+    except (StaleLayoutError, CommClosedError):
+        return False
+    except OSError as e:
+        if isinstance(e, TimeoutError):
+            raise
+        return False
+    return True
+
+
+def _finish(
+    b: Binding, name: str, m: ArrayMeta, servers: list[ServerId], calls: list[Call],
+    local: list[Local], extra: dict[str, Any], general: Callable[[], tuple[Any, ...]],
+    wait: bool,
+) -> concurrent.futures.Future[None]:  # fmt: skip
+    """The write made here when the caller waits for it anyway (``wait``) and it
+    can be (:func:`_direct`), else started on the loop (:func:`_start`)."""
+    held = _direct(b, name, m, servers, calls) if wait and not local else None
+    if held is None:
+        return _start(b, name, m, servers, calls, local, extra, general)
+    if not held:  # resent with the same tag: applied once a block
+        done: concurrent.futures.Future[None] = b.submit(b.call_blocks, *general())  # type: ignore[arg-type]
+        return done
+    fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+    fut.set_result(None)
+    return fut
+
+
 def push_rows(
     b: Binding, name: str, m: ArrayMeta, parts: dict[int, dict[str, Any]],
-    cost: dict[int, int], extra: dict[str, Any],
+    cost: dict[int, int], extra: dict[str, Any], wait: bool = False,
 ) -> concurrent.futures.Future[None] | None:  # fmt: skip
     """Start a compressed-row write (``parts`` from :func:`._csrplan.plan_csr`,
     ``extra`` its ``add``, ``tag`` and ``clock``); None when it takes the general
-    path (see the module docstring)."""
+    path (see the module docstring).  ``wait``: the caller waits for the write
+    (it may then be made in this thread, the future returned done)."""
     planned = _calls(b, name, m, parts, cost, extra)
     if planned is None:
         return None
     servers, calls, local = planned
-    return _start(
-        b, name, m, servers, calls, local, extra, lambda: (name, "update", parts, cost, extra)
-    )
+    return _finish(
+        b, name, m, servers, calls, local, extra, lambda: (name, "update", parts, cost, extra),
+        wait,
+    )  # fmt: skip
 
 
 def push_csr(
-    b: Binding, name: str, m: ArrayMeta, values: Any, extra: dict[str, Any]
+    b: Binding, name: str, m: ArrayMeta, values: Any, extra: dict[str, Any], wait: bool = False
 ) -> concurrent.futures.Future[None] | None:
     """Start a write of a ``scipy.sparse`` CSR matrix ``values`` packed in one pass
     (:func:`._csrpack.pack_csr`: no planning, no copy a field); None when it must
-    be planned (:func:`push_rows` or the general path take it then)."""
+    be planned (:func:`push_rows` or the general path take it then).  ``wait`` as
+    :func:`push_rows`'."""
     if (
         m.transport != "handlers"
         or not config.get("daskangel.client.lean-push")
@@ -208,7 +257,7 @@ def push_csr(
         return (name, "update", parts, cost, extra)
 
     servers = [s for s, *_ in packed]
-    return _start(b, name, m, servers, calls, [], extra, general)
+    return _finish(b, name, m, servers, calls, [], extra, general, wait)
 
 
 def _start(
