@@ -16,6 +16,10 @@ get does, :mod:`._rowget`):
   request on a TCP comm, ``daskangel.client.raw-follow``), then reads the replies
   (:func:`daskangel._recv.send_all_recv_into`), watched as any call is for a lost
   server or the call timeout, and sets the caller's future from the loop;
+* a caller that waits for the write anyway (``increment``, ``set``; not
+  ``increment_async``) from a thread with no event loop writes and reads the
+  lean wire's sockets itself instead (:mod:`daskangel._leandirect`,
+  ``daskangel.client.lean-direct``): no hop to the loop and back;
 * each server's ``daskangel_push`` handler reads the frame into a reused buffer
   and runs the ordinary ``update`` op (tags, snapshot cuts, holds, write-behind
   and eager-refresh notes unchanged: :meth:`~._endpoints.PSWorkerPlugin.handle_push`).

@@ -14,6 +14,9 @@ wrap and the liveness bookkeeping: ~0.2-0.3 ms over a raw round trip on the
 * one coroutine writes every request and reads the replies
   (:func:`daskangel._recv.send_all_recv_into`), watched as any call is for a
   lost server or the call timeout, and puts the outcome on the caller's queue.
+  From a thread with no event loop, on TCP, the thread writes and reads the
+  lean wire's sockets itself instead (:mod:`daskangel._leandirect`,
+  ``daskangel.client.lean-direct``): no hop to the loop and back.
 
 Each array's requests are made once per metadata (a new layout or generation
 makes them again), and the token is a plain hash of the versions (:func:`token_of`):
