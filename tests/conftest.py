@@ -25,6 +25,52 @@ os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
 dask.config.set({"distributed.deploy.lost-worker-timeout": "300s"})
 
 
+# The order xdist hands the test files out in (``--dist loadfile``: a file runs whole on
+# one worker).  xdist's own order is most tests first, which left the few-test files whose
+# tests each take a minute or more (kills and rollbacks waiting out timeouts, notebooks)
+# to the end, one worker running them while the other idled.  Now: the longest files first
+# (``LONGEST_FIRST``, seconds measured on the 2-core VM at 226a17a, fresh clone, load 6-8:
+# benchmarks/RESULTS.md, "Suite time, tenth session"), then every file with a
+# ``@pytest.mark.slow`` test, then the rest most tests first; the short files fill in at
+# the end.  A stale entry only costs balance, never a test.
+LONGEST_FIRST = (
+    "tests/models/test_sklearn_checks.py",  # 362 s
+    "tests/test_benchmarks.py",  # the two halves of the smoke runs: ~8 min together
+    "tests/test_benchmarks_odd.py",
+    "tests/models/lda/test_lda.py",  # 184 s
+    "tests/models/mf/test_estimator.py",  # 131 s
+    "tests/ops/test_builtins.py",  # 99 s
+    "tests/models/test_io.py",  # 96 s
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # --dist loadfile: hand the files out in the collection's order (set below)
+    if getattr(config.option, "dist", "no") == "loadfile":
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def path(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    count: dict[str, int] = {}
+    slow: set[str] = set()
+    for item in items:
+        count[path(item)] = count.get(path(item), 0) + 1
+        if item.get_closest_marker("slow") is not None:
+            slow.add(path(item))
+    listed = {p: i for i, p in enumerate(LONGEST_FIRST)}
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        p = path(item)
+        if p in listed:
+            return (0, listed[p])
+        return (1, 0) if p in slow else (2, -count[p])
+
+    items.sort(key=rank)  # stable: a file's tests keep their order
+
+
 def make_cluster(n_workers: int = 2, threads: int = 2, processes: bool = True) -> LocalCluster:
     return LocalCluster(
         n_workers=n_workers,
