@@ -34,11 +34,13 @@ dask.config.set({"distributed.deploy.lost-worker-timeout": "300s"})
 # ``@pytest.mark.slow`` test, then the rest most tests first; the short files fill in at
 # the end.  A stale entry only costs balance, never a test.
 LONGEST_FIRST = (
-    "tests/models/test_sklearn_checks.py",  # 362 s
-    "tests/test_benchmarks.py",  # the two halves of the smoke runs: ~8 min together
+    "tests/test_benchmarks.py",  # the halves of the smoke runs: 1023 s for 11 of 17 cold
     "tests/test_benchmarks_odd.py",
+    "tests/models/test_sklearn_checks.py",  # 362 s
     "tests/models/lda/test_lda.py",  # 184 s
     "tests/models/mf/test_estimator.py",  # 131 s
+    "tests/psarray/test_csrwire.py",  # 122 s
+    "tests/psarray/test_writebehind.py",  # 107 s
     "tests/ops/test_builtins.py",  # 99 s
     "tests/models/test_io.py",  # 96 s
 )

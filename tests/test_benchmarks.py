@@ -41,7 +41,8 @@ WATCHED = ("benchmarks", "docs")  # folders whose every file must stay untouched
 # each script once, with the data sets where the machine has them: the even-numbered
 # scripts here, the odd-numbered ones in test_benchmarks_odd.py.  With ``--dist
 # loadfile`` a file runs whole on one xdist worker, and the smoke runs of every script
-# (~6-10 min on the 2-core VM) were the suite's longest file: two halves, one a worker.
+# (over 17 min cold under load on the 2-core VM) were the suite's longest file: two
+# halves, one a worker.
 CASES = [pytest.param(p, id=p.stem) for p in SCRIPTS]
 EVEN = CASES[0::2]
 ODD = CASES[1::2]
