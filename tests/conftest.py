@@ -34,10 +34,13 @@ dask.config.set({"distributed.deploy.lost-worker-timeout": "300s"})
 # ``@pytest.mark.slow`` test, then the rest most tests first; the short files fill in at
 # the end.  A stale entry only costs balance, never a test.
 LONGEST_FIRST = (
-    "tests/test_benchmarks.py",  # the halves of the smoke runs: 1023 s for 11 of 17 cold
-    "tests/test_benchmarks_odd.py",
     "tests/models/test_sklearn_checks.py",  # 362 s
     "tests/models/lda/test_lda.py",  # 184 s
+    # the halves of the smoke runs (1023 s for 11 of 17): after the two above have
+    # compiled the models' kernels into the cache (a smoke run first compiled every kernel
+    # in its own process and in each of its workers: bench_data over its 240 s at load 13)
+    "tests/test_benchmarks.py",
+    "tests/test_benchmarks_odd.py",
     "tests/models/mf/test_estimator.py",  # 131 s
     "tests/psarray/test_csrwire.py",  # 122 s
     "tests/psarray/test_writebehind.py",  # 107 s
