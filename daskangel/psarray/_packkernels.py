@@ -131,34 +131,56 @@ def scatter_few(idx, bits, bounds, offsets, packed):  # type: ignore[no-untyped-
 
 
 @njit(nogil=True, cache=True)
-def _radix_by_key(packed, scratch):  # type: ignore[no-untyped-def]
-    """``packed`` ordered by its key bits (``>> 32``, below ``2**33``), stably: least
-    significant digit first, 11 bits a pass.  One read pass counts every digit; a
-    digit whose entries all share one value is skipped.  Returns ``packed`` or
-    ``scratch``, whichever holds the result."""
+def _lsd(packed, scratch, counts, width):  # type: ignore[no-untyped-def]
+    """Least significant digit first by the key's ``width``-bit digits, their
+    histograms ``counts`` made; a digit whose entries all share one value is skipped.
+    Returns ``packed`` or ``scratch``, whichever holds the result."""
     n = packed.shape[0]
-    counts = np.zeros((3, 2048), np.int64)
-    for i in range(n):
-        k = packed[i] >> 32
-        counts[0, k & 2047] += 1
-        counts[1, (k >> 11) & 2047] += 1
-        counts[2, (k >> 22) & 2047] += 1
+    mask = (1 << width) - 1
     src, dst = packed, scratch
     for d in range(3):
         total = 0
         whole = False
-        for b in range(2048):
+        for b in range(mask + 1):
             c = counts[d, b]
             whole = whole or c == n
             counts[d, b] = total
             total += c
         if whole:
             continue
-        shift = 32 + 11 * d
+        shift = 32 + width * d
         for i in range(n):
             e = src[i]
-            b = (e >> shift) & 2047
+            b = (e >> shift) & mask
             dst[counts[d, b]] = e
             counts[d, b] += 1
         src, dst = dst, src
     return src
+
+
+@njit(nogil=True, cache=True)
+def _radix_by_key(packed, scratch):  # type: ignore[no-untyped-def]
+    """``packed`` ordered by its key bits (``>> 32``, below ``2**33``), stably: least
+    significant digit first, in three digits of 10 bits when every key is below
+    ``2**30`` (a block's 28-bit keys: 1,024 buckets a pass instead of 2,048, ~20 %
+    faster), else of 11 bits.  One read pass counts every digit (and ORs the keys,
+    which tells the width); a digit whose entries all share one value is skipped.
+    Returns ``packed`` or ``scratch``, whichever holds the result."""
+    n = packed.shape[0]
+    counts = np.zeros((3, 1024), np.int64)
+    acc = np.int64(0)
+    for i in range(n):
+        k = packed[i] >> 32
+        acc |= k
+        counts[0, k & 1023] += 1
+        counts[1, (k >> 10) & 1023] += 1
+        counts[2, (k >> 20) & 1023] += 1
+    if (acc >> 30) == 0:
+        return _lsd(packed, scratch, counts, 10)
+    wide = np.zeros((3, 2048), np.int64)
+    for i in range(n):
+        k = packed[i] >> 32
+        wide[0, k & 2047] += 1
+        wide[1, (k >> 11) & 2047] += 1
+        wide[2, (k >> 22) & 2047] += 1
+    return _lsd(packed, scratch, wide, 11)
