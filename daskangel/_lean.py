@@ -288,6 +288,12 @@ async def lean_all(
     for address, comm in comms:
         pool.give_back(address, comm)
     pool.calls += len(comms)
+    return replies_of(out)
+
+
+def replies_of(out: list[tuple[int, Any]]) -> list[Any]:
+    """The replies of ``(kind, body)`` messages read in step; a handler's
+    uncaught error (a FAILED message) raised here as the handler raised it."""
     replies = []
     for kind, reply in out:
         if kind == FAILED:

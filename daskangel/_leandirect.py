@@ -43,16 +43,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from distributed.comm.core import CommClosedError
-from distributed.protocol import pickle
 
 from . import config
-from ._lean import _HEAD, FAILED, FRAME, MAGIC, REQUEST, LeanPool, _op_of, _unpack, encode
+from ._lean import _HEAD, FRAME, MAGIC, REQUEST, LeanPool, _op_of, _unpack, encode, replies_of
+from .errors import StaleLayoutError
 
-__all__ = ["DirectPool", "direct_all", "direct_pool", "watch"]
+__all__ = ["DirectPool", "direct_all", "direct_pool", "or_general_path", "watch"]
+
+T = TypeVar("T")
 
 # a request: (address, op, message, reply sizes, reply targets), as _lean.lean_all's
 Call = tuple[str, str, dict[str, Any], list[int], list[Any]]
@@ -252,12 +254,21 @@ def direct_all(
     for d in taken:
         pool.give_back(d)
     pool.calls += len(taken)
-    replies = []
-    for kind, reply in out:
-        if kind == FAILED:
-            raise pickle.loads(reply)
-        replies.append(reply)
-    return replies
+    return replies_of(out)
+
+
+def or_general_path(fn: Callable[[], T]) -> T | None:
+    """``fn()`` (a direct call and the reading of its replies), or None when the
+    general path must answer: a layout change (:class:`StaleLayoutError`) or a
+    failed comm; a call timeout is raised."""
+    try:
+        return fn()
+    except (StaleLayoutError, CommClosedError):
+        return None
+    except OSError as e:
+        if isinstance(e, TimeoutError):
+            raise
+        return None
 
 
 def direct_pool(b: Any, addresses: list[str]) -> DirectPool | None:

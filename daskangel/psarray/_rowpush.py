@@ -41,15 +41,13 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
-from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
 
 from .. import config
 from .._lean import lean_all
-from .._leandirect import direct_all, direct_pool, watch
+from .._leandirect import direct_all, direct_pool, or_general_path, watch
 from .._recv import send_all_recv_into
 from .._wire import raise_if_error, split_follow
-from ..errors import StaleLayoutError
 from ._binding import Binding
 from ._blockcalls import fast_path_held
 from ._csrpack import pack_csr
@@ -179,17 +177,13 @@ def _direct(
     if pool is None:
         return None
     check, period = watch(b, name, m, servers)
-    try:
-        replies = direct_all(pool, [c for c, _ in calls], check, period, [f for _, f in calls])
-        for reply in replies:
+
+    def write() -> bool:
+        for reply in direct_all(pool, [c for c, _ in calls], check, period, [f for _, f in calls]):
             raise_if_error(reply)
-    except (StaleLayoutError, CommClosedError):
-        return False
-    except OSError as e:
-        if isinstance(e, TimeoutError):
-            raise
-        return False
-    return True
+        return True
+
+    return or_general_path(write) is not None
 
 
 def _finish(

@@ -40,14 +40,11 @@ import hashlib
 import weakref
 from typing import Any
 
-from distributed.comm.core import CommClosedError
-
 from .. import config
 from .._lean import lean_all
-from .._leandirect import direct_all, direct_pool, watch
+from .._leandirect import direct_all, direct_pool, or_general_path, watch
 from .._recv import send_all_recv_into
 from .._wire import raise_if_error
-from ..errors import StaleLayoutError
 from ._binding import Binding
 from ._blockcalls import fast_path_held
 from ._loopcall import run_lean
@@ -155,16 +152,13 @@ def lean_versions(b: Binding, name: str, m: ArrayMeta) -> dict[int, int] | None:
         held = run_lean(b, _fetch(b, name, m, servers, blocks, calls, out))
         return out if held else None
     check, period = watch(b, name, m, servers)  # asked from this thread: no loop hop
-    try:
+
+    def read() -> dict[int, int]:
         for got, bl in zip(direct_all(pool, calls, check, period), blocks, strict=True):
             out.update(zip(bl, raise_if_error(got), strict=True))
-    except (StaleLayoutError, CommClosedError):
-        return None
-    except OSError as e:
-        if isinstance(e, TimeoutError):
-            raise
-        return None
-    return out
+        return out
+
+    return or_general_path(read)
 
 
 def block_versions(b: Binding, name: str, m: ArrayMeta) -> dict[int, int]:
