@@ -14,7 +14,6 @@ from typing import Any
 import dask
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from distributed import Client
 from distributed.comm.core import CommClosedError
 from hypothesis import given, settings
@@ -23,6 +22,8 @@ from hypothesis import strategies as st
 import daskangel as angel
 from daskangel._lean import FAILED, LEAN_HANDLER, REPLY, REQUEST, LeanPool, decode, encode, lean_all
 from daskangel.errors import ShapeMismatchError
+
+from ._rowdata import SHAPE, dense, malformed_csr, random_csr
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -74,23 +75,6 @@ def test_only_tcp_and_tls_addresses_take_the_wire() -> None:
 
 # -- on a process cluster ----------------------------------------------------------------
 
-SHAPE = (3_000, 200)  # int32, several row blocks on both servers
-NNZ = 40  # a 2,500-row push carries ~100 KB a server: a packed follow frame
-
-
-def _csr(seed: int, n_rows: int = 2_500) -> sp.csr_matrix:
-    rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(SHAPE[0], n_rows, replace=False))
-    indptr = np.zeros(SHAPE[0] + 1, np.int64)
-    indptr[rows + 1] = NNZ
-    vals = rng.integers(1, 4, n_rows * NNZ).astype(np.int32)
-    cols = rng.integers(0, SHAPE[1], n_rows * NNZ)
-    return sp.csr_matrix((vals, cols, np.cumsum(indptr)), shape=SHAPE)
-
-
-def _dense(*mats: sp.csr_matrix) -> np.ndarray:
-    return sum((m.toarray().astype(np.int64) for m in mats), np.zeros(SHAPE, np.int64))
-
 
 def _pool(a: angel.PSArray) -> LeanPool:
     pool = a._binding._lean
@@ -126,7 +110,7 @@ def _abort_lean_comms(dask_worker: Any) -> int:
 
 def _push_in_task(name: str, seed: int) -> None:
     a = angel.PSArray(name)
-    a.increment(_csr(seed))
+    a.increment(random_csr(seed))
     a.version_token()
 
 
@@ -145,7 +129,7 @@ def test_pushes_and_tokens_go_over_kept_comms_and_sum_exactly(
     the token moves with every write."""
     a = ps.zeros("lean-sum", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
     before = _pushes(a)
-    mats = [_csr(s) for s in range(4)]
+    mats = [random_csr(s) for s in range(4)]
     tokens = []
     for X in mats:
         a.increment(X)
@@ -158,7 +142,7 @@ def test_pushes_and_tokens_go_over_kept_comms_and_sum_exactly(
     futs = [client.submit(_push_in_task, "lean-sum", s, pure=False) for s in (10, 11, 12)]
     a.increment(mats[0])
     client.gather(futs)
-    want = _dense(*mats, mats[0], *[_csr(s) for s in (10, 11, 12)])
+    want = dense(*mats, mats[0], *[random_csr(s) for s in (10, 11, 12)])
     np.testing.assert_array_equal(a.get(), want.astype(np.int32))
 
 
@@ -167,15 +151,11 @@ def test_a_refused_push_changes_nothing_and_its_comm_stays_in_step(ps: angel.PSC
     lean wire with the daskangel error; the blocks are unchanged, and the same kept
     comms carry the next push, which applies."""
     a = ps.zeros("lean-bad", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
-    X = _csr(7)
+    X = random_csr(7)
     a.increment(X)
     pool = _pool(a)
     kept = _idle(pool)
-    bad = sp.csr_matrix(SHAPE, dtype=np.int32)
-    ptr = np.zeros(SHAPE[0] + 1, np.int64)
-    ptr[5:] = 2
-    ptr[5] = 3
-    bad.indptr, bad.indices, bad.data = ptr, np.array([1, 2, 3]), np.ones(3, np.int32)
+    bad = malformed_csr()
     before = a.get()
     with (
         dask.config.set({"daskangel.client.follow-bytes": "1B"}),
@@ -186,7 +166,7 @@ def test_a_refused_push_changes_nothing_and_its_comm_stays_in_step(ps: angel.PSC
     a.increment(X)
     a.version_token()
     assert _idle(pool) == kept  # nothing dropped, nothing opened
-    np.testing.assert_array_equal(a.get(), (2 * _dense(X)).astype(np.int32))
+    np.testing.assert_array_equal(a.get(), (2 * dense(X)).astype(np.int32))
 
 
 def test_an_uncaught_handler_error_is_raised_at_the_caller_on_a_comm_kept_in_step(
@@ -220,7 +200,7 @@ def test_comms_closed_by_either_end_are_replaced_without_losing_a_write(
     every push after either still applies exactly once (a failed lean call goes the
     general path, which resends with the same write tag) and new comms are kept."""
     a = ps.zeros("lean-drop", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
-    mats = [_csr(s) for s in range(20, 26)]
+    mats = [random_csr(s) for s in range(20, 26)]
     a.increment(mats[0])
     a.version_token()
     pool = _pool(a)
@@ -239,7 +219,7 @@ def test_comms_closed_by_either_end_are_replaced_without_losing_a_write(
     for X in mats[2:]:
         a.increment(X)
         a.version_token()
-    np.testing.assert_array_equal(a.get(), _dense(*mats).astype(np.int32))
+    np.testing.assert_array_equal(a.get(), dense(*mats).astype(np.int32))
     assert len(_idle(pool)) == 2
 
 
@@ -252,13 +232,13 @@ def test_the_dask_path_answers_with_the_key_off(ps: angel.PSContext) -> None:
     before = (pool.open, _idle(pool))
     with dask.config.set({"daskangel.client.lean-wire": False}):
         assert a._binding.lean([s.address for s in a.meta.servers]) is None
-        X = _csr(30)
+        X = random_csr(30)
         a.increment(X)
         t1 = a.version_token()
         a.increment(X)
         assert a.version_token() != t1
     assert (pool.open, _idle(pool)) == before
-    np.testing.assert_array_equal(a.get(), (2 * _dense(X)).astype(np.int32))
+    np.testing.assert_array_equal(a.get(), (2 * dense(X)).astype(np.int32))
 
 
 def _configure(values: dict[str, Any]) -> None:
@@ -320,9 +300,9 @@ def test_closing_a_client_closes_its_ps_comms_and_leaves_none_dangling(
     try:
         with angel.PSContext(other) as ctx:
             a = ctx.zeros("closing", shape=SHAPE, dtype="int32")
-            a.increment(_csr(9))
+            a.increment(random_csr(9))
             a.version_token()
-            assert (a.get(rows=slice(0, 10)) == _csr(9)[:10].toarray()).all()
+            assert (a.get(rows=slice(0, 10)) == random_csr(9)[:10].toarray()).all()
             b = a._binding
             lean, pool = _pool(a), b._pool
             assert lean.open >= 1 and pool is not None and pool.open >= 1

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import dask
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from distributed import Client
 
 import daskangel as angel
@@ -21,24 +20,9 @@ from daskangel._lean import LeanPool
 from daskangel._leandirect import DirectPool
 from daskangel.errors import ShapeMismatchError
 
+from ._rowdata import SHAPE, dense, malformed_csr, random_csr
+
 pytestmark = pytest.mark.timeout(240)
-
-SHAPE = (3_000, 200)  # int32, several row blocks on both servers
-NNZ = 40  # a 2,500-row push carries ~100 KB a server: a packed follow frame
-
-
-def _csr(seed: int, n_rows: int = 2_500) -> sp.csr_matrix:
-    rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(SHAPE[0], n_rows, replace=False))
-    indptr = np.zeros(SHAPE[0] + 1, np.int64)
-    indptr[rows + 1] = NNZ
-    vals = rng.integers(1, 4, n_rows * NNZ).astype(np.int32)
-    cols = rng.integers(0, SHAPE[1], n_rows * NNZ)
-    return sp.csr_matrix((vals, cols, np.cumsum(indptr)), shape=SHAPE)
-
-
-def _dense(*mats: sp.csr_matrix) -> np.ndarray:
-    return sum((m.toarray().astype(np.int64) for m in mats), np.zeros(SHAPE, np.int64))
 
 
 def _direct(a: angel.PSArray) -> DirectPool:
@@ -52,7 +36,7 @@ def _in_task(name: str, seeds: list[int]) -> None:
     written by a direct call, so these take the loop's general path)."""
     a = angel.PSArray(name)
     for s in seeds:
-        a.increment(_csr(s))
+        a.increment(random_csr(s))
         a.version_token()
 
 
@@ -76,7 +60,7 @@ def test_blocking_pushes_and_tokens_are_made_in_the_calling_thread(
     through the loop; with tasks writing at the same time the sums are exact, and
     every token differs."""
     a = ps.zeros("direct-sum", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
-    mats = [_csr(s) for s in range(3)]
+    mats = [random_csr(s) for s in range(3)]
     tokens = [a.version_token()]
     d = _direct(a)
     start = d.calls
@@ -96,7 +80,7 @@ def test_blocking_pushes_and_tokens_are_made_in_the_calling_thread(
     for X in mats:
         a.increment(X)
     client.gather(futs)
-    want = _dense(*mats, *mats, mats[0], mats[1], *[_csr(s) for s in (10, 11, 20, 21)])
+    want = dense(*mats, *mats, mats[0], mats[1], *[random_csr(s) for s in (10, 11, 20, 21)])
     np.testing.assert_array_equal(a.get(), want.astype(np.int32))
 
 
@@ -105,15 +89,11 @@ def test_a_refused_push_raises_at_the_call_and_changes_nothing(ps: angel.PSConte
     ``increment`` with the daskangel error, the blocks unchanged, the same sockets
     in step for the next push."""
     a = ps.zeros("direct-bad", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
-    X = _csr(7)
+    X = random_csr(7)
     a.increment(X)
     d = _direct(a)
     kept = {id(x) for xs in d._idle.values() for x in xs}
-    bad = sp.csr_matrix(SHAPE, dtype=np.int32)
-    ptr = np.zeros(SHAPE[0] + 1, np.int64)
-    ptr[5:] = 2
-    ptr[5] = 3
-    bad.indptr, bad.indices, bad.data = ptr, np.array([1, 2, 3]), np.ones(3, np.int32)
+    bad = malformed_csr()
     before = a.get()
     with (
         dask.config.set({"daskangel.client.follow-bytes": "1B"}),
@@ -124,7 +104,7 @@ def test_a_refused_push_raises_at_the_call_and_changes_nothing(ps: angel.PSConte
     a.increment(X)
     a.version_token()
     assert {id(x) for xs in d._idle.values() for x in xs} == kept
-    np.testing.assert_array_equal(a.get(), (2 * _dense(X)).astype(np.int32))
+    np.testing.assert_array_equal(a.get(), (2 * dense(X)).astype(np.int32))
 
 
 def test_the_liveness_watch_runs_while_waiting(ps: angel.PSContext) -> None:
@@ -132,7 +112,7 @@ def test_the_liveness_watch_runs_while_waiting(ps: angel.PSContext) -> None:
     registry while it waits (no server lost): every call still answers from the
     thread and sums exactly."""
     a = ps.zeros("direct-watch", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
-    mats = [_csr(s) for s in (40, 41, 42)]
+    mats = [random_csr(s) for s in (40, 41, 42)]
     a.version_token()
     start = _direct(a).calls
     with dask.config.set({"daskangel.client.liveness-check": "1ms"}):
@@ -140,7 +120,7 @@ def test_the_liveness_watch_runs_while_waiting(ps: angel.PSContext) -> None:
             a.increment(X)
             a.version_token()
     assert _direct(a).calls - start == 4 * len(mats)
-    np.testing.assert_array_equal(a.get(), _dense(*mats).astype(np.int32))
+    np.testing.assert_array_equal(a.get(), dense(*mats).astype(np.int32))
 
 
 def _abort_lean_comms(dask_worker: object) -> int:
@@ -160,7 +140,7 @@ def test_sockets_failed_under_the_caller_are_replaced_without_losing_a_write(
     and tokens fail on them, go the general path (the push resent with its write
     tag: applied once), and new sockets serve the calls after."""
     a = ps.zeros("direct-drop", SHAPE, dtype="int32", block_shape=(400, SHAPE[1]))
-    mats = [_csr(s) for s in range(50, 56)]
+    mats = [random_csr(s) for s in range(50, 56)]
     a.increment(mats[0])
     a.version_token()
     d = _direct(a)
@@ -173,7 +153,7 @@ def test_sockets_failed_under_the_caller_are_replaced_without_losing_a_write(
     for X in mats[2:]:
         a.increment(X)
         a.version_token()
-    np.testing.assert_array_equal(a.get(), _dense(*mats).astype(np.int32))
+    np.testing.assert_array_equal(a.get(), dense(*mats).astype(np.int32))
     before = d.calls
     a.increment(mats[0])
     assert d.calls - before == 2

@@ -24,6 +24,8 @@ from daskangel._compat import workers_info
 from daskangel.errors import CastingError, NonFiniteError, PSIndexError, ShapeMismatchError
 from daskangel.psarray._csrplan import csr_runs
 
+from .._rowdata import malformed_csr
+
 pytestmark = pytest.mark.timeout(240)
 
 
@@ -233,11 +235,7 @@ def test_csr_dtype_rules_and_refused_requests_change_nothing(ps: angel.PSContext
     np.testing.assert_array_equal(iv.get(), i_before + (X * 0.5).astype(np.int32).toarray())
     # a malformed CSR (indptr going down: a negative row length) reaches the
     # servers, which refuse it before writing anything
-    bad_ptr = sp.csr_matrix(SHAPE, dtype=np.int32)
-    ptr = np.zeros(SHAPE[0] + 1, np.int64)
-    ptr[5:] = 2
-    ptr[5] = 3
-    bad_ptr.indptr, bad_ptr.indices, bad_ptr.data = ptr, np.array([1, 2, 3]), np.ones(3, np.int32)
+    bad_ptr = malformed_csr(SHAPE)
     before_all = iv.get()
     with pytest.raises(ShapeMismatchError):
         iv.increment(bad_ptr)
