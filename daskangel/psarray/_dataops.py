@@ -27,6 +27,7 @@ from ._blocks import DenseBlock, make_block
 from ._changed import note_write
 from ._initspec import InitSpec
 from ._packed import PACK_SHIFT
+from ._packkernels import min_max
 from ._recvpool import pooled
 from ._rowkernels import take_rows
 
@@ -297,8 +298,11 @@ def _check_packed(b: Block, p: dict[str, Any], add: bool) -> None:
         )
     b.check(p["rows"], None)
     if packed.shape[0]:
-        lo, hi = int(packed.min()) >> PACK_SHIFT, int(packed.max()) >> PACK_SHIFT
-        b.check(None, np.array([lo, hi]))
+        if packed.dtype == np.int64:  # the keys are the high bits: one pass for both
+            lo, hi = min_max(packed)
+        else:
+            lo, hi = packed.min(), packed.max()
+        b.check(None, np.array([int(lo) >> PACK_SHIFT, int(hi) >> PACK_SHIFT]))
 
 
 @server_op("fill", writes=True)
