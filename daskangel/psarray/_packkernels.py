@@ -120,9 +120,9 @@ def scatter_few(idx, bits, bounds, offsets, packed):  # type: ignore[no-untyped-
     b3 = bounds[3] if n_groups > 3 else far
     fill = np.zeros(4, np.int64)
     base = np.zeros(4, np.int64)
-    for g in range(n_groups):
-        fill[g] = offsets[g]
-        base[g] = bounds[g]
+    for j in range(n_groups):
+        fill[j] = offsets[j]
+        base[j] = bounds[j]
     for i in range(idx.shape[0]):
         v = idx[i]
         g = np.int64(v >= b1) + np.int64(v >= b2) + np.int64(v >= b3)
