@@ -30,6 +30,7 @@ from ..errors import ContextClosedError, InvalidTypeError, ShapeMismatchError, S
 from ._binding import Binding, get_binding
 from ._keylists import KeySet
 from ._meta import ArrayMeta, BlockInfo
+from ._packpush import push_packed
 from ._plan import assemble, direct_targets, plan_get, plan_update, sort_rows
 from ._psfuture import PSFuture, done_future, in_order
 from ._routing import check_values
@@ -254,7 +255,9 @@ class PSArray:
         )
         if not parts:
             return None
-        fut = push_rows(b, self.name, self.meta, parts, cost, extra, wait)
+        fut = push_rows(b, self.name, self.meta, parts, cost, extra, wait) or push_packed(
+            b, self.name, self.meta, parts, cost, extra, wait
+        )
         return fut or b.submit(b.call_blocks, self.name, "update", parts, cost, extra)
 
     def increment_async(

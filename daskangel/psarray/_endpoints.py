@@ -246,7 +246,10 @@ class PSWorkerPlugin(WorkerPlugin):
         **unknown: Any,
     ) -> Any:
         """The ``daskangel_push`` handler: a compressed-row write (:mod:`._rowpush`),
-        its arrays in the follow message (or bare bytes after it: ``follow["raw"]``).
+        its arrays in the follow message (or bare bytes after it: ``follow["raw"]``),
+        or a packed sparse increment whose frames wait in the caller's shared buffer
+        (``follow["shm"]``, :mod:`._packpush`; :data:`~daskangel._shm.UNAVAILABLE`
+        when it cannot be mapped here, before anything is applied).
         The ordinary ``update`` op runs it (tags, holds, snapshot cuts,
         write-behind), without the general handler's walks of the request and reply
         for arrays to unwrap, wrap and count.  A field it does not know is refused
@@ -254,7 +257,8 @@ class PSWorkerPlugin(WorkerPlugin):
         the comm's next message)."""
         if comm is not None:
             comm.allow_offload = False
-        bad = await self._follow(comm, follow, parts)
+        shared = isinstance(follow, dict) and follow.get("shm") is not None
+        bad = await self._follow(comm, follow, parts, shared)
         if bad is not None:
             return bad
         if unknown:
@@ -263,9 +267,10 @@ class PSWorkerPlugin(WorkerPlugin):
         srv.op_stats["push"][0] += 1  # updates that came this way (applied or refused)
         try:
             srv.check_uid({"array": array, "uid": uid})
+            # (frames in the caller's shared buffer: never applied behind the reply)
             out = await srv.run(
-                "update", cost, may_defer=True, array=array, parts=parts, add=add, tag=tag,
-                clock=clock, fence=fence,
+                "update", cost, may_defer=not shared, array=array, parts=parts, add=add,
+                tag=tag, clock=clock, fence=fence,
             )  # fmt: skip
         except DaskAngelError as e:
             return error_reply(e)
