@@ -11,6 +11,7 @@ import dask
 import pytest
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.utils import get_mp_context
 
 import daskangel as angel
 
@@ -23,6 +24,15 @@ os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
 # (imports, kernel cache, PS plugin), and the cluster would shrink for the rest of the
 # module: the soak test's "Only 2/3 workers arrived" flake.
 dask.config.set({"distributed.deploy.lost-worker-timeout": "300s"})
+
+# Worker processes forked from a forkserver that has imported distributed and daskangel
+# once, instead of spawned: a spawned worker imports them again, ~4 s of CPU on the 2-core
+# VM, ~8 s a cluster, and the suite starts a process cluster in most of its ~80 modules
+# (distributed preloads itself into a forkserver for the same reason).  The workers
+# stay separate processes: serialisation, kills and restarts are as real as before.
+dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+# (after distributed has set its own preload, once, in get_mp_context: ours replaces it)
+get_mp_context().set_forkserver_preload(["distributed", "daskangel", "daskangel.models"])
 
 
 # The order xdist hands the test files out in (``--dist loadfile``: a file runs whole on

@@ -86,13 +86,31 @@ def test_smoke(script: Path) -> None:
     check_smoke(script)
 
 
+# ``python script --smoke`` as it would run, but with the worker processes forked from a
+# forkserver that has imported distributed and daskangel once (as the suite's own clusters,
+# ``tests/conftest.py``): a spawned worker imports them again, ~4 s of CPU each on the 2-core
+# VM, and the scripts start 2-6 workers each.  The script runs as ``__main__`` with its
+# folder first on ``sys.path``, as ``python script`` does.
+LAUNCH = """
+import runpy, sys
+import dask
+from distributed.utils import get_mp_context
+dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+get_mp_context().set_forkserver_preload(["distributed", "daskangel", "daskangel.models"])
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+sys.path.insert(0, str(__import__("pathlib").Path(script).parent))
+runpy.run_path(script, run_name="__main__")
+"""
+
+
 def check_smoke(script: Path) -> None:
     """``script --smoke`` exits 0, prints, and leaves the checkout as it was."""
     env = dict(os.environ)
     before = _files()
     try:
         run = subprocess.run(
-            [sys.executable, str(script), "--smoke"],
+            [sys.executable, "-c", LAUNCH, str(script), "--smoke"],
             cwd=ROOT,
             env=env,
             capture_output=True,
