@@ -47,6 +47,7 @@ __all__ = [
     "PLACEMENTS",
     "assign",
     "group_item",
+    "member_worker",
     "place_share",
     "settle",
     "split_piece",
@@ -139,6 +140,28 @@ def _spread(pool: list[str], holders: list[str], group_size: int) -> list[str]:
             used.add(w)
             out.append(w)
     return out
+
+
+def member_worker(where: Sequence[str | None], t: int, group_size: int, live: list[str]) -> str:
+    """A live worker for task ``t``, a group member whose share is cut again after its
+    worker died: one its group's other members do not use (members stay spread, as
+    :func:`_spread` placed them), the least loaded by ``where`` (every task's worker);
+    ties: the next ones from the ``t``-th of ``live``.
+
+    Example
+    -------
+    >>> member_worker(["a", "b"], 1, 2, ["0", "a", "c"])  # not with its partner on "a"
+    'c'
+    """
+    g = t // group_size
+    partners = {w for u, w in enumerate(where) if u != t and u // group_size == g}
+    load = dict.fromkeys(live, 0)
+    for u, w in enumerate(where):
+        if u != t and w in load:
+            load[w] += 1
+    free = [w for w in live if w not in partners] or live
+    start = t % len(live)
+    return min(free, key=lambda w: (load[w], (live.index(w) - start) % len(live)))
 
 
 def _partitions(data: Any) -> list[Any] | None:

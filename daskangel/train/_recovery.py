@@ -45,7 +45,7 @@ from distributed import Future
 from .. import config
 from .._compat import training_workers
 from ..errors import ServerLostError
-from ._placement import group_item, place_share
+from ._placement import group_item, member_worker, place_share
 
 
 class _Job(Protocol):
@@ -218,8 +218,9 @@ class Recovery:
             return part, None
         if shared is None:
             return src, holder
-        # a member's share of its group's partition: cut it again, on a live worker
-        worker = live[t % len(live)]
+        # a member's share of its group's partition: cut it again, on a live worker its
+        # partners do not use (a restarted worker may sort anywhere among the live ones)
+        worker = member_worker([w for _, w in self.where], t, tr.group_size, live)
         rank = shared[1]
         return place_share(
             tr.client, src, holder, rank, tr.group_size, tr.placement, worker

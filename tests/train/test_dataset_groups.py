@@ -184,3 +184,21 @@ def test_a_member_whose_worker_died_gets_its_share_cut_again(tmp_path):
         assert w0 == first and w1 != first and (lo0, lo1) == (0, N_ROWS // 2)
         np.testing.assert_array_equal(np.concatenate([rows0, rows1]), np.arange(N_ROWS))
         ds.release()
+
+
+def test_a_re_cut_share_avoids_its_partners_wherever_a_restarted_worker_sorts():
+    """The worker for a dead member's re-cut share: not its partner's, whatever the
+    order of the live workers.  Before, ``live[t % len(live)]``: a restarted worker
+    whose address sorted first put member 1 beside member 0 (the failure seen above
+    once workers restarted in 0.2 s from a forkserver)."""
+    from daskangel.train._placement import member_worker
+
+    first, dead, other, back = "tcp://h:2", "tcp://h:5", "tcp://h:7", "tcp://h:1"
+    where = [first, dead]  # one group of two: the leader with the partition, member 1
+    for live in ([first, other], [back, first, other], [first, other, back]):
+        assert member_worker(where, 1, 2, live) != first
+    # two groups of two over three workers: the re-cut member goes where load is least
+    where = [first, other, other, dead]
+    assert member_worker(where, 3, 2, [back, first, other]) == back
+    # no worker but its partner's left: it shares one rather than not running
+    assert member_worker([first, dead], 1, 2, [first]) == first
