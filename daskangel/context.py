@@ -35,8 +35,9 @@ from ._context_snapshots import SnapshotMixin, _check_shared_url, _every
 from ._wire import TRANSPORTS, actor_key
 from .errors import ContextClosedError, InvalidArgumentError, InvalidTypeError
 from .psarray import PSArray
+from .psarray._actor import PSServerActor
 from .psarray._binding import Binding, get_binding
-from .psarray._endpoints import PSServerActor, PSWorkerPlugin
+from .psarray._endpoints import PSWorkerPlugin
 from .psarray._meta import ServerId
 from .psarray._server import PLUGIN_NAME as WORKER_PLUGIN
 from .scheduler import PLUGIN_NAME as SCHEDULER_PLUGIN

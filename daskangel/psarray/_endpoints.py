@@ -1,10 +1,10 @@
-"""How requests reach a worker's PS servers: the comm handler and the actor.
+"""How requests reach a worker's PS servers: the comm handler.
 
 :class:`PSWorkerPlugin` installs the servers of a worker and registers one comm
 handler, ``daskangel_ps`` (the ``"handlers"`` transport), following the pattern of
-distributed's P2P shuffle plugin; :class:`PSServerActor` is a server as a Dask
-actor (the ``"actors"`` transport).  Both only unwrap a request, run the op on a
-:class:`~._server.PSServer` and wrap its reply.
+distributed's P2P shuffle plugin; it only unwraps a request, runs the op on a
+:class:`~._server.PSServer` and wraps its reply.  The ``"actors"`` transport is
+:class:`~._actor.PSServerActor`.
 
 Example
 -------
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,7 +26,7 @@ from .. import config
 from .._lean import LEAN_HANDLER, serve
 from .._shm import UNAVAILABLE, ShmMaps
 from .._wire import call_server, error_reply, payload_nbytes, unwrap_arrays, wrap_arrays
-from ..errors import BlockBusyError, DaskAngelError, InvalidArgumentError
+from ..errors import DaskAngelError, InvalidArgumentError
 from ._recvpool import ReceivePool, cut_fields, read_follow, shm_frames
 
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 
 from ._server import ASYNC_OPS, PLUGIN_NAME, PSServer
 
-__all__ = ["PSServerActor", "PSWorkerPlugin", "get_worker_loop"]
+__all__ = ["PSWorkerPlugin", "count_payload"]
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +144,7 @@ class PSWorkerPlugin(WorkerPlugin):
             reply = await afn(srv, **kwargs)
         else:
             reply = await srv.run(ps_op, cost, may_defer=received, **kwargs)
-        _count_payload(srv, ps_op, kwargs, reply)
+        count_payload(srv, ps_op, kwargs, reply)
         return reply
 
     async def handle(
@@ -359,56 +358,8 @@ def _scheduler_may_answer(worker: Worker) -> bool:
     return True
 
 
-def _count_payload(srv: PSServer, op: str, kwargs: dict[str, Any], reply: Any) -> None:
+def count_payload(srv: PSServer, op: str, kwargs: dict[str, Any], reply: Any) -> None:
     """Add the request's and the reply's array bytes to ``op``'s counters."""
     st = srv.op_stats[op]
     st[3] += payload_nbytes(kwargs)
     st[4] += payload_nbytes(reply)
-
-
-def get_worker_loop() -> Any:
-    from distributed import get_worker
-
-    return get_worker().loop
-
-
-class PSServerActor:
-    """A PS server as a Dask actor (the ``"actors"`` transport).
-
-    Calls arrive through the worker's ``actor_execute`` handler and run one at a
-    time in the worker's actor thread, which makes each operation atomic.
-    """
-
-    def __init__(self, index: int) -> None:
-        from distributed import get_worker
-
-        self.server = PSServer(get_worker().address, index)
-
-    def call(self, op: str, kwargs: dict[str, Any], pad: Any = None) -> Any:
-        """Run ``op``; ``pad`` is the alignment frame every call carries (``_wire``)."""
-        try:
-            return self._call(op, kwargs)
-        except DaskAngelError as e:
-            return error_reply(e)
-
-    def _call(self, op: str, kwargs: dict[str, Any]) -> Any:
-        self.server.check_uid(kwargs)
-        if op in ASYNC_OPS:
-            from distributed.utils import sync
-
-            reply = sync(get_worker_loop(), ASYNC_OPS[op], self.server, **kwargs)
-            _count_payload(self.server, op, kwargs, reply)
-            return reply
-        start = time.perf_counter()
-        if self.server.blocked_until(op, kwargs) is not None:
-            # the actor thread runs one op at a time and cannot wait for a commit
-            raise BlockBusyError(
-                f"op {op!r} on array {kwargs.get('array')!r}: a block is held by a psf "
-                "update in progress; with transport='actors' writes cannot wait, retry"
-            )
-        result = self.server.dispatch(op, **kwargs)
-        st = self.server.op_stats[op]
-        st[0] += 1
-        st[1] += time.perf_counter() - start
-        _count_payload(self.server, op, kwargs, result)
-        return result
