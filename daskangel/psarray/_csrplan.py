@@ -14,7 +14,7 @@ increment.
 With ``daskangel.client.narrow-csr`` each part also says (``"narrow"``: field ->
 dtype) which of its arrays fit a narrower integer type: columns below 256 /
 65,536, a block's local rows and the entry counts likewise, and integer values
-when every one fits int8 / int16 (:func:`int_range`, one compiled pass).  The
+when every one fits int8 / int16 (:func:`._packkernels.min_max`, one compiled pass).  The
 arrays themselves stay as planned: :func:`daskangel._wire.split_follow` casts
 them while copying them into the request's follow frame (no extra copy), and the
 servers' scatter widens each entry as it writes it.  An LDA-shaped increment
@@ -38,9 +38,10 @@ from numba import njit
 from .. import config
 from ..errors import PSIndexError, ShapeMismatchError
 from ._meta import ArrayMeta
+from ._packkernels import min_max
 from ._routing import check_size, check_values
 
-__all__ = ["coo_rows", "csr_runs", "int_range", "narrow_int", "plan_csr"]
+__all__ = ["coo_rows", "csr_runs", "narrow_int", "plan_csr"]
 
 
 def narrow_int(lo: int, hi: int, dtype: np.dtype) -> str | None:
@@ -63,21 +64,6 @@ def narrow_int(lo: int, hi: int, dtype: np.dtype) -> str | None:
         if lo >= -(256**size // 2) and hi < 256**size // 2:
             return f"i{size}"
     return None
-
-
-@njit(nogil=True, cache=True)
-def int_range(a):  # type: ignore[no-untyped-def]
-    """``(min, max)`` of a non-empty integer array in one pass.  Branch-free
-    ``min`` / ``max`` vectorise: 200,000 int32 in ~9 us, where a loop with
-    ``if v < lo ... elif v > hi`` took ~110 us (twice per LDA-shaped increment:
-    its columns and its integer values)."""
-    lo = a[0]
-    hi = a[0]
-    for i in range(a.shape[0]):
-        v = a[i]
-        lo = min(lo, v)
-        hi = max(hi, v)
-    return lo, hi
 
 
 @njit(nogil=True, cache=True)
@@ -204,7 +190,7 @@ def _plan_rows(
     """Parts of checked compressed rows (``data`` already of the array's dtype)."""
     hi = 0
     if cols.shape[0]:
-        lo, hi = (int(x) for x in int_range(cols))
+        lo, hi = (int(x) for x in min_max(cols))
         if lo < 0 or hi >= m.shape[1]:
             raise PSIndexError(
                 f"values: column {lo if lo < 0 else hi} out of range [0, {m.shape[1]})"
@@ -252,6 +238,6 @@ def _narrowed(m: ArrayMeta, data: np.ndarray, lens: np.ndarray, col_max: int) ->
     out = {"csr_cols": narrow_int(0, max(col_max, m.shape[1] - 1), np.dtype(np.int32))}
     out["csr_len"] = "u2" if lens.shape[0] and int(lens.max()) < 2**16 else None
     if data.dtype.kind in "iu" and data.dtype.itemsize > 1:
-        lo, hi = (int(x) for x in int_range(data))
+        lo, hi = (int(x) for x in min_max(data))
         out["values"] = narrow_int(lo, hi, data.dtype)
     return {k: v for k, v in out.items() if v is not None}

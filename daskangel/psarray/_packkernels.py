@@ -54,9 +54,12 @@ def scan_counts(idx, bounds):  # type: ignore[no-untyped-def]
 
 @njit(nogil=True, cache=True)
 def min_max(a):  # type: ignore[no-untyped-def]
-    """``(min, max)`` of a non-empty int64 array in one SIMD pass (numpy's ``min``
+    """``(min, max)`` of a non-empty integer array in one SIMD pass (numpy's ``min``
     and ``max`` read it twice): a server's check of the keys of a packed request,
-    whose key bits are the high bits of each entry."""
+    whose key bits are the high bits of each entry, and the caller's range checks of
+    a CSR write's columns and integer values (:mod:`._csrplan`).  Branch-free ``min``
+    / ``max`` vectorise: 200,000 int32 in ~9 us, where a loop with ``if v < lo ...
+    elif v > hi`` took ~110 us."""
     lo = a[0]
     hi = a[0]
     for i in range(a.shape[0]):

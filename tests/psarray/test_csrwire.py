@@ -22,8 +22,9 @@ import daskangel as angel
 from daskangel._compat import workers_info
 from daskangel._wire import NARROW, split_follow
 from daskangel.errors import InvalidArgumentError, PSIndexError
-from daskangel.psarray._csrplan import coo_rows, int_range, narrow_int, plan_csr
+from daskangel.psarray._csrplan import coo_rows, narrow_int, plan_csr
 from daskangel.psarray._initspec import InitSpec
+from daskangel.psarray._packkernels import min_max
 from daskangel.psarray._recvpool import cut_fields
 from daskangel.psarray._server import PSServer
 
@@ -69,7 +70,7 @@ def test_narrow_int_is_the_narrowest_safe_type(lo: int, span: int, dtype: type) 
     st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=300),
     st.integers(0, 299),
 )
-def test_int_range_is_numpys_min_and_max(dtype: type, raw: list[int], at: int) -> None:
+def test_min_max_is_numpys_min_and_max(dtype: type, raw: list[int], at: int) -> None:
     """The branch-free compiled pass against numpy, for every integer dtype and its
     extremes (the lowest and highest value placed anywhere, lengths across the
     vector width)."""
@@ -77,7 +78,7 @@ def test_int_range_is_numpys_min_and_max(dtype: type, raw: list[int], at: int) -
     span = int(info.max) - int(info.min) + 1
     a = np.array([int(info.min) + v % span for v in raw], dtype=dtype)
     a[min(at, a.shape[0] - 1)] = info.max if at % 2 else info.min
-    lo, hi = int_range(a)
+    lo, hi = min_max(a)
     assert (int(lo), int(hi)) == (int(a.min()), int(a.max()))
 
 
@@ -96,7 +97,7 @@ def test_narrow_int_limits() -> None:
     assert narrow_int(0, 1, np.dtype(np.int8)) is None
     assert narrow_int(0, 1, np.dtype(np.float32)) is None
     assert narrow_int(0, 1, np.dtype(np.bool_)) is None
-    assert int_range(np.array([3, -7, 9, 0], np.int32)) == (-7, 9)
+    assert min_max(np.array([3, -7, 9, 0], np.int32)) == (-7, 9)
 
 
 def test_planned_hints_and_the_frame_they_make(ps: angel.PSContext) -> None:
